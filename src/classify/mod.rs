@@ -1,0 +1,288 @@
+//! Classification of SQL texts into batchable single-row INSERTs.
+//!
+//! [`classify`] decides once per SQL text whether it is exactly one
+//! single-row `INSERT ... VALUES (...)` statement whose rows can be coalesced
+//! into one multi-row INSERT; if so it returns an [`InsertShape`] that renders
+//! the multi-row statement for any number of rows, every value still bound as
+//! a parameter. Everything that is not recognised is
+//! [`Classified::PassThrough`]: classification never fails and never panics.
+//!
+//! The SQL text is tokenised with sqlparser's tokenizer (no regular
+//! expressions) and the rendered statement is built from slices of the
+//! original text, so comments, whitespace, string literals and casts are
+//! reproduced byte for byte; only PostgreSQL `$n` placeholders inside the
+//! VALUES tuple are renumbered.
+//!
+//! [`ClassifyCache`] memoises classifications per exact SQL text.
+
+mod lex;
+mod parse;
+
+#[cfg(test)]
+mod tests;
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+
+use lru::LruCache;
+
+/// SQL dialect of the server a statement is sent to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// PostgreSQL: `$n` placeholders, `"quoted"` identifiers, dollar quoting.
+    Postgres,
+    /// MySQL / MariaDB: `?` placeholders, `` `quoted` `` identifiers.
+    MySql,
+}
+
+/// Outcome of classifying one SQL text. Cheap to clone.
+#[derive(Clone, Debug)]
+pub enum Classified {
+    /// A single-row INSERT that can be coalesced with others of the same text.
+    Batchable(Arc<InsertShape>),
+    /// Anything else: execute the statement as it is.
+    PassThrough,
+}
+
+impl Classified {
+    /// The shape of a batchable statement, `None` for `PassThrough`.
+    pub fn shape(&self) -> Option<&Arc<InsertShape>> {
+        match self {
+            Classified::Batchable(shape) => Some(shape),
+            Classified::PassThrough => None,
+        }
+    }
+}
+
+/// The verb of a batchable statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    /// `INSERT`.
+    Insert,
+    /// MySQL `INSERT IGNORE`.
+    InsertIgnore,
+    /// MySQL `REPLACE`.
+    Replace,
+}
+
+/// Conflict handling clause of a batchable statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Conflict {
+    /// No conflict clause.
+    None,
+    /// PostgreSQL `ON CONFLICT [target] DO NOTHING`; `target` = Some(columns)
+    /// when the target is a plain parenthesised column list `(a, b)` (no
+    /// expressions, no WHERE, not ON CONSTRAINT), else None.
+    DoNothing {
+        /// Conflict target columns (normalised like [`InsertShape::columns`]).
+        target: Option<Vec<String>>,
+    },
+    /// PostgreSQL `ON CONFLICT ... DO UPDATE SET ...`; `has_where` when the
+    /// DO UPDATE has a WHERE clause. `target` as for `DoNothing`.
+    DoUpdate {
+        /// Conflict target columns (normalised like [`InsertShape::columns`]).
+        target: Option<Vec<String>>,
+        /// Whether the DO UPDATE part has a WHERE clause.
+        has_where: bool,
+    },
+    /// MySQL `ON DUPLICATE KEY UPDATE ...`.
+    DuplicateKeyUpdate,
+}
+
+/// One piece of the VALUES tuple text used for rendering.
+#[derive(Debug)]
+enum Piece {
+    /// Verbatim source text.
+    Text(Box<str>),
+    /// A PostgreSQL placeholder `$k` (1-based `k` of the original statement),
+    /// renumbered per row.
+    Param(usize),
+}
+
+/// The recognised structure of a batchable single-row INSERT, able to render
+/// the equivalent multi-row statement.
+#[derive(Debug)]
+pub struct InsertShape {
+    /// Dialect the statement was classified for.
+    pub dialect: Dialect,
+    /// Statement verb.
+    pub verb: Verb,
+    /// Table name as written (may be schema-qualified / quoted), for diagnostics.
+    pub table: String,
+    /// Column list, normalised: unquoted idents lowercased (PostgreSQL) /
+    /// lowercased (MySQL, case-insensitive); quoted idents kept as written
+    /// without quotes. None when omitted.
+    pub columns: Option<Vec<String>>,
+    /// Number of bind parameters one row takes (PostgreSQL: highest $n used;
+    /// MySQL: number of `?`).
+    pub params_per_row: usize,
+    /// For each position of the VALUES tuple: Some(k) when that expression is
+    /// exactly one bare placeholder with 0-based parameter index k (no cast,
+    /// no function), else None.
+    pub tuple_params: Vec<Option<usize>>,
+    /// Conflict handling clause.
+    pub conflict: Conflict,
+    /// Whether the statement has a RETURNING clause.
+    pub returning: bool,
+    /// Source text up to (not including) the `(` of the VALUES tuple.
+    head: Box<str>,
+    /// The tuple text from `(` to `)` inclusive, split at placeholders.
+    pieces: Box<[Piece]>,
+    /// Source text after the tuple up to the end of the statement (no `;`).
+    tail: Box<str>,
+}
+
+impl InsertShape {
+    /// The statement for `rows` (>= 1; 0 is treated as 1) rows: head, then
+    /// `rows` copies of the tuple separated by ", " — PostgreSQL placeholders
+    /// renumbered so row i (0-based) uses $(i*P + k) for the original $k
+    /// (P = params_per_row); MySQL `?` simply repeated — then the tail. A
+    /// trailing `;` of the original (and anything after it) is dropped. When
+    /// `extra_returning` is Some(list) and the statement has no RETURNING,
+    /// " RETURNING " + list is appended at the very end.
+    pub fn render(&self, rows: usize, extra_returning: Option<&str>) -> String {
+        let rows = rows.max(1);
+        let tuple_len: usize = self
+            .pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Text(t) => t.len(),
+                Piece::Param(_) => 7,
+            })
+            .sum();
+        let extra = extra_returning.map_or(0, |r| r.len() + 11);
+        let mut out = String::with_capacity(
+            self.head.len() + rows.saturating_mul(tuple_len + 2) + self.tail.len() + extra,
+        );
+        out.push_str(&self.head);
+        for row in 0..rows {
+            if row > 0 {
+                out.push_str(", ");
+            }
+            let base = row.saturating_mul(self.params_per_row);
+            for piece in self.pieces.iter() {
+                match piece {
+                    Piece::Text(text) => out.push_str(text),
+                    Piece::Param(k) => {
+                        out.push('$');
+                        push_decimal(&mut out, base.saturating_add(*k));
+                    }
+                }
+            }
+        }
+        out.push_str(&self.tail);
+        if let Some(list) = extra_returning
+            && !self.returning
+        {
+            out.push_str(" RETURNING ");
+            out.push_str(list);
+        }
+        out
+    }
+}
+
+/// Append the decimal representation of `n` (faster than `write!` in the
+/// render loop, which formats one number per placeholder).
+fn push_decimal(out: &mut String, mut n: usize) {
+    // usize::MAX has at most 20 decimal digits.
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    for slot in digits.iter_mut().rev() {
+        *slot = b'0' + (n % 10) as u8;
+        start -= 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written, so this never falls back.
+    let text = digits
+        .get(start..)
+        .and_then(|d| std::str::from_utf8(d).ok())
+        .unwrap_or_default();
+    out.push_str(text);
+}
+
+/// Classify without caching.
+pub fn classify(dialect: Dialect, sql: &str) -> Classified {
+    let Some(lexemes) = lex::lex(dialect, sql) else {
+        return Classified::PassThrough;
+    };
+    if !lex::lexically_safe(dialect, sql, &lexemes) {
+        return Classified::PassThrough;
+    }
+    match parse::recognise(dialect, sql, &lexemes) {
+        Some(shape) => Classified::Batchable(Arc::new(shape)),
+        None => Classified::PassThrough,
+    }
+}
+
+/// Bounded cache of classifications keyed by exact SQL text (LRU behind a
+/// std Mutex). Send + Sync.
+///
+/// A hit costs one hash of the text, one table lookup and one `Arc` clone,
+/// with no allocation. Classification of a miss runs outside the lock.
+pub struct ClassifyCache {
+    /// Dialect every text in this cache is classified for.
+    dialect: Dialect,
+    /// The LRU map from SQL text to its classification.
+    inner: Mutex<LruCache<Box<str>, Classified>>,
+}
+
+impl std::fmt::Debug for ClassifyCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClassifyCache")
+            .field("dialect", &self.dialect)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl ClassifyCache {
+    /// A cache holding at most `capacity` texts (a capacity of 0 is clamped to 1).
+    pub fn new(dialect: Dialect, capacity: usize) -> Self {
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
+        Self {
+            dialect,
+            inner: Mutex::new(LruCache::new(capacity)),
+        }
+    }
+
+    /// The dialect this cache classifies for.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Lock the map, recovering from poisoning (the map is never left in an
+    /// inconsistent state by a panic of ours: nothing panics under the lock).
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<Box<str>, Classified>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Cached classify: on a hit, one hash + lookup and an `Arc` clone, no
+    /// allocation; on a miss the text is classified outside the lock and
+    /// inserted (evicting the least recently used entry when full).
+    pub fn classify(&self, sql: &str) -> Classified {
+        if let Some(hit) = self.lock().get(sql) {
+            return hit.clone();
+        }
+        let fresh = classify(self.dialect, sql);
+        let mut map = self.lock();
+        if let Some(raced) = map.get(sql) {
+            // Another thread classified the same text meanwhile: keep one Arc.
+            return raced.clone();
+        }
+        map.put(Box::from(sql), fresh.clone());
+        fresh
+    }
+
+    /// Number of cached texts.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether the cache holds no texts.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}

@@ -1,0 +1,119 @@
+//! Batching configuration shared by both backends.
+
+use std::time::Duration;
+
+/// What `execute` does when the batch queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueFull {
+    /// Wait for a slot (backpressure through the caller's future). Default.
+    #[default]
+    Wait,
+    /// Fail at once with an error for which
+    /// [`Error::is_overloaded`](crate::Error::is_overloaded) is true.
+    Reject,
+}
+
+/// How rows are coalesced and when a batch is flushed.
+///
+/// The default is *natural batching*: a row is sent as soon as a connection is
+/// free, so a lone caller pays no added latency; while every connection is
+/// busy, rows of the same statement accumulate and go out together with the
+/// next free connection. Setting [`max_delay`](BatchConfig::max_delay)
+/// switches to *timed batching*: the first queued row starts a timer and the
+/// batch is sent when it expires or a size limit is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchConfig {
+    /// Most rows in one flush (and in one statement). Default 1000.
+    pub max_rows: usize,
+    /// Most encoded parameter bytes in one flush. Default 16 MiB. A single row
+    /// larger than this fails for its caller alone.
+    pub max_bytes: usize,
+    /// Timed batching: wait at most this long after the first queued row
+    /// before flushing. `None` (default) = natural batching.
+    pub max_delay: Option<Duration>,
+    /// Most rows waiting in queues (all statements together) before callers
+    /// wait or are rejected, see [`queue_full`](BatchConfig::queue_full).
+    /// Default 65536.
+    pub queue_capacity: usize,
+    /// Behaviour when the queue is full. Default [`QueueFull::Wait`].
+    pub queue_full: QueueFull,
+    /// Distinct SQL texts whose classification is cached. Default 1024.
+    pub cache_capacity: usize,
+    /// `false` turns coalescing off: every statement runs on its own (useful
+    /// for comparison runs). Default `true`.
+    pub enabled: bool,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            max_rows: 1000,
+            max_bytes: 16 << 20,
+            max_delay: None,
+            queue_capacity: 65536,
+            queue_full: QueueFull::Wait,
+            cache_capacity: 1024,
+            enabled: true,
+        }
+    }
+}
+
+impl BatchConfig {
+    /// Sets [`max_rows`](BatchConfig::max_rows).
+    pub fn max_rows(mut self, n: usize) -> Self {
+        self.max_rows = n;
+        self
+    }
+    /// Sets [`max_bytes`](BatchConfig::max_bytes).
+    pub fn max_bytes(mut self, n: usize) -> Self {
+        self.max_bytes = n;
+        self
+    }
+    /// Sets [`max_delay`](BatchConfig::max_delay) (timed batching).
+    pub fn max_delay(mut self, d: Duration) -> Self {
+        self.max_delay = Some(d);
+        self
+    }
+    /// Sets [`queue_capacity`](BatchConfig::queue_capacity).
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n;
+        self
+    }
+    /// Sets [`queue_full`](BatchConfig::queue_full).
+    pub fn queue_full(mut self, q: QueueFull) -> Self {
+        self.queue_full = q;
+        self
+    }
+    /// Sets [`cache_capacity`](BatchConfig::cache_capacity).
+    pub fn cache_capacity(mut self, n: usize) -> Self {
+        self.cache_capacity = n;
+        self
+    }
+    /// Sets [`enabled`](BatchConfig::enabled).
+    pub fn enabled(mut self, on: bool) -> Self {
+        self.enabled = on;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), crate::Error> {
+        let bad = |what: &str| {
+            Err(crate::Error::new(
+                crate::error::Kind::Config,
+                format!("invalid batch config: {what}"),
+            ))
+        };
+        if self.max_rows == 0 {
+            return bad("max_rows must be at least 1");
+        }
+        if self.max_bytes == 0 {
+            return bad("max_bytes must be at least 1");
+        }
+        if self.queue_capacity == 0 {
+            return bad("queue_capacity must be at least 1");
+        }
+        if self.cache_capacity == 0 {
+            return bad("cache_capacity must be at least 1");
+        }
+        Ok(())
+    }
+}

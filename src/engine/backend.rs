@@ -1,0 +1,72 @@
+//! The small trait a database backend implements so the flush engine can
+//! drive it without knowing which database it talks to.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::classify::{Dialect, InsertShape};
+use crate::error::Error;
+
+/// Why one multi-row statement failed.
+#[derive(Debug)]
+pub(crate) enum ChunkError {
+    /// The server rejected the statement for a reason that may belong to one
+    /// row (constraint violation, bad value, duplicate conflict key): nothing
+    /// committed, and the engine re-runs smaller groups to find the row.
+    Row(Error),
+    /// The failure is the same for every row (connection lost, outcome
+    /// unknown, statement-level error): every row of the statement gets it.
+    Statement(Error),
+}
+
+/// Result of one multi-row statement: one output per row, in row order.
+pub(crate) type ChunkResult<O> = Result<Vec<O>, ChunkError>;
+
+/// A database backend: pooled connections plus how to run one multi-row
+/// statement for a batchable shape.
+pub(crate) trait Backend: Send + Sync + Sized + 'static {
+    /// A pooled connection, returned to the pool when dropped.
+    type Conn: Send + 'static;
+    /// One caller's row, already encoded in the caller's task.
+    type Row: Send + Sync + 'static;
+    /// One caller's outcome.
+    type Output: Send + 'static;
+    /// Backend data for one batchable statement shape (parameter types,
+    /// statement cache id...).
+    type Shape: Send + Sync + 'static;
+
+    /// The SQL dialect used to classify statements.
+    const DIALECT: Dialect;
+
+    /// Most bind parameters one statement may carry.
+    fn max_params(&self) -> usize;
+
+    /// Most encoded parameter bytes one statement may carry (server packet
+    /// limit); `usize::MAX` when the protocol has none.
+    fn max_statement_bytes(&self) -> usize;
+
+    /// Bind parameters one row takes.
+    fn params_per_row(shape: &Self::Shape) -> usize;
+
+    /// Short label for tracing (the table name).
+    fn label(shape: &Self::Shape) -> &str;
+
+    /// Prepares backend data for a statement the classifier found batchable.
+    /// `Ok(None)` declines batching (the statement then passes through).
+    fn prepare_shape(
+        &self,
+        sql: &str,
+        shape: Arc<InsertShape>,
+    ) -> impl Future<Output = Result<Option<Self::Shape>, Error>> + Send;
+
+    /// Takes a connection from the pool.
+    fn get(&self) -> impl Future<Output = Result<Self::Conn, Error>> + Send;
+
+    /// Runs `rows` of `shape` as ONE autocommit multi-row statement on `conn`.
+    fn execute<'a>(
+        &'a self,
+        conn: &'a mut Self::Conn,
+        shape: &'a Self::Shape,
+        rows: &'a [Self::Row],
+    ) -> impl Future<Output = ChunkResult<Self::Output>> + Send + 'a;
+}

@@ -1,0 +1,261 @@
+//! Flusher tasks: decide when to send, run one multi-row statement, isolate
+//! failing rows, and fan the per-row outcomes back out to the callers.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::Instrument;
+
+use super::queue::{ShapeQueue, decompose};
+use super::{Backend, ChunkError, Engine};
+use crate::error::Error;
+use crate::stats::FlushReason;
+
+/// Decrements the engine's flusher count however the task ends (including a
+/// panic inside a backend or the runtime dropping the task).
+struct ActiveGuard<'a, B: Backend>(&'a Engine<B>);
+
+impl<B: Backend> Drop for ActiveGuard<'_, B> {
+    fn drop(&mut self) {
+        self.0.flusher_done();
+    }
+}
+
+/// One flusher task. It was counted in the queue's `waiting` when spawned;
+/// it waits (timed batching only), takes a connection, then takes the rows
+/// of one statement and runs them. Rows still queued after that are claimed
+/// by further flushers (spawned by `enqueue`, or here).
+pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueue<B>>) {
+    let _active = ActiveGuard(&engine);
+    let mut reason = FlushReason::Natural;
+    if let Some(delay) = engine.config.max_delay {
+        reason = wait_for_deadline(&engine, &q, delay).await;
+    }
+
+    let conn = engine.backend.get().await;
+    let (taken, waited) = {
+        let mut st = q.lock();
+        st.waiting -= 1;
+        let (taken, waited) = q.take(&mut st);
+        // Rows left over (more than one statement's worth, or rows that came
+        // in meanwhile) need flushers of their own.
+        let needed = st.rows.len().div_ceil(q.cap_rows);
+        let spawn = needed.saturating_sub(st.waiting);
+        st.waiting += spawn;
+        drop(st);
+        for _ in 0..spawn {
+            engine.spawn_flusher(q.clone());
+        }
+        (taken, waited)
+    };
+    engine.release(taken.rows.len() + taken.cancelled);
+    engine.counters.cancelled(taken.cancelled);
+    if taken.rows.is_empty() {
+        return;
+    }
+    let now = Instant::now();
+    for at in waited {
+        engine.counters.waited(now.saturating_duration_since(at));
+    }
+    if taken.full {
+        reason = FlushReason::Full;
+    } else if engine.is_closed() {
+        reason = FlushReason::Close;
+    }
+    match conn {
+        Ok(mut conn) => {
+            let span = tracing::debug_span!(
+                "batchpool.flush",
+                table = B::label(&q.shape),
+                rows = taken.rows.len(),
+                reason = ?reason,
+            );
+            let started = Instant::now();
+            engine.counters.flushed(reason, taken.rows.len());
+            engine.counters.in_flight_delta(true);
+            let results = execute_rows(&engine, &q, &mut conn, &taken.rows)
+                .instrument(span)
+                .await;
+            // The connection goes back before the callers hear, so a caller
+            // that issues its next statement finds it free.
+            drop(conn);
+            engine.counters.in_flight_delta(false);
+            fan_out(&engine, taken.replies, results);
+            tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "flushed");
+        }
+        Err(e) => {
+            // Nothing was sent: every taken row fails with the pool's error.
+            let results = taken.rows.iter().map(|_| Err(e.clone())).collect();
+            fan_out(&engine, taken.replies, results);
+        }
+    }
+}
+
+/// Sends every caller its own result. A caller that has gone after its row
+/// was sent simply does not hear; the row ran anyway.
+fn fan_out<B: Backend>(
+    engine: &Engine<B>,
+    replies: Vec<super::queue::Reply<B>>,
+    results: Vec<Result<B::Output, Error>>,
+) {
+    let mut failed = 0;
+    for (reply, result) in replies.into_iter().zip(results) {
+        failed += usize::from(result.is_err());
+        let _ = reply.send(result);
+    }
+    engine.counters.failed(failed);
+}
+
+/// Timed batching: waits until the oldest queued row is `delay` old, the
+/// queue holds a full statement, or the pool closes.
+async fn wait_for_deadline<B: Backend>(
+    engine: &Engine<B>,
+    q: &ShapeQueue<B>,
+    delay: std::time::Duration,
+) -> FlushReason {
+    loop {
+        let woken = q.wake.notified();
+        let closing = engine.closing.notified();
+        tokio::pin!(woken, closing);
+        woken.as_mut().enable();
+        closing.as_mut().enable();
+        let deadline = {
+            let st = q.lock();
+            if engine.is_closed() {
+                return FlushReason::Close;
+            }
+            if q.is_full(&st) {
+                return FlushReason::Full;
+            }
+            match st.rows.front() {
+                Some(p) => p.queued_at + delay,
+                None => return FlushReason::Natural,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline.into()) => return FlushReason::Timer,
+            _ = &mut woken => {}
+            _ = &mut closing => {}
+        }
+    }
+}
+
+/// Runs `rows` as consecutive statements of allowed sizes on one connection,
+/// in order. A statement that fails with a row-specific error is split in
+/// halves (each cut into allowed sizes) and re-run; nothing of a failed
+/// statement committed, so every row ends up written exactly once or failed
+/// with its own error. Returns one result per row, in order.
+pub(super) async fn execute_rows<B: Backend>(
+    engine: &Engine<B>,
+    q: &ShapeQueue<B>,
+    conn: &mut B::Conn,
+    rows: &[B::Row],
+) -> Vec<Result<B::Output, Error>> {
+    let n = rows.len();
+    let mut results: Vec<Option<Result<B::Output, Error>>> = (0..n).map(|_| None).collect();
+    let mut statements = 0usize;
+    let mut splits = 0usize;
+    let mut work: VecDeque<(usize, usize)> = VecDeque::new();
+    let mut at = 0;
+    for size in decompose(n, q.cap_rows) {
+        work.push_back((at, size));
+        at += size;
+    }
+    while let Some((start, len)) = work.pop_front() {
+        statements += 1;
+        let chunk = &rows[start..start + len];
+        match engine.backend.execute(conn, &q.shape, chunk).await {
+            Ok(outs) => {
+                debug_assert_eq!(outs.len(), len);
+                for (slot, out) in results[start..start + len].iter_mut().zip(outs) {
+                    *slot = Some(Ok(out));
+                }
+            }
+            Err(ChunkError::Row(_)) if len > 1 => {
+                let half = len / 2;
+                let mut pieces = Vec::new();
+                let mut at = start;
+                for part in [half, len - half] {
+                    for size in decompose(part, q.cap_rows) {
+                        pieces.push((at, size));
+                        at += size;
+                    }
+                }
+                splits += pieces.len();
+                for piece in pieces.into_iter().rev() {
+                    work.push_front(piece);
+                }
+            }
+            Err(ChunkError::Row(e)) | Err(ChunkError::Statement(e)) => {
+                for slot in &mut results[start..start + len] {
+                    *slot = Some(Err(e.clone()));
+                }
+            }
+        }
+    }
+    engine.counters.statements(statements);
+    engine.counters.split(splits);
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(Error::lost())))
+        .collect()
+}
+
+/// An explicit batch from one caller (`execute_many`): its rows run in
+/// order on one connection, in statements of allowed sizes, without waiting
+/// in the queue. Runs in its own task so a dropped caller cannot cut a
+/// statement in half; statements not yet sent when the caller is gone are
+/// not sent.
+pub(super) async fn direct<B: Backend>(
+    engine: Arc<Engine<B>>,
+    q: Arc<ShapeQueue<B>>,
+    rows: Vec<B::Row>,
+    bytes: Vec<usize>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<Result<B::Output, Error>>, Error>>,
+) {
+    let _active = ActiveGuard(&engine);
+    let mut conn = match engine.backend.get().await {
+        Ok(conn) => conn,
+        Err(e) => {
+            let _ = reply.send(Err(e));
+            return;
+        }
+    };
+    let mut results = Vec::with_capacity(rows.len());
+    let mut start = 0;
+    while start < rows.len() {
+        // One flush's worth: rows and bytes within the statement limits.
+        let mut end = start;
+        let mut size = 0usize;
+        while end < rows.len()
+            && end - start < q.cap_rows
+            && (end == start || size + bytes[end] <= q.cap_bytes)
+        {
+            size += bytes[end];
+            end += 1;
+        }
+        if reply.is_closed() {
+            engine.counters.cancelled(rows.len() - start);
+            return;
+        }
+        let span = tracing::debug_span!(
+            "batchpool.flush",
+            table = B::label(&q.shape),
+            rows = end - start,
+            reason = "explicit",
+        );
+        engine.counters.flushed(FlushReason::Full, end - start);
+        engine.counters.in_flight_delta(true);
+        let out = execute_rows(&engine, &q, &mut conn, &rows[start..end])
+            .instrument(span)
+            .await;
+        engine.counters.in_flight_delta(false);
+        engine
+            .counters
+            .failed(out.iter().filter(|r| r.is_err()).count());
+        results.extend(out);
+        start = end;
+    }
+    let _ = reply.send(Ok(results));
+}

@@ -1,0 +1,301 @@
+//! The backend-agnostic coalescing engine: **classify → queue → flush → fan out.**
+//!
+//! * [`Engine::route`] classifies a SQL text once (bounded LRU keyed by the
+//!   exact text) and, for a batchable INSERT, finds its [`ShapeQueue`].
+//! * [`Engine::submit`] puts an encoded row in that queue and awaits its own
+//!   reply; flusher tasks ([`flush`]) take rows from the queue when a
+//!   connection is free (or a timer/size limit says so), run them as one
+//!   multi-row statement through the [`Backend`], isolate failing rows, and
+//!   send each caller its own outcome.
+
+pub(crate) mod backend;
+mod flush;
+pub(crate) mod queue;
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use lru::LruCache;
+use tokio::sync::{Notify, Semaphore, oneshot};
+
+pub(crate) use self::backend::{Backend, ChunkError, ChunkResult};
+use self::queue::{Pending, ShapeQueue};
+use crate::classify::{self, Classified};
+use crate::config::{BatchConfig, QueueFull};
+use crate::error::Error;
+use crate::stats::{Counters, Stats};
+
+/// Where a statement goes.
+pub(crate) enum Route<B: Backend> {
+    /// Executed as it is.
+    Pass,
+    /// Coalesced through this queue.
+    Batch(Arc<ShapeQueue<B>>),
+}
+
+impl<B: Backend> Clone for Route<B> {
+    fn clone(&self) -> Self {
+        match self {
+            Route::Pass => Route::Pass,
+            Route::Batch(q) => Route::Batch(q.clone()),
+        }
+    }
+}
+
+/// The coalescing engine of one pool.
+pub(crate) struct Engine<B: Backend> {
+    pub(crate) backend: B,
+    pub(crate) config: BatchConfig,
+    routes: std::sync::Mutex<LruCache<Box<str>, Route<B>>>,
+    /// Queue slots: one permit per queued row.
+    permits: Semaphore,
+    pub(crate) counters: Counters,
+    closed: AtomicBool,
+    /// Flusher tasks alive.
+    active: AtomicUsize,
+    /// Signalled when `active` drops to zero, and to wake timed flushers at close.
+    idle: Notify,
+    closing: Notify,
+}
+
+impl<B: Backend> Engine<B> {
+    pub(crate) fn new(backend: B, config: BatchConfig) -> Result<Arc<Self>, Error> {
+        config.validate()?;
+        let cache = NonZeroUsize::new(config.cache_capacity).unwrap_or(NonZeroUsize::MIN);
+        Ok(Arc::new(Engine {
+            backend,
+            permits: Semaphore::new(config.queue_capacity.min(Semaphore::MAX_PERMITS)),
+            routes: std::sync::Mutex::new(LruCache::new(cache)),
+            config,
+            counters: Counters::default(),
+            closed: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            idle: Notify::new(),
+            closing: Notify::new(),
+        }))
+    }
+
+    /// Batching counters.
+    pub(crate) fn stats(&self) -> Stats {
+        self.counters.snapshot()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Fails with a closed error once `close()` has begun.
+    pub(crate) fn check_open(&self) -> Result<(), Error> {
+        if self.is_closed() {
+            Err(Error::pool_closed())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn cached_route(&self, sql: &str) -> Option<Route<B>> {
+        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        routes.get(sql).cloned()
+    }
+
+    /// Classifies `sql` (cached) and returns where it goes. The first call
+    /// for a new batchable text asks the backend to prepare its shape (one
+    /// round trip); a failure there (the statement is invalid, the server is
+    /// down) is returned and not cached.
+    pub(crate) async fn route(&self, sql: &str) -> Result<Route<B>, Error> {
+        if let Some(route) = self.cached_route(sql) {
+            return Ok(route);
+        }
+        let classified = if self.config.enabled {
+            classify::classify(B::DIALECT, sql)
+        } else {
+            Classified::PassThrough
+        };
+        let route = match classified {
+            Classified::PassThrough => Route::Pass,
+            Classified::Batchable(shape) => match self.backend.prepare_shape(sql, shape).await? {
+                None => Route::Pass,
+                Some(shape) => {
+                    let ppr = B::params_per_row(&shape).max(1);
+                    let cap_rows = self
+                        .config
+                        .max_rows
+                        .min(self.backend.max_params() / ppr)
+                        .max(1);
+                    let cap_bytes = self
+                        .config
+                        .max_bytes
+                        .min(self.backend.max_statement_bytes());
+                    Route::Batch(Arc::new(ShapeQueue::new(shape, cap_rows, cap_bytes)))
+                }
+            },
+        };
+        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        // Another caller may have raced us here: keep the first queue so rows
+        // of one text share it.
+        if let Some(existing) = routes.get(sql) {
+            return Ok(existing.clone());
+        }
+        routes.put(sql.into(), route.clone());
+        Ok(route)
+    }
+
+    /// Number of distinct SQL texts currently classified.
+    #[cfg(test)]
+    pub(crate) fn routes_len(&self) -> usize {
+        self.routes.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Reserves `n` queue slots, waiting or failing fast as configured.
+    async fn reserve(&self, n: usize) -> Result<(), Error> {
+        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+        let permit = match self.config.queue_full {
+            QueueFull::Wait => self
+                .permits
+                .acquire_many(n32)
+                .await
+                .map_err(|_| Error::pool_closed())?,
+            QueueFull::Reject => match self.permits.try_acquire_many(n32) {
+                Ok(p) => p,
+                Err(tokio::sync::TryAcquireError::Closed) => return Err(Error::pool_closed()),
+                Err(tokio::sync::TryAcquireError::NoPermits) => {
+                    return Err(Error::overloaded(self.config.queue_capacity));
+                }
+            },
+        };
+        // Slots are given back by the flusher when it takes the rows.
+        permit.forget();
+        Ok(())
+    }
+
+    /// Checks a row's size against the statement limits before it queues.
+    pub(crate) fn check_row(&self, q: &ShapeQueue<B>, bytes: usize) -> Result<(), Error> {
+        if bytes > q.cap_bytes {
+            return Err(Error::too_large(format!(
+                "row of {bytes} parameter bytes exceeds the {} byte statement limit",
+                q.cap_bytes
+            )));
+        }
+        let ppr = B::params_per_row(&q.shape);
+        if ppr > self.backend.max_params() {
+            return Err(Error::too_large(format!(
+                "a row of {ppr} bind parameters exceeds the protocol limit of {}",
+                self.backend.max_params()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Queues one row and waits for its own outcome.
+    ///
+    /// Cancellation: dropping this future before a flush took the row leaves
+    /// the row unsent (the flush skips it); after that, the statement
+    /// completes anyway and the outcome is discarded.
+    pub(crate) async fn submit(
+        self: &Arc<Self>,
+        q: &Arc<ShapeQueue<B>>,
+        row: B::Row,
+        bytes: usize,
+    ) -> Result<B::Output, Error> {
+        self.check_open()?;
+        self.check_row(q, bytes)?;
+        self.reserve(1).await?;
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(
+            q,
+            vec![Pending {
+                row,
+                bytes,
+                reply: tx,
+                queued_at: Instant::now(),
+            }],
+        );
+        rx.await.unwrap_or_else(|_| Err(Error::lost()))
+    }
+
+    /// Runs an explicit batch from one caller (`execute_many`) in order on
+    /// one connection; see [`flush::direct`].
+    pub(crate) async fn submit_many(
+        self: &Arc<Self>,
+        q: &Arc<ShapeQueue<B>>,
+        rows: Vec<(B::Row, usize)>,
+    ) -> Result<Vec<Result<B::Output, Error>>, Error> {
+        self.check_open()?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (rows, bytes): (Vec<B::Row>, Vec<usize>) = rows.into_iter().unzip();
+        let (tx, rx) = oneshot::channel();
+        self.active.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(flush::direct(self.clone(), q.clone(), rows, bytes, tx));
+        rx.await.unwrap_or_else(|_| Err(Error::lost()))
+    }
+
+    /// Appends rows to a queue and makes sure enough flushers are on their
+    /// way: one per statement's worth of queued rows not yet claimed.
+    fn enqueue(self: &Arc<Self>, q: &Arc<ShapeQueue<B>>, pending: Vec<Pending<B>>) {
+        let added = pending.len();
+        let (spawn, full) = {
+            let mut st = q.lock();
+            for p in pending {
+                st.bytes += p.bytes;
+                st.rows.push_back(p);
+            }
+            let needed = st.rows.len().div_ceil(q.cap_rows);
+            let spawn = needed.saturating_sub(st.waiting);
+            st.waiting += spawn;
+            (spawn, q.is_full(&st))
+        };
+        self.counters.queued_delta(added, 0);
+        for _ in 0..spawn {
+            self.spawn_flusher(q.clone());
+        }
+        if full && self.config.max_delay.is_some() {
+            q.wake.notify_waiters();
+        }
+    }
+
+    fn spawn_flusher(self: &Arc<Self>, q: Arc<ShapeQueue<B>>) {
+        self.active.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(flush::flusher(self.clone(), q));
+    }
+
+    /// Called by a flusher task as it ends.
+    fn flusher_done(&self) {
+        if self.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Gives back queue slots of rows taken (sent or cancelled).
+    fn release(&self, n: usize) {
+        if n > 0 {
+            self.counters.queued_delta(0, n);
+            self.permits.add_permits(n);
+        }
+    }
+
+    /// Stops accepting rows, flushes every queued row now (timers are cut
+    /// short) and waits until every flush has finished.
+    pub(crate) async fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.permits.close();
+        self.closing.notify_waiters();
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.active.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            // Timed flushers that started waiting after notify_waiters.
+            self.closing.notify_waiters();
+            tokio::select! {
+                _ = &mut idle => {}
+                _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
+            }
+        }
+    }
+}

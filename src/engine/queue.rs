@@ -1,0 +1,175 @@
+//! One queue per batchable statement shape, and the rule for how many rows a
+//! flush takes from it.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use tokio::sync::{Notify, oneshot};
+
+use super::backend::Backend;
+use crate::error::Error;
+
+/// The reply channel of one queued row.
+pub(crate) type Reply<B> = oneshot::Sender<Result<<B as Backend>::Output, Error>>;
+
+/// A caller's row waiting in a queue.
+pub(crate) struct Pending<B: Backend> {
+    pub(crate) row: B::Row,
+    pub(crate) bytes: usize,
+    pub(crate) reply: Reply<B>,
+    pub(crate) queued_at: Instant,
+}
+
+pub(crate) struct State<B: Backend> {
+    pub(crate) rows: VecDeque<Pending<B>>,
+    pub(crate) bytes: usize,
+    /// Flusher tasks spawned for this queue that have not taken rows yet.
+    pub(crate) waiting: usize,
+}
+
+/// The queue of one statement shape.
+pub(crate) struct ShapeQueue<B: Backend> {
+    pub(crate) shape: B::Shape,
+    /// Most rows one statement of this shape may carry (rows, parameter limit).
+    pub(crate) cap_rows: usize,
+    /// Most parameter bytes one statement may carry.
+    pub(crate) cap_bytes: usize,
+    pub(crate) state: Mutex<State<B>>,
+    /// Wakes timed flushers early (queue full or pool closing).
+    pub(crate) wake: Notify,
+}
+
+/// A group of rows taken for one flush.
+pub(crate) struct Taken<B: Backend> {
+    pub(crate) rows: Vec<B::Row>,
+    pub(crate) replies: Vec<Reply<B>>,
+    pub(crate) cancelled: usize,
+    pub(crate) full: bool,
+}
+
+impl<B: Backend> ShapeQueue<B> {
+    pub(crate) fn new(shape: B::Shape, cap_rows: usize, cap_bytes: usize) -> Self {
+        ShapeQueue {
+            shape,
+            cap_rows: cap_rows.max(1),
+            cap_bytes: cap_bytes.max(1),
+            state: Mutex::new(State {
+                rows: VecDeque::new(),
+                bytes: 0,
+                waiting: 0,
+            }),
+            wake: Notify::new(),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State<B>> {
+        // A panic while holding this lock cannot leave the queue inconsistent
+        // (every critical section is a few pushes/pops), so poisoning is ignored.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the queue holds a full statement's worth of rows.
+    pub(crate) fn is_full(&self, st: &State<B>) -> bool {
+        st.rows.len() >= self.cap_rows || st.bytes >= self.cap_bytes
+    }
+
+    /// Takes the rows of the next statement: rows whose caller is gone are
+    /// dropped unsent; of the live rows at most `cap_rows` / `cap_bytes` are
+    /// taken, rounded down to an allowed statement size so one flush is one
+    /// statement (the rest stays queued, in order, for the next flush).
+    pub(crate) fn take(&self, st: &mut State<B>) -> (Taken<B>, Vec<Instant>) {
+        let mut taken = Taken {
+            rows: Vec::new(),
+            replies: Vec::new(),
+            cancelled: 0,
+            full: false,
+        };
+        let mut waited = Vec::new();
+        let mut bytes = 0usize;
+        let mut kept: Vec<Pending<B>> = Vec::new();
+        while let Some(p) = st.rows.pop_front() {
+            if p.reply.is_closed() {
+                st.bytes -= p.bytes;
+                taken.cancelled += 1;
+                continue;
+            }
+            if kept.len() == self.cap_rows || (!kept.is_empty() && bytes + p.bytes > self.cap_bytes)
+            {
+                taken.full = true;
+                st.rows.push_front(p);
+                break;
+            }
+            bytes += p.bytes;
+            kept.push(p);
+        }
+        let size = statement_size(kept.len(), self.cap_rows);
+        // Return the excess to the front of the queue, keeping order.
+        for p in kept.drain(size..).rev() {
+            st.rows.push_front(p);
+        }
+        taken.rows.reserve(size);
+        taken.replies.reserve(size);
+        for p in kept {
+            st.bytes -= p.bytes;
+            waited.push(p.queued_at);
+            taken.rows.push(p.row);
+            taken.replies.push(p.reply);
+        }
+        (taken, waited)
+    }
+}
+
+/// The largest allowed statement size not above `n`.
+///
+/// Allowed sizes are `cap` and every `2^k` and `3 * 2^k` below it: about 20
+/// distinct statement texts per shape for `cap = 1000` (pgjdbc uses powers of
+/// two only), so prepared statements are reused, while a flush never needs
+/// more than one statement and leaves at most a third of its rows for the
+/// next one.
+pub(crate) fn statement_size(n: usize, cap: usize) -> usize {
+    if n >= cap {
+        return cap;
+    }
+    if n <= 2 {
+        return n;
+    }
+    let p = 1usize << (usize::BITS - 1 - n.leading_zeros()); // highest power of two <= n
+    if p / 2 * 3 <= n { p / 2 * 3 } else { p }
+}
+
+/// Splits `n` rows into allowed statement sizes, largest first.
+pub(crate) fn decompose(mut n: usize, cap: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    while n > 0 {
+        let s = statement_size(n, cap);
+        out.push(s);
+        n -= s;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_bounded_and_cover() {
+        let cap = 1000;
+        let mut distinct = std::collections::BTreeSet::new();
+        for n in 1..=cap {
+            let s = statement_size(n, cap);
+            assert!(s >= 1 && s <= n, "n={n} s={s}");
+            assert!(
+                s * 3 >= n * 2,
+                "a flush keeps at least 2/3 of its rows: n={n} s={s}"
+            );
+            distinct.insert(s);
+            assert_eq!(decompose(n, cap).iter().sum::<usize>(), n);
+        }
+        assert!(distinct.len() <= 21, "{distinct:?}");
+        assert_eq!(statement_size(5000, cap), cap);
+        assert_eq!(statement_size(7, 4), 4);
+        assert_eq!(statement_size(1, 1), 1);
+    }
+}

@@ -1,0 +1,324 @@
+//! The crate's one error type.
+//!
+//! Modelled on `tokio_postgres::Error`: opaque, cheap to clone (every caller of
+//! a failed batch can hold the same error), with predicates instead of a public
+//! enum so new failure kinds can be added without breaking users.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+
+type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// What went wrong, coarsely. Private: users ask through the predicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The database answered this statement with an error.
+    Db,
+    /// The connection was lost after the statement was sent and before its
+    /// reply arrived: it may or may not have committed.
+    OutcomeUnknown,
+    /// The connection was lost (or the pool closed) before the statement was
+    /// sent: it certainly did not run.
+    ConnectionClosed,
+    /// The pool was closed by [`close`](crate::postgres::Pool::close).
+    PoolClosed,
+    /// Waiting for a connection or queue slot took longer than configured.
+    Timeout,
+    /// The queue was full and the pool is configured to fail fast.
+    Overloaded,
+    /// Wrong number or type of bind parameters.
+    Params,
+    /// A row or statement exceeds a protocol or server limit.
+    TooLarge,
+    /// Creating a new connection failed.
+    Connect,
+    /// Invalid configuration.
+    Config,
+}
+
+struct Inner {
+    kind: Kind,
+    message: String,
+    source: Option<BoxError>,
+}
+
+/// An error from batchpool: a database error for this caller's own row, a lost
+/// connection, a closed or overloaded pool, or bad input.
+///
+/// Cloning is cheap (an `Arc`); when a whole batch fails for a reason that is
+/// not specific to one row, every caller receives a clone of the same error.
+///
+/// Ask what happened through the predicates: [`code`](Error::code),
+/// [`is_outcome_unknown`](Error::is_outcome_unknown),
+/// [`is_closed`](Error::is_closed), [`is_timeout`](Error::is_timeout),
+/// [`is_overloaded`](Error::is_overloaded),
+/// [`is_retryable`](Error::is_retryable), and (per backend)
+/// `as_db_error()` / `as_mysql_error()`.
+#[derive(Clone)]
+pub struct Error(Arc<Inner>);
+
+impl Error {
+    pub(crate) fn new(kind: Kind, message: impl Into<String>) -> Error {
+        Error(Arc::new(Inner {
+            kind,
+            message: message.into(),
+            source: None,
+        }))
+    }
+
+    pub(crate) fn with_source(
+        kind: Kind,
+        message: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Error {
+        Error(Arc::new(Inner {
+            kind,
+            message: message.into(),
+            source: Some(source.into()),
+        }))
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        self.0.kind
+    }
+
+    pub(crate) fn pool_closed() -> Error {
+        Error::new(Kind::PoolClosed, "the pool is closed")
+    }
+
+    pub(crate) fn overloaded(capacity: usize) -> Error {
+        Error::new(
+            Kind::Overloaded,
+            format!("the batch queue is full ({capacity} rows waiting) and the pool fails fast"),
+        )
+    }
+
+    pub(crate) fn params(message: impl Into<String>) -> Error {
+        Error::new(Kind::Params, message)
+    }
+
+    pub(crate) fn too_large(message: impl Into<String>) -> Error {
+        Error::new(Kind::TooLarge, message)
+    }
+
+    /// The caller's row was handed to a flush whose task died before it could
+    /// answer (the runtime shut down). Whether it ran is not known.
+    pub(crate) fn lost() -> Error {
+        Error::new(
+            Kind::OutcomeUnknown,
+            "the flush carrying this row ended without a reply (runtime shut down?)",
+        )
+    }
+
+    /// The SQLSTATE of a database error (`"23505"` for a unique violation),
+    /// for either backend. `None` when the error did not come from the server.
+    pub fn code(&self) -> Option<&str> {
+        if self.0.kind != Kind::Db {
+            return None;
+        }
+        let source = self.0.source.as_deref()?;
+        #[cfg(feature = "postgres")]
+        if let Some(db) = source
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(|e| e.as_db_error())
+        {
+            return Some(db.code().code());
+        }
+        #[cfg(feature = "mysql")]
+        if let Some(mysql_async::Error::Server(e)) = source.downcast_ref::<mysql_async::Error>() {
+            return Some(e.state.as_str());
+        }
+        let _ = source;
+        None
+    }
+
+    /// The PostgreSQL server error behind this error, if any.
+    #[cfg(feature = "postgres")]
+    pub fn as_db_error(&self) -> Option<&tokio_postgres::error::DbError> {
+        self.0
+            .source
+            .as_deref()?
+            .downcast_ref::<tokio_postgres::Error>()?
+            .as_db_error()
+    }
+
+    /// The MySQL/MariaDB server error behind this error, if any
+    /// (`code` 1062 for a duplicate key).
+    #[cfg(feature = "mysql")]
+    pub fn as_mysql_error(&self) -> Option<&mysql_async::ServerError> {
+        match self
+            .0
+            .source
+            .as_deref()?
+            .downcast_ref::<mysql_async::Error>()?
+        {
+            mysql_async::Error::Server(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The database rejected this caller's statement or row (constraint
+    /// violation, bad value, syntax error...). Nothing of this row committed.
+    pub fn is_db(&self) -> bool {
+        self.0.kind == Kind::Db
+    }
+
+    /// The connection was lost after the statement holding this row was sent
+    /// and before the server answered: the row **may or may not** have been
+    /// committed. batchpool never retries such a row by itself.
+    pub fn is_outcome_unknown(&self) -> bool {
+        self.0.kind == Kind::OutcomeUnknown
+    }
+
+    /// The pool was closed, or the connection was closed before this row was
+    /// sent (the row certainly did not run).
+    pub fn is_closed(&self) -> bool {
+        matches!(self.0.kind, Kind::PoolClosed | Kind::ConnectionClosed)
+    }
+
+    /// The pool has been closed with `close()`; no new work is accepted.
+    pub fn is_pool_closed(&self) -> bool {
+        self.0.kind == Kind::PoolClosed
+    }
+
+    /// A configured timeout (connection wait/create/recycle) expired.
+    pub fn is_timeout(&self) -> bool {
+        self.0.kind == Kind::Timeout
+    }
+
+    /// The batch queue was full and the pool is configured to fail fast
+    /// instead of waiting.
+    pub fn is_overloaded(&self) -> bool {
+        self.0.kind == Kind::Overloaded
+    }
+
+    /// Wrong number or types of bind parameters for this statement; detected
+    /// before anything was sent.
+    pub fn is_params(&self) -> bool {
+        self.0.kind == Kind::Params
+    }
+
+    /// The row or statement exceeds a protocol or server limit (more than
+    /// 65535 bind parameters, larger than `max_bytes` or the server's
+    /// `max_allowed_packet`); detected before anything was sent.
+    pub fn is_too_large(&self) -> bool {
+        self.0.kind == Kind::TooLarge
+    }
+
+    /// Sending the same statement again is safe and may succeed: the row
+    /// certainly did not commit and the failure was transient (connection
+    /// lost before sending, timeout, overload, server shutting down or
+    /// terminating the session, deadlock, serialization failure, too many
+    /// connections). Never true when the outcome is unknown.
+    pub fn is_retryable(&self) -> bool {
+        match self.0.kind {
+            Kind::ConnectionClosed | Kind::Timeout | Kind::Overloaded | Kind::Connect => true,
+            Kind::Db => match self.code() {
+                // 08: connection exception, 40: transaction rollback (deadlock,
+                // serialization), 53: insufficient resources, 57: operator
+                // intervention (admin shutdown, terminate_backend).
+                Some(code) if code.len() == 5 => {
+                    matches!(&code[..2], "08" | "40" | "53" | "57") || self.mysql_retryable_code()
+                }
+                _ => self.mysql_retryable_code(),
+            },
+            _ => false,
+        }
+    }
+
+    fn mysql_retryable_code(&self) -> bool {
+        #[cfg(feature = "mysql")]
+        if let Some(e) = self.as_mysql_error() {
+            // 1205 lock wait timeout, 1213 deadlock, 1927 connection killed,
+            // 1053 server shutdown, 1040 too many connections.
+            return matches!(e.code, 1205 | 1213 | 1927 | 1053 | 1040);
+        }
+        false
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.0.kind)
+            .field("message", &self.0.message);
+        if let Some(source) = &self.0.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.message)?;
+        if let Some(source) = &self.0.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+impl<E: fmt::Debug> From<deadpool::managed::PoolError<E>> for Error
+where
+    E: Into<BoxError>,
+{
+    fn from(e: deadpool::managed::PoolError<E>) -> Error {
+        use deadpool::managed::PoolError;
+        match e {
+            PoolError::Timeout(t) => Error::new(
+                Kind::Timeout,
+                format!("timed out waiting for a pooled connection ({t:?})"),
+            ),
+            PoolError::Backend(e) => {
+                Error::with_source(Kind::Connect, "could not open a database connection", e)
+            }
+            PoolError::Closed => Error::pool_closed(),
+            PoolError::NoRuntimeSpecified => {
+                Error::new(Kind::Config, "pool timeouts need a runtime")
+            }
+            PoolError::PostCreateHook(e) => {
+                Error::new(Kind::Connect, format!("post-create hook failed: {e:?}"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predicates_follow_kind() {
+        let e = Error::overloaded(8);
+        assert!(e.is_overloaded() && e.is_retryable() && !e.is_outcome_unknown());
+        assert!(e.to_string().contains("8 rows"));
+        let e = Error::lost();
+        assert!(e.is_outcome_unknown() && !e.is_retryable() && !e.is_closed());
+        let e = Error::pool_closed();
+        assert!(e.is_closed() && e.is_pool_closed() && !e.is_retryable());
+        let e = Error::params("expected 2 parameters, got 1");
+        assert!(e.is_params() && e.code().is_none() && !e.is_db());
+        let e = Error::too_large("row of 70000 parameters");
+        assert!(e.is_too_large());
+    }
+
+    #[test]
+    fn source_chain_is_kept() {
+        let io = std::io::Error::other("boom");
+        let e = Error::with_source(Kind::Connect, "could not connect", io);
+        assert_eq!(e.to_string(), "could not connect: boom");
+        assert!(StdError::source(&e).is_some());
+        assert!(e.is_retryable());
+    }
+}

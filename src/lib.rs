@@ -1,0 +1,87 @@
+//! An async connection pool for PostgreSQL ([`tokio-postgres`]) and
+//! MySQL/MariaDB ([`mysql_async`]), built on [`deadpool`], that makes writes
+//! cheap: single-row `INSERT ... VALUES (...)` statements from many concurrent
+//! tasks are coalesced into one multi-row INSERT, every value bound as a
+//! parameter, and each caller still gets **its own** outcome — its row count,
+//! its `RETURNING` row, its own error.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use batchpool::BatchConfig;
+//! use batchpool::postgres::Pool;
+//!
+//! # async fn demo() -> Result<(), batchpool::Error> {
+//! let pool = Pool::builder("host=127.0.0.1 user=postgres dbname=app")
+//!     .max_size(8)
+//!     .batching(BatchConfig::default()) // natural batching, up to 1000 rows
+//!     .build()?;
+//!
+//! // From any number of tasks at once; each awaits its own row.
+//! let out = pool
+//!     .execute("INSERT INTO users (name, email) VALUES ($1, $2)", &[&"ann", &"ann@example.com"])
+//!     .await?;
+//! assert_eq!(out.rows_affected(), 1);
+//!
+//! let out = pool
+//!     .execute("INSERT INTO users (name) VALUES ($1) RETURNING id", &[&"bob"])
+//!     .await?;
+//! let id: i64 = out.returned().unwrap().get(0); // this caller's own row
+//!
+//! // Not batchable: runs as it is.
+//! pool.execute("UPDATE users SET n = n + 1 WHERE id = $1", &[&id]).await?;
+//! let rows = pool.query("SELECT name FROM users WHERE id = $1", &[&id]).await?;
+//! # let _ = rows;
+//! println!("{:?}", pool.stats()); // batches, rows per batch, flush reasons, queue wait
+//! pool.close().await; // flushes everything queued, then closes
+//! # Ok(()) }
+//! ```
+//!
+//! # How it works: classify → queue → flush → fan out
+//!
+//! 1. **Classify.** Each distinct SQL text is tokenized once (bounded cache).
+//!    Only a single-row `INSERT ... VALUES (...)`, optionally with
+//!    `ON CONFLICT` / `RETURNING`, is batchable; everything else passes
+//!    through unchanged.
+//! 2. **Queue.** The caller's parameters are type-checked and encoded in its
+//!    own task, then the row joins the queue of its SQL text. The queue is
+//!    bounded ([`BatchConfig::queue_capacity`]): when full, callers wait or
+//!    get an overloaded error ([`QueueFull`]).
+//! 3. **Flush.** By default as soon as a connection is free (no added latency
+//!    at low load); while all are busy, rows accumulate. A flush is one
+//!    autocommit multi-row statement of a bounded set of sizes (so prepared
+//!    statements are reused), limited by rows, bind parameters and bytes.
+//! 4. **Fan out.** Each row's count, `RETURNING` row or error goes back to its
+//!    own caller. If the statement fails with a row-specific database error,
+//!    nothing of it committed, and its rows are re-run in smaller groups so
+//!    only the offending callers get the error.
+//!
+//! # Guarantees
+//!
+//! * **Durability:** a caller's future is `Ok` only after the statement
+//!   holding its row committed.
+//! * **No silent retry:** if the connection dies after a statement was sent
+//!   and before its reply, its callers get an error for which
+//!   [`Error::is_outcome_unknown`] is true.
+//! * **Cancellation:** a future dropped before a flush took its row means the
+//!   row is never sent; dropped after, the row is written anyway (the outcome
+//!   is discarded). Either way no queue slot or connection leaks.
+//! * **Ordering:** rows of different callers have no order between them.
+//!
+//! [`tokio-postgres`]: https://docs.rs/tokio-postgres
+//! [`mysql_async`]: https://docs.rs/mysql_async
+//! [`deadpool`]: https://docs.rs/deadpool
+#![warn(missing_docs)]
+
+mod classify;
+mod config;
+mod engine;
+mod error;
+mod stats;
+
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
+pub use crate::config::{BatchConfig, QueueFull};
+pub use crate::error::Error;
+pub use crate::stats::Stats;

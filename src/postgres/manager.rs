@@ -1,0 +1,118 @@
+//! deadpool manager for tokio-postgres connections, each with a bounded cache
+//! of prepared statements.
+
+use std::num::NonZeroUsize;
+use std::ops::Deref;
+use std::sync::Mutex;
+
+use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
+use lru::LruCache;
+use tokio_postgres::types::Type;
+use tokio_postgres::{NoTls, Statement};
+
+/// Creates and recycles connections for the pool.
+#[derive(Debug)]
+pub struct Manager {
+    config: tokio_postgres::Config,
+    statement_cache: NonZeroUsize,
+}
+
+impl Manager {
+    pub(crate) fn new(config: tokio_postgres::Config, statement_cache: usize) -> Manager {
+        Manager {
+            config,
+            statement_cache: NonZeroUsize::new(statement_cache).unwrap_or(NonZeroUsize::MIN),
+        }
+    }
+}
+
+impl managed::Manager for Manager {
+    type Type = ClientWrapper;
+    type Error = tokio_postgres::Error;
+
+    async fn create(&self) -> Result<ClientWrapper, tokio_postgres::Error> {
+        let (client, connection) = self.config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "postgres connection ended");
+            }
+        });
+        Ok(ClientWrapper {
+            client,
+            statements: Mutex::new(LruCache::new(self.statement_cache)),
+            batch_statements: Mutex::new(LruCache::new(self.statement_cache)),
+        })
+    }
+
+    async fn recycle(
+        &self,
+        client: &mut ClientWrapper,
+        _: &Metrics,
+    ) -> RecycleResult<tokio_postgres::Error> {
+        if client.client.is_closed() {
+            return Err(RecycleError::message("connection closed"));
+        }
+        Ok(())
+    }
+}
+
+/// A pooled connection: derefs to [`tokio_postgres::Client`], plus a bounded
+/// per-connection cache of prepared statements.
+pub struct ClientWrapper {
+    client: tokio_postgres::Client,
+    statements: Mutex<LruCache<Box<str>, Statement>>,
+    batch_statements: Mutex<LruCache<(u64, usize), Statement>>,
+}
+
+impl std::fmt::Debug for ClientWrapper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientWrapper")
+            .field("closed", &self.client.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Deref for ClientWrapper {
+    type Target = tokio_postgres::Client;
+    fn deref(&self) -> &tokio_postgres::Client {
+        &self.client
+    }
+}
+
+impl ClientWrapper {
+    /// Like [`tokio_postgres::Client::prepare`], but reuses a statement this
+    /// connection already prepared for the same text (bounded LRU).
+    pub async fn prepare_cached(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(stmt) = lock(&self.statements).get(sql) {
+            return Ok(stmt.clone());
+        }
+        let stmt = self.client.prepare(sql).await?;
+        lock(&self.statements).put(sql.into(), stmt.clone());
+        Ok(stmt)
+    }
+
+    /// The prepared multi-row statement for `rows` rows of shape `shape_id`.
+    pub(crate) async fn prepare_batch(
+        &self,
+        shape_id: u64,
+        rows: usize,
+        render: impl FnOnce() -> String,
+        types: &[Type],
+    ) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(stmt) = lock(&self.batch_statements).get(&(shape_id, rows)) {
+            return Ok(stmt.clone());
+        }
+        let sql = render();
+        let mut all = Vec::with_capacity(types.len() * rows);
+        for _ in 0..rows {
+            all.extend_from_slice(types);
+        }
+        let stmt = self.client.prepare_typed(&sql, &all).await?;
+        lock(&self.batch_statements).put((shape_id, rows), stmt.clone());
+        Ok(stmt)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

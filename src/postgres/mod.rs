@@ -1,0 +1,357 @@
+//! PostgreSQL: a coalescing pool on deadpool + tokio-postgres.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), batchpool::Error> {
+//! use batchpool::BatchConfig;
+//! use batchpool::postgres::Pool;
+//!
+//! let pool = Pool::builder("host=127.0.0.1 user=postgres dbname=app")
+//!     .max_size(8)
+//!     .batching(BatchConfig::default())
+//!     .build()?;
+//! let out = pool
+//!     .execute("INSERT INTO users (name) VALUES ($1) RETURNING id", &[&"ann"])
+//!     .await?;
+//! let id: i64 = out.returned().unwrap().get(0);
+//! # let _ = id; Ok(()) }
+//! ```
+
+mod backend;
+mod manager;
+mod outcome;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::TryStreamExt;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use self::backend::{PgBackend, PgRow, encode, sent_error, unsent_error};
+pub use self::manager::{ClientWrapper, Manager};
+pub use self::outcome::Outcome;
+use crate::config::BatchConfig;
+use crate::engine::{Backend, Engine, Route};
+use crate::error::{Error, Kind};
+use crate::stats::Stats;
+
+/// A pooled connection, from [`Pool::get`]: derefs to
+/// [`tokio_postgres::Client`] and goes back to the pool when dropped.
+pub type Client = deadpool::managed::Object<Manager>;
+
+/// Connection pool status (sizes), from deadpool.
+pub type Status = deadpool::Status;
+
+/// One statement's parameters, as tokio-postgres takes them.
+pub type Params<'a> = [&'a (dyn ToSql + Sync)];
+
+/// A coalescing PostgreSQL connection pool. Cheap to clone (an `Arc`
+/// inside): put it in axum `State` or actix `web::Data` as it is.
+///
+/// Single-row `INSERT ... VALUES (...)` statements run through
+/// [`execute`](Pool::execute) from concurrent tasks are coalesced into
+/// multi-row INSERTs; everything else runs as it is on a pooled connection.
+#[derive(Clone)]
+pub struct Pool {
+    engine: Arc<Engine<PgBackend>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("status", &self.status())
+            .field("closed", &self.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Pool`].
+#[derive(Debug)]
+pub struct PoolBuilder {
+    config: Result<tokio_postgres::Config, Error>,
+    max_size: usize,
+    wait_timeout: Option<Duration>,
+    create_timeout: Option<Duration>,
+    recycle_timeout: Option<Duration>,
+    statement_cache: usize,
+    batching: BatchConfig,
+}
+
+impl PoolBuilder {
+    /// Most connections (default: 2 × CPU cores, at least 4). This also bounds
+    /// the batches in flight.
+    pub fn max_size(mut self, n: usize) -> Self {
+        self.max_size = n;
+        self
+    }
+    /// Longest wait for a free connection (default: unbounded).
+    pub fn wait_timeout(mut self, d: Duration) -> Self {
+        self.wait_timeout = Some(d);
+        self
+    }
+    /// Longest time to open a new connection (default: unbounded).
+    pub fn create_timeout(mut self, d: Duration) -> Self {
+        self.create_timeout = Some(d);
+        self
+    }
+    /// Longest time to check a returning connection (default: unbounded).
+    pub fn recycle_timeout(mut self, d: Duration) -> Self {
+        self.recycle_timeout = Some(d);
+        self
+    }
+    /// Prepared statements kept per connection (default 256).
+    pub fn statement_cache(mut self, n: usize) -> Self {
+        self.statement_cache = n;
+        self
+    }
+    /// How rows are coalesced (default [`BatchConfig::default`]).
+    pub fn batching(mut self, config: BatchConfig) -> Self {
+        self.batching = config;
+        self
+    }
+
+    /// Builds the pool. No connection is opened until first use.
+    pub fn build(self) -> Result<Pool, Error> {
+        let config = self.config?;
+        if self.max_size == 0 {
+            return Err(Error::new(Kind::Config, "max_size must be at least 1"));
+        }
+        let pool = deadpool::managed::Pool::builder(Manager::new(config, self.statement_cache))
+            .max_size(self.max_size)
+            .wait_timeout(self.wait_timeout)
+            .create_timeout(self.create_timeout)
+            .recycle_timeout(self.recycle_timeout)
+            .runtime(deadpool::Runtime::Tokio1)
+            .build()
+            .map_err(|e| Error::new(Kind::Config, format!("cannot build pool: {e}")))?;
+        Ok(Pool {
+            engine: Engine::new(PgBackend { pool }, self.batching)?,
+        })
+    }
+}
+
+impl Pool {
+    /// Starts building a pool from a libpq-style connection string
+    /// (`host=... user=...` or `postgresql://user@host/db`). Connections use
+    /// no TLS.
+    pub fn builder(config: &str) -> PoolBuilder {
+        let parsed = config
+            .parse::<tokio_postgres::Config>()
+            .map_err(|e| Error::with_source(Kind::Config, "invalid connection string", e));
+        Self::builder_inner(parsed)
+    }
+
+    /// Starts building a pool from a parsed tokio-postgres config.
+    pub fn from_config(config: tokio_postgres::Config) -> PoolBuilder {
+        Self::builder_inner(Ok(config))
+    }
+
+    fn builder_inner(config: Result<tokio_postgres::Config, Error>) -> PoolBuilder {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        PoolBuilder {
+            config,
+            max_size: (cores * 2).max(4),
+            wait_timeout: None,
+            create_timeout: None,
+            recycle_timeout: None,
+            statement_cache: 256,
+            batching: BatchConfig::default(),
+        }
+    }
+
+    /// Runs one statement and returns this caller's own outcome.
+    ///
+    /// A single-row `INSERT ... VALUES (...)` (optionally `ON CONFLICT`,
+    /// `RETURNING`) waits in the queue of its SQL text and is sent with other
+    /// callers' rows as one multi-row INSERT; the future resolves once that
+    /// statement has committed, with this row's own count and `RETURNING`
+    /// row, or this row's own error. Other statements run as they are.
+    ///
+    /// Parameter count and types are checked here, before the row is queued.
+    /// Dropping the future before its row was taken by a flush means the row
+    /// is never sent; after that, the row is written anyway.
+    pub async fn execute(&self, sql: &str, params: &Params<'_>) -> Result<Outcome, Error> {
+        self.engine.check_open()?;
+        match self.engine.route(sql).await? {
+            Route::Batch(q) => {
+                let row = encode(&q.shape.types, params)?;
+                let bytes = row.bytes();
+                self.engine.submit(&q, row, bytes).await
+            }
+            Route::Pass => self.passthrough(sql, params).await,
+        }
+    }
+
+    /// Runs one statement once per parameter row, like JDBC
+    /// `addBatch`/`executeBatch`, and returns each row's own outcome in order.
+    ///
+    /// Batchable rows go through the same queues as [`execute`](Pool::execute)
+    /// (so one call of 1000 rows is typically one statement). A row with bad
+    /// parameters fails alone. The outer error is for the statement as a
+    /// whole (it cannot be prepared, the pool is closed).
+    pub async fn execute_many<'p, I, P>(
+        &self,
+        sql: &str,
+        rows: I,
+    ) -> Result<Vec<Result<Outcome, Error>>, Error>
+    where
+        I: IntoIterator<Item = P>,
+        P: AsRef<Params<'p>>,
+    {
+        self.engine.check_open()?;
+        match self.engine.route(sql).await? {
+            Route::Batch(q) => {
+                let mut results: Vec<Option<Result<Outcome, Error>>> = Vec::new();
+                let mut queued = Vec::new();
+                for params in rows {
+                    let checked = encode(&q.shape.types, params.as_ref()).and_then(|row| {
+                        let bytes = row.bytes();
+                        self.engine.check_row(&q, bytes).map(|()| (row, bytes))
+                    });
+                    match checked {
+                        Ok(row) => {
+                            queued.push(row);
+                            results.push(None);
+                        }
+                        Err(e) => results.push(Some(Err(e))),
+                    }
+                }
+                let mut done = self.engine.submit_many(&q, queued).await?.into_iter();
+                let out = results
+                    .into_iter()
+                    .map(|slot| match slot {
+                        Some(failed) => failed,
+                        None => done.next().unwrap_or_else(|| Err(Error::lost())),
+                    })
+                    .collect();
+                Ok(out)
+            }
+            Route::Pass => {
+                let conn = self.engine.backend.get().await?;
+                let stmt = conn.prepare_cached(sql).await.map_err(unsent_error)?;
+                let encoded: Vec<Result<PgRow, Error>> = rows
+                    .into_iter()
+                    .map(|p| encode(stmt.params(), p.as_ref()))
+                    .collect();
+                // Pipelined on one connection: each is its own autocommit
+                // statement, sent without waiting for the previous reply.
+                let runs = encoded.iter().map(|row| async {
+                    let row = row.as_ref().map_err(Clone::clone)?;
+                    run_statement(&conn, &stmt, row).await
+                });
+                let out = futures_util::future::join_all(runs).await;
+                self.engine.counters.passthrough();
+                Ok(out)
+            }
+        }
+    }
+
+    /// Runs a query (never coalesced) and returns all its rows.
+    pub async fn query(&self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Error> {
+        self.engine.check_open()?;
+        let conn = self.engine.backend.get().await?;
+        let stmt = conn.prepare_cached(sql).await.map_err(unsent_error)?;
+        let row = encode(stmt.params(), params)?;
+        let stream = conn.query_raw(&stmt, row.raw()).await.map_err(sent_error)?;
+        stream.try_collect().await.map_err(sent_error)
+    }
+
+    /// Runs a query expected to return exactly one row.
+    pub async fn query_one(&self, sql: &str, params: &Params<'_>) -> Result<Row, Error> {
+        let mut rows = self.query(sql, params).await?;
+        match rows.len() {
+            1 => Ok(rows.remove(0)),
+            n => Err(Error::new(
+                Kind::Params,
+                format!("query_one expected 1 row, the query returned {n}"),
+            )),
+        }
+    }
+
+    /// Runs a query returning zero or one row.
+    pub async fn query_opt(&self, sql: &str, params: &Params<'_>) -> Result<Option<Row>, Error> {
+        let mut rows = self.query(sql, params).await?;
+        match rows.len() {
+            0 => Ok(None),
+            1 => Ok(Some(rows.remove(0))),
+            n => Err(Error::new(
+                Kind::Params,
+                format!("query_opt expected at most 1 row, the query returned {n}"),
+            )),
+        }
+    }
+
+    async fn passthrough(&self, sql: &str, params: &Params<'_>) -> Result<Outcome, Error> {
+        let conn = self.engine.backend.get().await?;
+        let stmt = conn.prepare_cached(sql).await.map_err(unsent_error)?;
+        let row = encode(stmt.params(), params)?;
+        self.engine.counters.passthrough();
+        run_statement(&conn, &stmt, &row).await
+    }
+
+    /// A pooled connection, for anything batchpool does not wrap
+    /// (transactions, COPY, LISTEN). It is never used for coalesced rows while
+    /// you hold it.
+    pub async fn get(&self) -> Result<Client, Error> {
+        self.engine.check_open()?;
+        self.engine.backend.get().await
+    }
+
+    /// Batching counters since the pool was built.
+    pub fn stats(&self) -> Stats {
+        self.engine.stats()
+    }
+
+    /// Connection pool sizes (deadpool's status).
+    pub fn status(&self) -> Status {
+        self.engine.backend.pool.status()
+    }
+
+    /// Whether [`close`](Pool::close) has been called.
+    pub fn is_closed(&self) -> bool {
+        self.engine.is_closed()
+    }
+
+    /// Stops accepting work, flushes every queued row, waits for all
+    /// in-flight batches, then closes the connections. Calls made after this
+    /// began fail with an error for which
+    /// [`is_closed`](Error::is_closed) is true. Idempotent.
+    pub async fn close(&self) {
+        self.engine.close().await;
+        self.engine.backend.pool.close();
+    }
+}
+
+/// Runs one prepared statement with an encoded row on `conn`.
+async fn run_statement(
+    conn: &tokio_postgres::Client,
+    stmt: &tokio_postgres::Statement,
+    row: &PgRow,
+) -> Result<Outcome, Error> {
+    if conn.is_closed() {
+        return Err(Error::new(
+            Kind::ConnectionClosed,
+            "connection closed before the statement was sent",
+        ));
+    }
+    if stmt.columns().is_empty() {
+        let n = conn
+            .execute_raw(stmt, row.raw())
+            .await
+            .map_err(sent_error)?;
+        Ok(Outcome::new(n, true, None))
+    } else {
+        let stream = conn.query_raw(stmt, row.raw()).await.map_err(sent_error)?;
+        futures_util::pin_mut!(stream);
+        let mut first = None;
+        let mut count = 0u64;
+        while let Some(r) = stream.try_next().await.map_err(sent_error)? {
+            count += 1;
+            if first.is_none() {
+                first = Some(r);
+            }
+        }
+        let n = stream.rows_affected().unwrap_or(count);
+        Ok(Outcome::new(n, true, first))
+    }
+}

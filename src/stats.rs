@@ -1,0 +1,165 @@
+//! Batching counters, kept with relaxed atomics on the hot path and read as a
+//! [`Stats`] snapshot.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Why a batch was flushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FlushReason {
+    /// A connection was free (natural batching).
+    Natural,
+    /// A size limit (rows, parameters, bytes) was reached.
+    Full,
+    /// The `max_delay` timer expired.
+    Timer,
+    /// The pool is closing.
+    Close,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    batches: AtomicU64,
+    statements: AtomicU64,
+    rows: AtomicU64,
+    rows_failed: AtomicU64,
+    rows_cancelled: AtomicU64,
+    split_statements: AtomicU64,
+    passthrough: AtomicU64,
+    flush_natural: AtomicU64,
+    flush_full: AtomicU64,
+    flush_timer: AtomicU64,
+    flush_close: AtomicU64,
+    queue_wait_total_us: AtomicU64,
+    queue_wait_max_us: AtomicU64,
+    queued: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn flushed(&self, reason: FlushReason, rows: usize) {
+        self.batches.fetch_add(1, Relaxed);
+        self.rows.fetch_add(rows as u64, Relaxed);
+        match reason {
+            FlushReason::Natural => &self.flush_natural,
+            FlushReason::Full => &self.flush_full,
+            FlushReason::Timer => &self.flush_timer,
+            FlushReason::Close => &self.flush_close,
+        }
+        .fetch_add(1, Relaxed);
+    }
+    pub(crate) fn statements(&self, n: usize) {
+        self.statements.fetch_add(n as u64, Relaxed);
+    }
+    pub(crate) fn split(&self, n: usize) {
+        self.split_statements.fetch_add(n as u64, Relaxed);
+    }
+    pub(crate) fn failed(&self, n: usize) {
+        self.rows_failed.fetch_add(n as u64, Relaxed);
+    }
+    pub(crate) fn cancelled(&self, n: usize) {
+        self.rows_cancelled.fetch_add(n as u64, Relaxed);
+    }
+    pub(crate) fn passthrough(&self) {
+        self.passthrough.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn waited(&self, d: Duration) {
+        let us = d.as_micros().min(u64::MAX as u128) as u64;
+        self.queue_wait_total_us.fetch_add(us, Relaxed);
+        self.queue_wait_max_us.fetch_max(us, Relaxed);
+    }
+    pub(crate) fn queued_delta(&self, add: usize, sub: usize) {
+        if add > 0 {
+            self.queued.fetch_add(add as u64, Relaxed);
+        }
+        if sub > 0 {
+            self.queued.fetch_sub(sub as u64, Relaxed);
+        }
+    }
+    pub(crate) fn in_flight_delta(&self, up: bool) {
+        if up {
+            self.in_flight.fetch_add(1, Relaxed);
+        } else {
+            self.in_flight.fetch_sub(1, Relaxed);
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> Stats {
+        let rows = self.rows.load(Relaxed);
+        Stats {
+            batches: self.batches.load(Relaxed),
+            statements: self.statements.load(Relaxed),
+            rows,
+            rows_failed: self.rows_failed.load(Relaxed),
+            rows_cancelled: self.rows_cancelled.load(Relaxed),
+            split_statements: self.split_statements.load(Relaxed),
+            passthrough: self.passthrough.load(Relaxed),
+            flush_natural: self.flush_natural.load(Relaxed),
+            flush_full: self.flush_full.load(Relaxed),
+            flush_timer: self.flush_timer.load(Relaxed),
+            flush_close: self.flush_close.load(Relaxed),
+            queue_wait_total: Duration::from_micros(self.queue_wait_total_us.load(Relaxed)),
+            queue_wait_max: Duration::from_micros(self.queue_wait_max_us.load(Relaxed)),
+            queued: self.queued.load(Relaxed),
+            in_flight: self.in_flight.load(Relaxed),
+        }
+    }
+}
+
+/// A snapshot of a pool's batching counters since it was built.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Flushes: groups of queued rows taken together onto one connection.
+    pub batches: u64,
+    /// Multi-row statements sent for those flushes (a flush is split into a
+    /// few statements of bounded sizes; error isolation adds more).
+    pub statements: u64,
+    /// Rows flushed (each a caller's `execute`).
+    pub rows: u64,
+    /// Rows whose caller received an error from a flush.
+    pub rows_failed: u64,
+    /// Rows dropped from the queue unsent because their caller's future was
+    /// dropped first.
+    pub rows_cancelled: u64,
+    /// Extra statements run to isolate failing rows after a batch error.
+    pub split_statements: u64,
+    /// Statements executed as they are (not batchable).
+    pub passthrough: u64,
+    /// Flushes started because a connection was free (natural batching).
+    pub flush_natural: u64,
+    /// Flushes started because a size limit was reached.
+    pub flush_full: u64,
+    /// Flushes started by the `max_delay` timer.
+    pub flush_timer: u64,
+    /// Flushes started by `close()`.
+    pub flush_close: u64,
+    /// Total time rows spent queued before their flush took them.
+    pub queue_wait_total: Duration,
+    /// Longest time one row spent queued.
+    pub queue_wait_max: Duration,
+    /// Rows queued right now.
+    pub queued: u64,
+    /// Flushes running right now.
+    pub in_flight: u64,
+}
+
+impl Stats {
+    /// Mean rows per flushed batch (0 when nothing was flushed).
+    pub fn rows_per_batch(&self) -> f64 {
+        if self.batches == 0 {
+            0.0
+        } else {
+            self.rows as f64 / self.batches as f64
+        }
+    }
+
+    /// Mean time a row waited in the queue.
+    pub fn queue_wait_mean(&self) -> Duration {
+        if self.rows == 0 {
+            Duration::ZERO
+        } else {
+            self.queue_wait_total / (self.rows.min(u32::MAX as u64) as u32)
+        }
+    }
+}

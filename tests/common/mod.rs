@@ -1,0 +1,40 @@
+#![allow(dead_code)]
+//! Test-server harness shared by batchpool's integration tests (`mod common;`)
+//! and benches (`#[path = "../tests/common/mod.rs"] mod common;`).
+//!
+//! Tests and benches run against REAL servers:
+//! - `PG_URL` / `MYSQL_URL` set (non-empty): that server is used as is, e.g.
+//!   `PG_URL=postgresql://postgres@127.0.0.1:5432/postgres`,
+//!   `MYSQL_URL=mysql://root@127.0.0.1:3306/test`.
+//! - unset: each test process starts its own throwaway PostgreSQL cluster
+//!   (`initdb` + `pg_ctl`) and/or `mariadbd`, once, on the first call to
+//!   [`pg_url`] / [`mysql_url`], in a temp dir, listening on 127.0.0.1 and a
+//!   free port only, with the unix socket inside that temp dir.
+//!   Missing server binaries are a test failure that says what to install.
+//!
+//! Throwaway servers keep durable settings unless `BATCHPOOL_FAST_SERVER=1`.
+//! When running as root they run as the system users `postgres` / `mysql`.
+//!
+//! Cleanup: owned [`PgServer`] / [`MysqlServer`] stop and delete themselves on
+//! Drop. Every throwaway server also has a detached `sh` watchdog that polls
+//! the test process every 0.5 s and, once it is gone (normal end, panic,
+//! `std::process::exit`, SIGKILL), stops the server and `rm -rf`s its dir;
+//! this is what removes the shared servers, which live in statics.
+//!
+//! Depends only on std, tokio, tokio-postgres and mysql_async.
+
+mod mysql;
+mod pg;
+mod util;
+
+#[allow(unused_imports)] // each test binary uses only some of these
+pub use mysql::{MysqlServer, mysql_fresh_db, mysql_url, mysql_version};
+#[allow(unused_imports)]
+pub use pg::{PgServer, pg_fresh_db, pg_url, pg_version};
+
+/// Whether throwaway servers run with durability traded for speed
+/// (`BATCHPOOL_FAST_SERVER=1`); benches should print this with their results.
+pub fn fast_server() -> bool {
+    util::fast_mode()
+}
+pub mod proxy;

@@ -1,0 +1,307 @@
+//! PostgreSQL half of the harness: the shared server ([`pg_url`]), fresh
+//! databases ([`pg_fresh_db`]) and owned throwaway clusters ([`PgServer`]).
+
+use super::util;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What to tell a user whose machine lacks the server binaries.
+const MISSING: &str = "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or under \
+    /usr/lib/postgresql/*/bin: install the Debian package `postgresql` \
+    (apt-get install postgresql) or set PG_URL to a running server";
+
+/// The shared throwaway cluster of this process (never dropped: its watchdog
+/// removes it when the process exits).
+static SHARED: OnceLock<PgServer> = OnceLock::new();
+
+/// PostgreSQL server for this process: the `PG_URL` environment variable if
+/// set (any libpq URL or `key=value` string tokio-postgres accepts), else a
+/// throwaway cluster started once per process (even when many tests ask at
+/// once) and removed when the process exits. The throwaway URL looks like
+/// `postgresql://postgres@127.0.0.1:PORT/postgres`.
+///
+/// Blocks while the cluster starts (about 1.5 s): call it before awaiting.
+pub fn pg_url() -> String {
+    if let Some(url) = util::env_nonempty("PG_URL") {
+        return url;
+    }
+    SHARED.get_or_init(|| PgServer::start(&[])).url()
+}
+
+/// Creates a new, uniquely named database (`bp_<pid>_<counter>_<nanos>`) on
+/// the [`pg_url`] server and returns a connection string for it, so a test
+/// never depends on state left by another.
+///
+/// On an external server (`PG_URL`), the first call in a process also drops
+/// `bp_<pid>_…` databases whose process no longer exists on this machine
+/// (leftovers of earlier runs), unless `BATCHPOOL_KEEP_DBS=1`.
+pub async fn pg_fresh_db() -> String {
+    static SWEPT: AtomicBool = AtomicBool::new(false);
+    let base = pg_url();
+    let client = connect(&base).await;
+    let external = util::env_nonempty("PG_URL").is_some();
+    if external
+        && util::env_nonempty("BATCHPOOL_KEEP_DBS").is_none()
+        && !SWEPT.swap(true, Ordering::SeqCst)
+    {
+        if let Ok(rows) = client
+            .query(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'bp\\_%'",
+                &[],
+            )
+            .await
+        {
+            for row in rows {
+                let name: String = row.get(0);
+                if util::is_stale_db_name(&name) {
+                    let _ = client
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
+                        .await;
+                }
+            }
+        }
+    }
+    let name = util::unique_db_name();
+    let mut attempt = 0;
+    loop {
+        match client
+            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+            .await
+        {
+            Ok(()) => break,
+            // 55006 object_in_use: someone is connected to template1; retry.
+            Err(e) if attempt < 20 && e.code().is_some_and(|c| c.code() == "55006") => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!(
+                "CREATE DATABASE {name} on {} failed: {e}",
+                util::redact(&base)
+            ),
+        }
+    }
+    util::with_database(&base, &name)
+}
+
+/// The server's version string (`SELECT version()`), for bench reports.
+pub async fn pg_version(url: &str) -> String {
+    let client = connect(url).await;
+    let row = client
+        .query_one("SELECT version()", &[])
+        .await
+        .unwrap_or_else(|e| panic!("SELECT version() on {} failed: {e}", util::redact(url)));
+    row.get(0)
+}
+
+/// Connects without TLS and drives the connection on a spawned task.
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to PostgreSQL at {}: {e}", util::redact(url)));
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// A throwaway PostgreSQL cluster owned by the caller, started with extra
+/// `-c name=value` settings; stopped and removed on Drop, and by a watchdog
+/// process if this process exits without dropping it (panic, `exit`).
+///
+/// It listens on 127.0.0.1 only, on a free port, with its unix socket in its
+/// own temp dir; `trust` auth for user `postgres`; `max_connections=300`.
+/// Durable settings unless `BATCHPOOL_FAST_SERVER=1` (then `fsync=off`,
+/// `synchronous_commit=off`).
+pub struct PgServer {
+    /// Temp dir holding `data/`, the socket and `postgres.log`.
+    dir: PathBuf,
+    /// Directory holding `pg_ctl`.
+    bin: PathBuf,
+    /// TCP port on 127.0.0.1.
+    port: u16,
+    /// The process that cleans up if this process dies first.
+    watchdog: Option<Child>,
+}
+
+impl PgServer {
+    /// Starts a new cluster with `settings` passed as `-c name=value` (they
+    /// override the harness defaults). Blocks until it accepts connections;
+    /// panics with the log tail if it cannot start, or with install advice if
+    /// the server binaries are missing.
+    pub fn start(settings: &[(&str, &str)]) -> PgServer {
+        let bin = find_bin_dir().unwrap_or_else(|| panic!("{MISSING}"));
+        let dir = util::new_server_dir("pg", "postgres");
+        let data = dir.join("data");
+        let watchdog = util::spawn_watchdog(&dir, &data.join("postmaster.pid"), "QUIT");
+        // From here on, a panic drops `server`, which stops and removes it.
+        let mut server = PgServer {
+            dir,
+            bin,
+            port: 0,
+            watchdog,
+        };
+
+        let initdb: Vec<OsString> = vec![
+            "-D".into(),
+            data.clone().into(),
+            "-U".into(),
+            "postgres".into(),
+            "--auth=trust".into(),
+            "--no-sync".into(),
+            "--encoding=UTF8".into(),
+            "--locale=C".into(),
+        ];
+        let out = util::as_user("postgres", &server.bin.join("initdb"), &initdb)
+            .current_dir(&server.dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run initdb: {e}"));
+        if !out.status.success() {
+            panic!(
+                "initdb failed ({}):\n{}\n{}",
+                out.status,
+                util::tail_str(&String::from_utf8_lossy(&out.stdout), 20),
+                util::tail_str(&String::from_utf8_lossy(&out.stderr), 20)
+            );
+        }
+
+        let log = server.dir.join("postgres.log");
+        for attempt in 1..=5 {
+            server.port = util::free_port();
+            let mut opts = format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300",
+                server.port,
+                util::shell_quote(&server.dir.to_string_lossy())
+            );
+            if util::fast_mode() {
+                opts.push_str(" -c fsync=off -c synchronous_commit=off");
+            }
+            for (name, value) in settings {
+                opts.push_str(" -c ");
+                opts.push_str(&util::shell_quote(&format!("{name}={value}")));
+            }
+            let args: Vec<OsString> = vec![
+                "-D".into(),
+                data.clone().into(),
+                "-l".into(),
+                log.clone().into(),
+                "-o".into(),
+                opts.into(),
+                "-w".into(),
+                "-t".into(),
+                "60".into(),
+                "start".into(),
+            ];
+            let out = util::as_user("postgres", &server.bin.join("pg_ctl"), &args)
+                .current_dir(&server.dir)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run pg_ctl: {e}"));
+            if out.status.success() {
+                return server;
+            }
+            let log_tail = util::tail(&log, 30);
+            let port_taken = log_tail.contains("Address already in use")
+                || log_tail.contains("could not create any TCP/IP sockets");
+            if !(port_taken && attempt < 5) {
+                panic!(
+                    "PostgreSQL failed to start (pg_ctl {}): {}\n--- {} (tail) ---\n{log_tail}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim(),
+                    log.display()
+                );
+            }
+        }
+        unreachable!()
+    }
+
+    /// Connection URL: `postgresql://postgres@127.0.0.1:PORT/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgresql://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// TCP port the server listens on (127.0.0.1 only).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Temp dir of this cluster (data dir, socket, log); gone after Drop.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for PgServer {
+    /// `pg_ctl stop -m immediate` (SIGQUIT to the postmaster if that fails),
+    /// then removes the temp dir and retires the watchdog.
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        let pid_file = data.join("postmaster.pid");
+        if pid_file.exists() {
+            let args: Vec<OsString> = vec![
+                "-D".into(),
+                data.clone().into(),
+                "-m".into(),
+                "immediate".into(),
+                "-w".into(),
+                "-t".into(),
+                "30".into(),
+                "stop".into(),
+            ];
+            let stopped = util::as_user("postgres", &self.bin.join("pg_ctl"), &args)
+                .current_dir("/")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !stopped {
+                let pid = std::fs::read_to_string(&pid_file)
+                    .ok()
+                    .and_then(|s| s.lines().next().and_then(|l| l.trim().parse::<u32>().ok()));
+                if let Some(pid) = pid {
+                    util::send_signal(pid, "QUIT");
+                    util::wait_pid_gone(pid, 10);
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        util::stop_watchdog(&mut self.watchdog);
+    }
+}
+
+/// Directory holding `initdb` and `pg_ctl`: from PATH, else the highest
+/// version under `/usr/lib/postgresql/*/bin`.
+fn find_bin_dir() -> Option<PathBuf> {
+    if let (Some(initdb), Some(_)) = (
+        util::find_on_path_or("initdb", &[]),
+        util::find_on_path_or("pg_ctl", &[]),
+    ) {
+        let dir = initdb.parent()?.to_path_buf();
+        if util::is_executable(&dir.join("pg_ctl")) {
+            return Some(dir);
+        }
+    }
+    let mut best: Option<(Vec<u32>, PathBuf)> = None;
+    for entry in std::fs::read_dir("/usr/lib/postgresql").ok()?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(version) = name
+            .split('.')
+            .map(str::parse::<u32>)
+            .collect::<Result<Vec<u32>, _>>()
+        else {
+            continue;
+        };
+        let bin = entry.path().join("bin");
+        if util::is_executable(&bin.join("initdb"))
+            && util::is_executable(&bin.join("pg_ctl"))
+            && best.as_ref().is_none_or(|(v, _)| version > *v)
+        {
+            best = Some((version, bin));
+        }
+    }
+    best.map(|(_, bin)| bin)
+}
