@@ -79,10 +79,6 @@ impl Error {
         }))
     }
 
-    pub(crate) fn kind(&self) -> Kind {
-        self.0.kind
-    }
-
     pub(crate) fn pool_closed() -> Error {
         Error::new(Kind::PoolClosed, "the pool is closed")
     }

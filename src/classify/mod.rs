@@ -13,7 +13,15 @@
 //! reproduced byte for byte; only PostgreSQL `$n` placeholders inside the
 //! VALUES tuple are renumbered.
 //!
-//! [`ClassifyCache`] memoises classifications per exact SQL text.
+//! Results are memoised per exact SQL text by the engine's route cache.
+
+// The API is fixed for the whole crate, but which parts a build uses depends
+// on the enabled backend features (e.g. `Verb` / `DuplicateKeyUpdate` only
+// matter to MySQL).
+#![allow(
+    dead_code,
+    reason = "crate-wide API; usage depends on enabled backend features"
+)]
 
 mod lex;
 mod parse;
@@ -21,10 +29,7 @@ mod parse;
 #[cfg(test)]
 mod tests;
 
-use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
-
-use lru::LruCache;
+use std::sync::Arc;
 
 /// SQL dialect of the server a statement is sent to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -214,75 +219,5 @@ pub fn classify(dialect: Dialect, sql: &str) -> Classified {
     match parse::recognise(dialect, sql, &lexemes) {
         Some(shape) => Classified::Batchable(Arc::new(shape)),
         None => Classified::PassThrough,
-    }
-}
-
-/// Bounded cache of classifications keyed by exact SQL text (LRU behind a
-/// std Mutex). Send + Sync.
-///
-/// A hit costs one hash of the text, one table lookup and one `Arc` clone,
-/// with no allocation. Classification of a miss runs outside the lock.
-pub struct ClassifyCache {
-    /// Dialect every text in this cache is classified for.
-    dialect: Dialect,
-    /// The LRU map from SQL text to its classification.
-    inner: Mutex<LruCache<Box<str>, Classified>>,
-}
-
-impl std::fmt::Debug for ClassifyCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClassifyCache")
-            .field("dialect", &self.dialect)
-            .field("len", &self.len())
-            .finish()
-    }
-}
-
-impl ClassifyCache {
-    /// A cache holding at most `capacity` texts (a capacity of 0 is clamped to 1).
-    pub fn new(dialect: Dialect, capacity: usize) -> Self {
-        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
-        Self {
-            dialect,
-            inner: Mutex::new(LruCache::new(capacity)),
-        }
-    }
-
-    /// The dialect this cache classifies for.
-    pub fn dialect(&self) -> Dialect {
-        self.dialect
-    }
-
-    /// Lock the map, recovering from poisoning (the map is never left in an
-    /// inconsistent state by a panic of ours: nothing panics under the lock).
-    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<Box<str>, Classified>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Cached classify: on a hit, one hash + lookup and an `Arc` clone, no
-    /// allocation; on a miss the text is classified outside the lock and
-    /// inserted (evicting the least recently used entry when full).
-    pub fn classify(&self, sql: &str) -> Classified {
-        if let Some(hit) = self.lock().get(sql) {
-            return hit.clone();
-        }
-        let fresh = classify(self.dialect, sql);
-        let mut map = self.lock();
-        if let Some(raced) = map.get(sql) {
-            // Another thread classified the same text meanwhile: keep one Arc.
-            return raced.clone();
-        }
-        map.put(Box::from(sql), fresh.clone());
-        fresh
-    }
-
-    /// Number of cached texts.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Whether the cache holds no texts.
-    pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
     }
 }

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use sqlparser::tokenizer::{Token, Whitespace};
 
 use super::lex::lex;
-use super::{Classified, ClassifyCache, Conflict, Dialect, InsertShape, Verb, classify};
+use super::{Classified, Conflict, Dialect, InsertShape, Verb, classify};
 
 /// Classify for PostgreSQL and require `Batchable`.
 fn pg(sql: &str) -> Arc<InsertShape> {
@@ -822,83 +822,6 @@ fn classified_is_cheap_to_clone() {
         _ => panic!("expected batchable"),
     }
     assert!(classify(Dialect::Postgres, "SELECT 1").shape().is_none());
-}
-
-// ---------------------------------------------------------------- cache
-
-/// A cache hit returns the same `Arc`.
-#[test]
-fn cache_hit_returns_same_arc() {
-    let cache = ClassifyCache::new(Dialect::Postgres, 8);
-    assert!(cache.is_empty());
-    let sql = "INSERT INTO t (a) VALUES ($1)";
-    let first = cache.classify(sql);
-    let second = cache.classify(sql);
-    match (first.shape(), second.shape()) {
-        (Some(a), Some(b)) => assert!(Arc::ptr_eq(a, b)),
-        _ => panic!("expected batchable"),
-    }
-    assert_eq!(cache.len(), 1);
-    assert!(matches!(
-        cache.classify("SELECT 1"),
-        Classified::PassThrough
-    ));
-    assert_eq!(cache.len(), 2);
-    assert_eq!(cache.dialect(), Dialect::Postgres);
-}
-
-/// The cache never holds more than its capacity (clamped to >= 1).
-#[test]
-fn cache_capacity_bound() {
-    let cache = ClassifyCache::new(Dialect::MySql, 3);
-    for i in 0..20 {
-        let sql = format!("INSERT INTO t{i} VALUES (?)");
-        assert!(cache.classify(&sql).shape().is_some());
-        assert!(cache.len() <= 3);
-    }
-    assert_eq!(cache.len(), 3);
-
-    // Most recently used entries survive.
-    let keep = "INSERT INTO keep VALUES (?)";
-    let a = cache.classify(keep);
-    cache.classify("INSERT INTO x1 VALUES (?)");
-    cache.classify(keep);
-    cache.classify("INSERT INTO x2 VALUES (?)");
-    let b = cache.classify(keep);
-    match (a.shape(), b.shape()) {
-        (Some(a), Some(b)) => assert!(Arc::ptr_eq(a, b)),
-        _ => panic!("expected batchable"),
-    }
-
-    let tiny = ClassifyCache::new(Dialect::Postgres, 0);
-    tiny.classify("SELECT 1");
-    tiny.classify("SELECT 2");
-    assert_eq!(tiny.len(), 1);
-}
-
-/// The cache is `Send + Sync` and consistent under concurrent use.
-#[test]
-fn cache_is_send_sync_and_shared_across_threads() {
-    fn assert_send_sync<T: Send + Sync>() {}
-    assert_send_sync::<ClassifyCache>();
-    assert_send_sync::<Classified>();
-
-    let cache = Arc::new(ClassifyCache::new(Dialect::Postgres, 16));
-    let handles: Vec<_> = (0..4)
-        .map(|t| {
-            let cache = Arc::clone(&cache);
-            std::thread::spawn(move || {
-                for i in 0..50 {
-                    let sql = format!("INSERT INTO t{} VALUES ($1)", (i + t) % 8);
-                    assert!(cache.classify(&sql).shape().is_some());
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("thread");
-    }
-    assert_eq!(cache.len(), 8);
 }
 
 // ---------------------------------------------------------------- properties

@@ -142,10 +142,10 @@ impl<B: Backend> Engine<B> {
         Ok(route)
     }
 
-    /// Number of distinct SQL texts currently classified.
-    #[cfg(test)]
-    pub(crate) fn routes_len(&self) -> usize {
-        self.routes.lock().unwrap_or_else(|p| p.into_inner()).len()
+    /// Whether `sql` is classified and cached as batchable, without
+    /// classifying it (the hot path of every `execute`; used by benches).
+    pub(crate) fn cached_is_batchable(&self, sql: &str) -> Option<bool> {
+        self.cached_route(sql).map(|r| matches!(r, Route::Batch(_)))
     }
 
     /// Reserves `n` queue slots, waiting or failing fast as configured.

@@ -289,6 +289,13 @@ impl Pool {
         run_statement(&conn, &stmt, &row).await
     }
 
+    /// Benchmark hook: the cached classification of `sql` (`None` when it was
+    /// not classified yet). Not part of the API.
+    #[doc(hidden)]
+    pub fn __cached_is_batchable(&self, sql: &str) -> Option<bool> {
+        self.engine.cached_is_batchable(sql)
+    }
+
     /// A pooled connection, for anything batchpool does not wrap
     /// (transactions, COPY, LISTEN). It is never used for coalesced rows while
     /// you hold it.
@@ -353,5 +360,37 @@ async fn run_statement(
         }
         let n = stream.rows_affected().unwrap_or(count);
         Ok(Outcome::new(n, true, first))
+    }
+}
+
+/// Benchmark hooks for the per-row work a batch costs. Not part of the API.
+#[doc(hidden)]
+pub mod __bench {
+    use tokio_postgres::types::Type;
+
+    use super::Params;
+    use crate::classify::{Classified, Dialect, classify};
+
+    /// Encodes `rows` as callers do and builds the bind list as a flush does;
+    /// returns the number of bound values.
+    pub fn encode_and_bind(types: &[Type], rows: &[&Params<'_>]) -> usize {
+        let encoded: Vec<_> = rows
+            .iter()
+            .filter_map(|p| super::encode(types, p).ok())
+            .collect();
+        let mut bind = Vec::with_capacity(encoded.len() * types.len());
+        for row in &encoded {
+            bind.extend(row.raw());
+        }
+        std::hint::black_box(&bind);
+        bind.len()
+    }
+
+    /// Classifies `sql` (uncached) and renders its statement for `rows` rows.
+    pub fn render(sql: &str, rows: usize) -> Option<String> {
+        match classify(Dialect::Postgres, sql) {
+            Classified::Batchable(shape) => Some(shape.render(rows, None)),
+            Classified::PassThrough => None,
+        }
     }
 }
