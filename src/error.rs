@@ -290,6 +290,81 @@ where
     }
 }
 
+/// The error of an all-or-nothing statement group (`Pool::atomic`, for
+/// either backend): which statement of the group failed, and why. Nothing of
+/// the group committed unless [`is_outcome_unknown`](Error::is_outcome_unknown)
+/// is true for [`error`](AtomicError::error).
+#[derive(Debug, Clone)]
+pub struct AtomicError {
+    index: Option<usize>,
+    error: Error,
+}
+
+impl AtomicError {
+    pub(crate) fn at(index: usize, error: Error) -> AtomicError {
+        AtomicError {
+            index: Some(index),
+            error,
+        }
+    }
+
+    pub(crate) fn group(error: Error) -> AtomicError {
+        AtomicError { index: None, error }
+    }
+
+    /// Position (from 0) of the statement that failed, in the order given.
+    /// `None` when the failure belongs to the group as a whole: no connection,
+    /// a closed pool, the connection lost, or `COMMIT` itself failing (a
+    /// deferred constraint, a serialization failure).
+    ///
+    /// After a statement fails, the later ones are not run (PostgreSQL
+    /// rejects them with `25P02`); the index is that of the first failure.
+    pub fn index(&self) -> Option<usize> {
+        self.index
+    }
+
+    /// Why it failed: for a database error, [`Error::code`] is its SQLSTATE.
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// The SQLSTATE of the failure, if the server reported one
+    /// (shorthand for `self.error().code()`).
+    pub fn code(&self) -> Option<&str> {
+        self.error.code()
+    }
+
+    /// Takes the error, dropping the index.
+    pub fn into_error(self) -> Error {
+        self.error
+    }
+}
+
+impl fmt::Display for AtomicError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.index {
+            Some(i) => write!(
+                f,
+                "statement {i} of the atomic group failed: {}",
+                self.error
+            ),
+            None => write!(f, "atomic group failed: {}", self.error),
+        }
+    }
+}
+
+impl StdError for AtomicError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<AtomicError> for Error {
+    fn from(e: AtomicError) -> Error {
+        e.error
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

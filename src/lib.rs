@@ -81,7 +81,12 @@ mod stats;
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "tower")]
+pub mod tower;
+
+#[cfg(feature = "mysql")]
+pub mod mysql;
 
 pub use crate::config::{BatchConfig, QueueFull};
-pub use crate::error::Error;
+pub use crate::error::{AtomicError, Error};
 pub use crate::stats::Stats;

@@ -224,7 +224,12 @@ async fn connection_cut_while_batch_in_flight_is_outcome_unknown() {
         tokio::spawn(async move { run_batch(&pool, 0..40).await })
     };
     assert!(cutter.await.unwrap(), "never saw the batch running");
+    // Keep the server's answers from reaching the client, so the statements
+    // now running are certainly in flight when the connections drop.
+    proxy.hold_replies(true);
+    tokio::time::sleep(Duration::from_millis(50)).await;
     proxy.kill_all();
+    proxy.hold_replies(false);
     let tally = batch.await.unwrap();
     assert!(
         !tally.unknown.is_empty(),

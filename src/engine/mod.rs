@@ -27,6 +27,15 @@ use crate::config::{BatchConfig, QueueFull};
 use crate::error::Error;
 use crate::stats::{Counters, Stats};
 
+#[cfg(feature = "tower")]
+tokio::task_local! {
+    /// A queue slot reserved ahead of the row by `crate::tower::PoolService`
+    /// (`poll_ready`), set around the `execute` its `call` makes: `submit`
+    /// uses it instead of reserving a new one. Left unused (dropped, slot
+    /// freed) when the statement does not queue.
+    pub(crate) static RESERVED_SLOT: std::cell::Cell<Option<tokio::sync::OwnedSemaphorePermit>>;
+}
+
 /// Where a statement goes.
 pub(crate) enum Route<B: Backend> {
     /// Executed as it is.
@@ -49,8 +58,9 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) backend: B,
     pub(crate) config: BatchConfig,
     routes: std::sync::Mutex<LruCache<Box<str>, Route<B>>>,
-    /// Queue slots: one permit per queued row.
-    permits: Semaphore,
+    /// Queue slots: one permit per queued row. In an `Arc` so the tower
+    /// service can hold an owned permit from `poll_ready` to `call`.
+    permits: Arc<Semaphore>,
     pub(crate) counters: Counters,
     closed: AtomicBool,
     /// Flusher tasks alive.
@@ -66,7 +76,9 @@ impl<B: Backend> Engine<B> {
         let cache = NonZeroUsize::new(config.cache_capacity).unwrap_or(NonZeroUsize::MIN);
         Ok(Arc::new(Engine {
             backend,
-            permits: Semaphore::new(config.queue_capacity.min(Semaphore::MAX_PERMITS)),
+            permits: Arc::new(Semaphore::new(
+                config.queue_capacity.min(Semaphore::MAX_PERMITS),
+            )),
             routes: std::sync::Mutex::new(LruCache::new(cache)),
             config,
             counters: Counters::default(),
@@ -201,7 +213,9 @@ impl<B: Backend> Engine<B> {
     ) -> Result<B::Output, Error> {
         self.check_open()?;
         self.check_row(q, bytes)?;
-        self.reserve(1).await?;
+        if !self.take_reserved() {
+            self.reserve(1).await?;
+        }
         let (tx, rx) = oneshot::channel();
         self.enqueue(
             q,
@@ -213,6 +227,36 @@ impl<B: Backend> Engine<B> {
             }],
         );
         rx.await.unwrap_or_else(|_| Err(Error::lost()))
+    }
+
+    /// Uses the queue slot a tower `PoolService` reserved in `poll_ready`
+    /// for this pool, if the current task carries one (see [`RESERVED_SLOT`]).
+    fn take_reserved(&self) -> bool {
+        #[cfg(feature = "tower")]
+        {
+            RESERVED_SLOT
+                .try_with(|cell| match cell.take() {
+                    Some(p) if Arc::ptr_eq(p.semaphore(), &self.permits) => {
+                        // Given back by the flusher that takes the row.
+                        p.forget();
+                        true
+                    }
+                    other => {
+                        cell.set(other);
+                        false
+                    }
+                })
+                .unwrap_or(false)
+        }
+        #[cfg(not(feature = "tower"))]
+        false
+    }
+
+    /// The queue slots (one permit per queued row), for the tower service's
+    /// `poll_ready`.
+    #[cfg(feature = "tower")]
+    pub(crate) fn queue_slots(&self) -> &Arc<Semaphore> {
+        &self.permits
     }
 
     /// Runs an explicit batch from one caller (`execute_many`) in order on

@@ -19,6 +19,7 @@
 mod backend;
 mod manager;
 mod outcome;
+mod transaction;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,8 @@ use tokio_postgres::types::ToSql;
 use self::backend::{PgBackend, PgRow, encode, sent_error, unsent_error};
 pub use self::manager::{ClientWrapper, Manager};
 pub use self::outcome::Outcome;
+pub use self::transaction::Transaction;
+pub use crate::error::AtomicError;
 use crate::config::BatchConfig;
 use crate::engine::{Backend, Engine, Route};
 use crate::error::{Error, Kind};
@@ -296,6 +299,62 @@ impl Pool {
         self.engine.cached_is_batchable(sql)
     }
 
+    /// Runs `statements` as one all-or-nothing group and returns each
+    /// statement's outcome, in order.
+    ///
+    /// * One statement is sent alone in autocommit: no `BEGIN`, no `COMMIT`
+    ///   reach the server. One round trip.
+    /// * Several are written as `BEGIN`, the statements and `COMMIT` in one
+    ///   flush (pipelined): one round trip. If statement *k* fails, the server
+    ///   rejects the rest and `COMMIT` rolls back; the error says which
+    ///   ([`AtomicError::index`]) and why ([`AtomicError::error`], with its
+    ///   SQLSTATE), and nothing of the group committed.
+    /// * No statements: nothing is sent and no connection is taken.
+    ///
+    /// Every statement must be prepared on the connection before it can be
+    /// pipelined: the first time a connection sees one of the texts costs one
+    /// extra round trip (all the group's new texts are prepared together),
+    /// after that the per-connection statement cache serves them. Parameters
+    /// are checked before anything is sent.
+    ///
+    /// The statements run as they are on one pooled connection, never
+    /// coalesced with other callers' rows. Transaction control statements
+    /// (`BEGIN`, `COMMIT`, `SAVEPOINT`, ...) are refused.
+    ///
+    /// Cancellation: dropping the future before the group was written sends
+    /// nothing; once written (the first poll after the statements are
+    /// prepared), the server runs the whole group to its `COMMIT`, and the
+    /// connection goes back to the pool only after a `ROLLBACK` sent after it
+    /// was answered (so never inside a transaction).
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: batchpool::postgres::Pool) -> Result<(), batchpool::Error> {
+    /// let (from, to, amount) = (1i64, 2i64, 50i64);
+    /// let outcomes = pool
+    ///     .atomic(&[
+    ///         ("UPDATE account SET balance = balance - $2 WHERE id = $1", &[&from, &amount]),
+    ///         ("UPDATE account SET balance = balance + $2 WHERE id = $1", &[&to, &amount]),
+    ///         ("INSERT INTO transfer (src, dst, amount) VALUES ($1, $2, $3)", &[&from, &to, &amount]),
+    ///     ])
+    ///     .await?;
+    /// assert_eq!(outcomes.len(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub async fn atomic(
+        &self,
+        statements: &[(&str, &Params<'_>)],
+    ) -> Result<Vec<Outcome>, AtomicError> {
+        transaction::atomic(self, statements).await
+    }
+
+    /// Starts a [`Transaction`] with a lazy `BEGIN`: no connection is taken
+    /// and nothing is sent until its first statement, which carries the
+    /// `BEGIN` in the same round trip. See [`Transaction`] for the round-trip
+    /// counts.
+    pub fn begin(&self) -> Transaction {
+        Transaction::new(self.clone())
+    }
+
     /// A pooled connection, for anything batchpool does not wrap
     /// (transactions, COPY, LISTEN). It is never used for coalesced rows while
     /// you hold it.
@@ -307,6 +366,12 @@ impl Pool {
     /// Batching counters since the pool was built.
     pub fn stats(&self) -> Stats {
         self.engine.stats()
+    }
+
+    /// The engine's queue slots and batching config, for `crate::tower`.
+    #[cfg(feature = "tower")]
+    pub(crate) fn queue_slots(&self) -> (&Arc<tokio::sync::Semaphore>, &BatchConfig) {
+        (self.engine.queue_slots(), &self.engine.config)
     }
 
     /// Connection pool sizes (deadpool's status).

@@ -25,6 +25,7 @@
 
 mod mysql;
 mod pg;
+pub mod proxy;
 mod util;
 
 #[allow(unused_imports)] // each test binary uses only some of these
@@ -37,4 +38,3 @@ pub use pg::{PgServer, pg_fresh_db, pg_url, pg_version};
 pub fn fast_server() -> bool {
     util::fast_mode()
 }
-pub mod proxy;

@@ -1,0 +1,141 @@
+//! The bench's command line (`cargo bench --bench ycsb_load -- --help`).
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use super::{Mode, Options};
+
+/// YCSB load phase through every write path, side by side: plain
+/// tokio-postgres / deadpool-postgres (nobatch, batch, coalesce-peer, copy)
+/// and batchpool (batchrewrite, coalesce). Prints the rows/s table.
+///
+/// Without --pg-url it starts a throwaway PostgreSQL cluster from the local
+/// server binaries (as the tests do) and removes it afterwards; with
+/// --pg-url it works in a scratch database it creates and drops on that server.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "ycsb_load", version, about, long_about = None)]
+pub struct Args {
+    /// Rows loaded by each mode.
+    #[arg(long, default_value_t = 100_000)]
+    pub records: usize,
+    /// Rows per group in `batch` and `batchrewrite`.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: usize,
+    /// Concurrent tasks in `coalesce` and `coalesce-peer`.
+    #[arg(long, default_value_t = 64)]
+    pub tasks: usize,
+    /// Connections in the `coalesce` and `coalesce-peer` pools.
+    #[arg(long, default_value_t = 8)]
+    pub pool_size: usize,
+    /// Runs of every mode, in alternating order; the table shows the median.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Modes to run, comma separated, in this order (default: all). With
+    /// the default, MariaDB runs its own six (`load-data` instead of
+    /// `copy`); a given list runs on each database the modes it has.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Mode::ALL.to_vec())]
+    pub modes: Vec<Mode>,
+    /// Databases to load, comma separated; each prints its own table.
+    #[arg(long = "db", value_enum, value_delimiter = ',', default_values_t = vec![Db::Postgresql])]
+    pub db: Vec<Db>,
+    /// MariaDB / MySQL server to use (`mysql://user:password@host:port/db`);
+    /// default: a throwaway `mariadbd`. `MYSQL_URL` is not read.
+    #[arg(long)]
+    pub mysql_url: Option<String>,
+    /// PostgreSQL server to use (libpq URL or key=value string); default: a
+    /// throwaway cluster. `PG_URL` is not read: the bench only uses a server
+    /// it is pointed at explicitly.
+    #[arg(long)]
+    pub pg_url: Option<String>,
+    /// Write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Draw rows/s per mode as an SVG bar chart to this file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// After the modes, run batchrewrite at each of --sweep-sizes.
+    #[arg(long)]
+    pub sweep: bool,
+    /// Batch sizes of the sweep.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 10, 100, 1000, 10000])]
+    pub sweep_sizes: Vec<usize>,
+    /// SVG bar chart of the sweep (default: the --plot file name with
+    /// `-sweep` before `.svg`).
+    #[arg(long, value_name = "FILE.svg")]
+    pub sweep_plot: Option<PathBuf>,
+    /// Seed of the random field bytes.
+    #[arg(long, default_value_t = 0x5eed_1cb5)]
+    pub seed: u64,
+    /// No progress bar on stderr.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Passed by `cargo bench` to every harness = false bench; ignored.
+    #[arg(long, hide = true)]
+    pub bench: bool,
+}
+
+/// A database the bench can load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Db {
+    /// PostgreSQL (`--pg-url`, or a throwaway cluster).
+    Postgresql,
+    /// MariaDB (`--mysql-url`, or a throwaway server).
+    Mariadb,
+}
+
+impl std::fmt::Display for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Db::Postgresql => "postgresql",
+            Db::Mariadb => "mariadb",
+        })
+    }
+}
+
+impl Args {
+    /// The modes to run on a database offering `supported`: all of them
+    /// for the default `--modes`, else the given ones it has.
+    pub fn modes_for(&self, supported: &[Mode]) -> Vec<Mode> {
+        if self.modes == Mode::ALL {
+            supported.to_vec()
+        } else {
+            self.modes
+                .iter()
+                .copied()
+                .filter(|m| supported.contains(m))
+                .collect()
+        }
+    }
+
+    /// The run's options.
+    pub fn options(&self) -> Options {
+        Options {
+            records: self.records,
+            batch_size: self.batch_size,
+            tasks: self.tasks,
+            pool_size: self.pool_size,
+            repeat: self.repeat,
+            modes: self.modes.clone(),
+            sweep: self.sweep.then(|| self.sweep_sizes.clone()),
+            field_len: super::workload::FIELD_LEN,
+            seed: self.seed,
+            progress: !self.no_progress,
+        }
+    }
+
+    /// Where the sweep chart goes: `--sweep-plot`, else derived from `--plot`.
+    pub fn sweep_plot_path(&self) -> Option<PathBuf> {
+        if !self.sweep {
+            return None;
+        }
+        self.sweep_plot.clone().or_else(|| {
+            self.plot.as_ref().map(|p| {
+                let stem = p
+                    .file_stem()
+                    .map_or_else(|| "ycsb".to_string(), |s| s.to_string_lossy().into_owned());
+                p.with_file_name(format!("{stem}-sweep.svg"))
+            })
+        })
+    }
+}

@@ -1,0 +1,588 @@
+//! The YCSB load-phase bench (`cargo bench --bench ycsb_load`), as a module
+//! shared by the bench binary (`benches/ycsb_load.rs`) and its smoke test
+//! (`tests/ycsb_smoke.rs`, which runs every mode on a few hundred rows).
+//!
+//! * [`workload`]: the YCSB `usertable` rows (hashed keys, random fields),
+//!   generated before any timing.
+//! * [`Database`]: one database under test and its write paths ([`Mode`]s).
+//!   Only PostgreSQL ([`pg`]) exists today; see the MariaDB note on
+//!   [`Database`] for where a second one plugs in.
+//! * [`run`]: loads every mode into a freshly truncated table (alternating
+//!   order when repeated), verifies `count(*)`, and returns a [`Report`].
+//! * [`report`]: the text table, JSON and SVG; [`cli`]: the command line.
+#![allow(dead_code)] // the bench and the smoke test each use a different part
+
+pub mod cli;
+pub mod mysql;
+pub mod pg;
+pub mod report;
+pub mod workload;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use self::report::Report;
+use self::report::{Batching, Latency, ModeResult, ModeRun, SweepPoint};
+use self::workload::Dataset;
+
+/// Any error of the bench: it fails the run loudly with this message.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Result of the bench's fallible steps.
+pub type Result<T, E = BoxError> = std::result::Result<T, E>;
+
+/// Makes a [`BoxError`] from a message.
+pub fn fail(msg: impl Into<String>) -> BoxError {
+    msg.into().into()
+}
+
+/// An error with its chain of sources (`db error: ERROR: duplicate key ...`),
+/// each source added unless the message already says it.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let msg = s.to_string();
+        if !out.contains(&msg) {
+            out.push_str(": ");
+            out.push_str(&msg);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// A write path that loads the YCSB rows.
+///
+/// MariaDB will add its own (`LoadData` for `LOAD DATA LOCAL INFILE`, its
+/// bulk path) and run `Batch` as `exec_batch`; a database lists the modes it
+/// supports in [`Database::modes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// One autocommit INSERT per row, one connection, sequential (the peer:
+    /// plain deadpool-postgres / tokio-postgres).
+    Nobatch,
+    /// Single-row INSERTs pipelined in groups of `--batch-size` on one
+    /// connection, each its own autocommit statement (JDBC `executeBatch`
+    /// without rewrite).
+    Batch,
+    /// batchpool `execute_many` in groups of `--batch-size` (JDBC
+    /// `executeBatch` with rewrite to multi-row INSERTs).
+    Batchrewrite,
+    /// `--tasks` tasks, each awaiting one single-row batchpool `execute` at
+    /// a time, pool of `--pool-size` (the web-service case).
+    Coalesce,
+    /// The same tasks and pool size on plain deadpool-postgres with cached
+    /// prepared statements.
+    CoalescePeer,
+    /// Binary COPY in one stream: the physical limit.
+    Copy,
+    /// MariaDB `LOAD DATA LOCAL INFILE` streamed from memory in one
+    /// statement: MariaDB's bulk limit.
+    LoadData,
+}
+
+impl Mode {
+    /// Every mode, in the order the table shows them.
+    pub const ALL: [Mode; 6] = [
+        Mode::Nobatch,
+        Mode::Batch,
+        Mode::Batchrewrite,
+        Mode::Coalesce,
+        Mode::CoalescePeer,
+        Mode::Copy,
+    ];
+
+    /// The name used on the command line, in the table and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Nobatch => "nobatch",
+            Mode::Batch => "batch",
+            Mode::Batchrewrite => "batchrewrite",
+            Mode::Coalesce => "coalesce",
+            Mode::CoalescePeer => "coalesce-peer",
+            Mode::Copy => "copy",
+            Mode::LoadData => "load-data",
+        }
+    }
+
+    /// MariaDB's modes, in the order its table shows them.
+    pub const MARIADB: [Mode; 6] = [
+        Mode::Nobatch,
+        Mode::Batch,
+        Mode::Batchrewrite,
+        Mode::Coalesce,
+        Mode::CoalescePeer,
+        Mode::LoadData,
+    ];
+
+    /// Whether per-row latency is measured (the concurrent single-row modes).
+    pub fn has_latency(self) -> bool {
+        matches!(self, Mode::Coalesce | Mode::CoalescePeer)
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What one run loads and how.
+#[derive(Clone, Debug, Serialize)]
+pub struct Options {
+    /// Rows loaded by each mode.
+    pub records: usize,
+    /// Rows per group in `batch` and `batchrewrite`.
+    pub batch_size: usize,
+    /// Concurrent tasks in `coalesce` and `coalesce-peer`.
+    pub tasks: usize,
+    /// Connections in the `coalesce` and `coalesce-peer` pools.
+    pub pool_size: usize,
+    /// Runs of every mode (the report shows the median).
+    pub repeat: usize,
+    /// Modes, in the order of the first repeat.
+    pub modes: Vec<Mode>,
+    /// `batchrewrite` batch sizes for the sweep (`None`: no sweep).
+    pub sweep: Option<Vec<usize>>,
+    /// Bytes per field (YCSB's `fieldlength`, 100).
+    pub field_len: usize,
+    /// Seed of the field generator, so runs load the same bytes.
+    pub seed: u64,
+    /// Show a progress bar on stderr.
+    #[serde(skip)]
+    pub progress: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            records: 100_000,
+            batch_size: 1000,
+            tasks: 64,
+            pool_size: 8,
+            repeat: 1,
+            modes: Mode::ALL.to_vec(),
+            sweep: None,
+            field_len: workload::FIELD_LEN,
+            seed: 0x5eed_1cb5,
+            progress: true,
+        }
+    }
+}
+
+impl Options {
+    /// Rejects settings that cannot run, with a message naming the option.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [
+            ("--records", self.records),
+            ("--batch-size", self.batch_size),
+            ("--tasks", self.tasks),
+            ("--pool-size", self.pool_size),
+            ("--repeat", self.repeat),
+        ] {
+            if v == 0 {
+                return Err(fail(format!("{name} must be at least 1")));
+            }
+        }
+        if self.modes.is_empty() && self.sweep.is_none() {
+            return Err(fail("nothing to run: --modes is empty and no --sweep"));
+        }
+        if let Some(sizes) = &self.sweep {
+            if sizes.is_empty() || sizes.contains(&0) {
+                return Err(fail("--sweep-sizes must be a list of sizes of at least 1"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The modes of repeat `r` (0-based): the given order, reversed on every
+    /// other repeat so no mode always runs first or last.
+    pub fn order(&self, r: usize) -> Vec<Mode> {
+        let mut modes = self.modes.clone();
+        if r % 2 == 1 {
+            modes.reverse();
+        }
+        modes
+    }
+}
+
+/// Per-mode settings handed to a database's `load`.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadConfig {
+    /// Rows per group (`batch`, `batchrewrite`).
+    pub batch_size: usize,
+    /// Concurrent tasks (`coalesce`, `coalesce-peer`).
+    pub tasks: usize,
+    /// Pool connections (`coalesce`, `coalesce-peer`).
+    pub pool_size: usize,
+}
+
+/// How the bench reached its server (for the block under the table).
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerSetup {
+    /// A throwaway cluster started by the bench (tests/common), removed
+    /// afterwards; `false` for `--pg-url`.
+    pub throwaway: bool,
+    /// Throwaway server started with `fsync=off, synchronous_commit=off`
+    /// (`BATCHPOOL_FAST_SERVER=1`).
+    pub fast: bool,
+    /// Host and port, without credentials.
+    pub address: String,
+}
+
+/// A database under test: its connection, schema and write paths.
+///
+/// **MariaDB seam.** To add MariaDB, write `benches/ycsb/mysql.rs` with a
+/// `MysqlTarget` offering the same methods as [`pg::PgTarget`] (`create`,
+/// `describe`, `prepare`, `reset`, `count`, `load`, `cleanup`), add a
+/// `Mariadb(mysql::MysqlTarget)` variant here and one match arm per method,
+/// list its modes in [`Database::modes`] (`nobatch`, `batch` = `exec_batch`,
+/// `batchrewrite`, `coalesce`, `coalesce-peer`, `load-data`), and name its
+/// bulk mode in [`Database::bulk_mode`]. [`run`] and [`report`] then print it
+/// as one more row of the same table.
+pub enum Database {
+    /// PostgreSQL through tokio-postgres, deadpool-postgres and batchpool.
+    Postgres(pg::PgTarget),
+    /// MariaDB through mysql_async and batchpool.
+    Mariadb(mysql::MysqlTarget),
+}
+
+/// One server setting (`SHOW name`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Setting {
+    /// Setting name.
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// What the server says about itself.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerInfo {
+    /// Database label in the table (`postgresql`).
+    pub database: String,
+    /// `SELECT version()`.
+    pub version: String,
+    /// Settings that matter for write speed (`fsync`, `synchronous_commit`...).
+    pub settings: Vec<Setting>,
+}
+
+impl Database {
+    /// Label in the table.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Database::Postgres(_) => "postgresql",
+            Database::Mariadb(_) => "mariadb",
+        }
+    }
+
+    /// Modes this database runs.
+    pub fn modes(&self) -> &'static [Mode] {
+        match self {
+            Database::Postgres(_) => &Mode::ALL,
+            Database::Mariadb(_) => &Mode::MARIADB,
+        }
+    }
+
+    /// The bulk-load mode the `× copy` column divides by.
+    pub fn bulk_mode(&self) -> Mode {
+        match self {
+            Database::Postgres(_) => Mode::Copy,
+            Database::Mariadb(_) => Mode::LoadData,
+        }
+    }
+
+    /// Server version and write-relevant settings.
+    pub async fn describe(&self) -> Result<ServerInfo> {
+        match self {
+            Database::Postgres(t) => t.describe().await,
+            Database::Mariadb(t) => t.describe().await,
+        }
+    }
+
+    /// Creates the (empty) `usertable`.
+    pub async fn prepare(&self) -> Result<()> {
+        match self {
+            Database::Postgres(t) => t.prepare().await,
+            Database::Mariadb(t) => t.prepare().await,
+        }
+    }
+
+    /// Empties `usertable` before a mode.
+    pub async fn reset(&self) -> Result<()> {
+        match self {
+            Database::Postgres(t) => t.reset().await,
+            Database::Mariadb(t) => t.reset().await,
+        }
+    }
+
+    /// `SELECT count(*) FROM usertable`.
+    pub async fn count(&self) -> Result<u64> {
+        match self {
+            Database::Postgres(t) => t.count().await,
+            Database::Mariadb(t) => t.count().await,
+        }
+    }
+
+    /// Loads every row of `data` through `mode`; the clock runs from the
+    /// first statement (connections already open) to the last reply.
+    pub async fn load(
+        &self,
+        mode: Mode,
+        data: &Arc<Dataset>,
+        cfg: LoadConfig,
+        progress: &Progress,
+    ) -> Result<Loaded> {
+        match self {
+            Database::Postgres(t) => t.load(mode, data, cfg, progress).await,
+            Database::Mariadb(t) => t.load(mode, data, cfg, progress).await,
+        }
+    }
+
+    /// Removes what [`create`](pg::PgTarget::create) made (the scratch
+    /// database). Best effort; never fails the run.
+    pub async fn cleanup(self) {
+        match self {
+            Database::Postgres(t) => t.cleanup().await,
+            Database::Mariadb(t) => t.cleanup().await,
+        }
+    }
+}
+
+/// What one mode's load measured.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Wall time of the load.
+    pub elapsed: Duration,
+    /// Per-row latency, microseconds (modes with [`Mode::has_latency`]).
+    pub latency: Option<hdrhistogram::Histogram<u64>>,
+    /// batchpool's counters after the load (batchpool modes).
+    pub batching: Option<Batching>,
+}
+
+/// Counts loaded rows for the progress bar (stderr), drawn by a ticker task
+/// so the hot loops only bump an atomic.
+pub struct Progress {
+    done: Arc<AtomicU64>,
+    bar: Option<indicatif::ProgressBar>,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Progress {
+    /// A bar for `total` rows labelled `label`, or a silent counter.
+    pub fn start(show: bool, label: &str, total: u64) -> Progress {
+        let done = Arc::new(AtomicU64::new(0));
+        if !show {
+            return Progress {
+                done,
+                bar: None,
+                ticker: None,
+            };
+        }
+        let bar = indicatif::ProgressBar::new(total);
+        let style = indicatif::ProgressStyle::with_template(
+            "{prefix:>28} [{bar:32}] {pos:>7}/{len:7} {per_sec:>14} eta {eta}",
+        )
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        bar.set_style(style);
+        bar.set_prefix(label.to_string());
+        let (b, d) = (bar.clone(), done.clone());
+        let ticker = tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                every.tick().await;
+                b.set_position(d.load(Ordering::Relaxed));
+            }
+        });
+        Progress {
+            done,
+            bar: Some(bar),
+            ticker: Some(ticker),
+        }
+    }
+
+    /// Adds `n` loaded rows.
+    pub fn add(&self, n: u64) {
+        self.done.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The shared counter, for spawned tasks.
+    pub fn counter(&self) -> Arc<AtomicU64> {
+        self.done.clone()
+    }
+
+    /// Rows counted so far.
+    pub fn count(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// Removes the bar.
+    pub fn finish(self) {
+        if let Some(t) = &self.ticker {
+            t.abort();
+        }
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(t) = &self.ticker {
+            t.abort();
+        }
+    }
+}
+
+/// Fails unless `usertable` holds exactly `expected` rows.
+pub async fn verify_count(db: &Database, expected: u64, label: &str) -> Result<()> {
+    let n = db.count().await?;
+    if n == expected {
+        Ok(())
+    } else {
+        Err(fail(format!(
+            "{} {label}: count(*) = {n} after the load, expected {expected}",
+            db.name()
+        )))
+    }
+}
+
+/// Loads `data` with `mode` into a freshly emptied table and checks that
+/// `count(*)` is exactly the number of records.
+async fn run_one(
+    db: &Database,
+    mode: Mode,
+    data: &Arc<Dataset>,
+    cfg: LoadConfig,
+    opts: &Options,
+    label: String,
+) -> Result<ModeRun> {
+    db.reset().await?;
+    let progress = Progress::start(opts.progress, &label, data.len() as u64);
+    let loaded = db.load(mode, data, cfg, &progress).await;
+    let counted = progress.count();
+    progress.finish();
+    let loaded = loaded.map_err(|e| {
+        fail(format!(
+            "{} {label}: load failed: {}",
+            db.name(),
+            error_chain(&*e)
+        ))
+    })?;
+    if counted != data.len() as u64 {
+        return Err(fail(format!(
+            "{} {label}: {counted} rows acknowledged, expected {}",
+            db.name(),
+            data.len()
+        )));
+    }
+    verify_count(db, data.len() as u64, &label).await?;
+    let secs = loaded.elapsed.as_secs_f64().max(1e-9);
+    Ok(ModeRun {
+        elapsed_secs: secs,
+        rows_per_sec: data.len() as f64 / secs,
+        latency: loaded.latency.as_ref().map(Latency::from_histogram),
+        batching: loaded.batching,
+    })
+}
+
+/// Runs the whole bench on `db`: every mode of `opts` (alternating order per
+/// repeat), then the sweep if asked, and returns the report. The first
+/// failure (an error, a row not acknowledged, a wrong `count(*)`) ends the
+/// run with an error.
+pub async fn run(db: &Database, opts: &Options, setup: ServerSetup) -> Result<Report> {
+    opts.validate()?;
+    for m in &opts.modes {
+        if !db.modes().contains(m) {
+            return Err(fail(format!("{} has no mode {m}", db.name())));
+        }
+    }
+    let server = db.describe().await?;
+    let started = std::time::Instant::now();
+    let data = Arc::new(Dataset::generate(opts.records, opts.field_len, opts.seed)?);
+    let generate_secs = started.elapsed().as_secs_f64();
+    db.prepare().await?;
+
+    let cfg = LoadConfig {
+        batch_size: opts.batch_size,
+        tasks: opts.tasks,
+        pool_size: opts.pool_size,
+    };
+    let mut runs: Vec<(Mode, ModeRun)> = Vec::new();
+    for r in 0..opts.repeat {
+        for mode in opts.order(r) {
+            let label = if opts.repeat > 1 {
+                format!("{mode} ({}/{})", r + 1, opts.repeat)
+            } else {
+                mode.to_string()
+            };
+            runs.push((mode, run_one(db, mode, &data, cfg, opts, label).await?));
+        }
+    }
+    let mut results: Vec<ModeResult> = opts
+        .modes
+        .iter()
+        .map(|&mode| {
+            let of_mode: Vec<ModeRun> = runs
+                .iter()
+                .filter(|(m, _)| *m == mode)
+                .map(|(_, r)| r.clone())
+                .collect();
+            ModeResult::from_runs(db.name(), mode, of_mode)
+        })
+        .collect();
+    report::fill_ratios(&mut results, Mode::Nobatch, db.bulk_mode());
+
+    let mut sweep = Vec::new();
+    if let Some(sizes) = &opts.sweep {
+        let mut points: Vec<(usize, ModeRun)> = Vec::new();
+        for r in 0..opts.repeat {
+            let mut order = sizes.clone();
+            if r % 2 == 1 {
+                order.reverse();
+            }
+            for size in order {
+                let label = format!("batchrewrite@{size}");
+                let cfg = LoadConfig {
+                    batch_size: size,
+                    ..cfg
+                };
+                let run = run_one(db, Mode::Batchrewrite, &data, cfg, opts, label).await?;
+                points.push((size, run));
+            }
+        }
+        sweep = sizes
+            .iter()
+            .map(|&size| {
+                let of_size: Vec<ModeRun> = points
+                    .iter()
+                    .filter(|(s, _)| *s == size)
+                    .map(|(_, r)| r.clone())
+                    .collect();
+                SweepPoint::from_runs(size, of_size)
+            })
+            .collect();
+        report::fill_sweep_ratios(&mut sweep);
+    }
+
+    Ok(Report {
+        machine: report::Machine::detect(),
+        server,
+        setup,
+        options: opts.clone(),
+        generate_secs,
+        build: if cfg!(debug_assertions) {
+            "debug (unoptimized)".into()
+        } else {
+            "optimized".into()
+        },
+        results,
+        sweep,
+    })
+}

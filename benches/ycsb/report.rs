@@ -1,0 +1,581 @@
+//! What a run measured, and its three renderings: the seed-style text table
+//! (stdout), JSON (`--json`) and SVG bar charts (`--plot`, `--sweep-plot`).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{Mode, Options, Result, ServerInfo, ServerSetup, fail};
+
+/// Everything one bench run measured, as `--json` writes it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The machine the bench ran on.
+    pub machine: Machine,
+    /// Server version and write-relevant settings.
+    pub server: ServerInfo,
+    /// How the server was reached.
+    pub setup: ServerSetup,
+    /// Settings of the run.
+    pub options: Options,
+    /// Seconds spent generating the rows (before, and outside, any timing).
+    pub generate_secs: f64,
+    /// Build profile of the bench binary.
+    pub build: String,
+    /// One entry per mode, in the order of `--modes`.
+    pub results: Vec<ModeResult>,
+    /// `batchrewrite` by batch size (`--sweep`), else empty.
+    pub sweep: Vec<SweepPoint>,
+}
+
+/// One load of one mode.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModeRun {
+    /// Wall time of the load, seconds.
+    pub elapsed_secs: f64,
+    /// Rows per second.
+    pub rows_per_sec: f64,
+    /// Per-row latency (concurrent single-row modes).
+    pub latency: Option<Latency>,
+    /// batchpool's batching counters (batchpool modes).
+    pub batching: Option<Batching>,
+}
+
+/// Per-row latency, microseconds, from an hdrhistogram.
+#[derive(Clone, Debug, Serialize)]
+pub struct Latency {
+    /// Rows measured.
+    pub count: u64,
+    /// Median.
+    pub p50_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// 99.9th percentile.
+    pub p999_us: u64,
+    /// Slowest row.
+    pub max_us: u64,
+    /// Mean.
+    pub mean_us: f64,
+}
+
+impl Latency {
+    /// Reads the percentiles of a histogram of microseconds.
+    pub fn from_histogram(h: &hdrhistogram::Histogram<u64>) -> Latency {
+        Latency {
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.50),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+            mean_us: h.mean(),
+        }
+    }
+}
+
+/// batchpool's counters after a load (`Pool::stats`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Batching {
+    /// Flushes (groups of rows taken together onto one connection).
+    pub batches: u64,
+    /// Multi-row statements sent.
+    pub statements: u64,
+    /// Rows flushed.
+    pub rows: u64,
+    /// Mean rows per flushed batch.
+    pub rows_per_batch: f64,
+    /// Mean rows per statement.
+    pub rows_per_statement: f64,
+    /// Flushes started because a connection was free.
+    pub flush_natural: u64,
+    /// Flushes started because a batch was full (or explicit batches).
+    pub flush_full: u64,
+    /// Mean time a row waited in the queue, microseconds.
+    pub queue_wait_mean_us: f64,
+    /// Longest time a row waited in the queue, microseconds.
+    pub queue_wait_max_us: f64,
+}
+
+impl Batching {
+    /// Copies the counters of a batchpool `Stats` snapshot.
+    pub fn from_stats(s: &batchpool::Stats) -> Batching {
+        Batching {
+            batches: s.batches,
+            statements: s.statements,
+            rows: s.rows,
+            rows_per_batch: s.rows_per_batch(),
+            rows_per_statement: if s.statements == 0 {
+                0.0
+            } else {
+                s.rows as f64 / s.statements as f64
+            },
+            flush_natural: s.flush_natural,
+            flush_full: s.flush_full,
+            queue_wait_mean_us: s.queue_wait_mean().as_secs_f64() * 1e6,
+            queue_wait_max_us: s.queue_wait_max.as_secs_f64() * 1e6,
+        }
+    }
+}
+
+/// Index of the median run by rows/s (the lower one for an even count).
+fn median_index(runs: &[ModeRun]) -> usize {
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by(|&a, &b| runs[a].rows_per_sec.total_cmp(&runs[b].rows_per_sec));
+    order[(runs.len() - 1) / 2]
+}
+
+/// One mode's result over the repeats.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModeResult {
+    /// Database label.
+    pub database: String,
+    /// The mode.
+    pub mode: Mode,
+    /// Rows/s of the median run (lower median for an even count).
+    pub rows_per_sec: f64,
+    /// `rows_per_sec / nobatch's` (when nobatch ran).
+    pub ratio_to_nobatch: Option<f64>,
+    /// `rows_per_sec / copy's` (the bulk mode; when it ran).
+    pub ratio_to_copy: Option<f64>,
+    /// Wall time of the median run, seconds.
+    pub elapsed_secs: f64,
+    /// Latency of the median run.
+    pub latency: Option<Latency>,
+    /// Batching counters of the median run.
+    pub batching: Option<Batching>,
+    /// Every run, in the order they ran.
+    pub runs: Vec<ModeRun>,
+}
+
+impl ModeResult {
+    /// Summarises the runs of one mode (at least one).
+    pub fn from_runs(database: &str, mode: Mode, runs: Vec<ModeRun>) -> ModeResult {
+        let m = runs[median_index(&runs)].clone();
+        ModeResult {
+            database: database.into(),
+            mode,
+            rows_per_sec: m.rows_per_sec,
+            ratio_to_nobatch: None,
+            ratio_to_copy: None,
+            elapsed_secs: m.elapsed_secs,
+            latency: m.latency,
+            batching: m.batching,
+            runs,
+        }
+    }
+}
+
+/// Sets each result's ratios to the `base` and `bulk` modes' rows/s.
+pub fn fill_ratios(results: &mut [ModeResult], base: Mode, bulk: Mode) {
+    let of = |m: Mode, rs: &[ModeResult]| rs.iter().find(|r| r.mode == m).map(|r| r.rows_per_sec);
+    let (b, k) = (of(base, results), of(bulk, results));
+    for r in results.iter_mut() {
+        r.ratio_to_nobatch = b.map(|b| r.rows_per_sec / b);
+        r.ratio_to_copy = k.map(|k| r.rows_per_sec / k);
+    }
+}
+
+/// `batchrewrite` at one batch size (`--sweep`).
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepPoint {
+    /// Rows per `execute_many` call.
+    pub batch_size: usize,
+    /// Rows/s of the median run.
+    pub rows_per_sec: f64,
+    /// `rows_per_sec` over the first size's.
+    pub ratio_to_first: f64,
+    /// Batching counters of the median run.
+    pub batching: Option<Batching>,
+    /// Every run.
+    pub runs: Vec<ModeRun>,
+}
+
+impl SweepPoint {
+    /// Summarises the runs of one batch size (at least one).
+    pub fn from_runs(batch_size: usize, runs: Vec<ModeRun>) -> SweepPoint {
+        let m = runs[median_index(&runs)].clone();
+        SweepPoint {
+            batch_size,
+            rows_per_sec: m.rows_per_sec,
+            ratio_to_first: 1.0,
+            batching: m.batching,
+            runs,
+        }
+    }
+}
+
+/// Sets each point's ratio to the first point.
+pub fn fill_sweep_ratios(points: &mut [SweepPoint]) {
+    if let Some(first) = points.first().map(|p| p.rows_per_sec) {
+        for p in points.iter_mut() {
+            p.ratio_to_first = p.rows_per_sec / first;
+        }
+    }
+}
+
+/// The machine: cores, CPU, OS.
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    /// Logical CPUs available to the process.
+    pub cores: usize,
+    /// `model name` of /proc/cpuinfo.
+    pub cpu: String,
+    /// `PRETTY_NAME` of /etc/os-release.
+    pub os: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// Total memory, GiB.
+    pub memory_gib: f64,
+    /// /proc/loadavg (1, 5, 15 min) when the report was made: other work
+    /// on the machine skews every figure.
+    pub load_avg: String,
+}
+
+impl Machine {
+    /// Reads the machine description (fields it cannot read say "unknown").
+    pub fn detect() -> Machine {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let cpu = read("/proc/cpuinfo")
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let os = read("/etc/os-release")
+            .lines()
+            .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+            .map(|v| v.trim_matches('"').to_string())
+            .unwrap_or_else(|| std::env::consts::OS.into());
+        let kernel = read("/proc/sys/kernel/osrelease").trim().to_string();
+        let memory_gib = read("/proc/meminfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
+        Machine {
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu,
+            os,
+            kernel: if kernel.is_empty() {
+                "unknown".into()
+            } else {
+                kernel
+            },
+            memory_gib,
+            load_avg: read("/proc/loadavg")
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
+}
+
+/// `1234567.8` → `"1,234,568"`.
+pub fn thousands(v: f64) -> String {
+    let n = v.round().max(0.0) as u64;
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn ratio(v: Option<f64>) -> String {
+    match v {
+        Some(r) if r >= 10.0 => format!("{r:.1}×"),
+        Some(r) => format!("{r:.2}×"),
+        None => "-".into(),
+    }
+}
+
+fn opt_u64(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".into(), |v| thousands(v as f64))
+}
+
+/// The report as text: the seed-style table (database × mode, rows/s), the
+/// per-mode details (ratios, latency, batching), the sweep, and the block
+/// describing machine, server and settings.
+pub fn render_text(r: &Report) -> String {
+    let mut out = String::new();
+    let mariadb = r.server.database == "mariadb";
+    let o = &r.options;
+    let runs = if o.repeat == 1 {
+        "one run".to_string()
+    } else {
+        format!("median of {} runs, alternating order", o.repeat)
+    };
+    let _ = writeln!(
+        out,
+        "YCSB load: {} records (key + {} fields × {} B) into usertable, rows/s ({runs})\n",
+        thousands(o.records as f64),
+        super::workload::FIELD_COUNT,
+        o.field_len
+    );
+
+    if !r.results.is_empty() {
+        // The seed's table: one line per database, one column per mode.
+        let mut head = format!("{:<12}", "database");
+        let mut line = format!("{:<12}", r.server.database);
+        for m in &r.results {
+            let w = m.mode.name().len().max(9) + 2;
+            let _ = write!(head, "{:>w$}", m.mode.name());
+            let _ = write!(line, "{:>w$}", thousands(m.rows_per_sec));
+        }
+        let _ = writeln!(out, "{head}\n{line}\n");
+
+        let _ = writeln!(
+            out,
+            "{:<14}{:>10}{:>10}{:>8}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
+            "mode",
+            "rows/s",
+            "×nobatch",
+            if mariadb { "×load" } else { "×copy" },
+            "elapsed",
+            "p50 µs",
+            "p99 µs",
+            "max µs",
+            "rows/batch",
+            "statements"
+        );
+        for m in &r.results {
+            let l = m.latency.as_ref();
+            let b = m.batching.as_ref();
+            let _ = writeln!(
+                out,
+                "{:<14}{:>10}{:>10}{:>8}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
+                m.mode.name(),
+                thousands(m.rows_per_sec),
+                ratio(m.ratio_to_nobatch),
+                ratio(m.ratio_to_copy),
+                format!("{:.2} s", m.elapsed_secs),
+                opt_u64(l.map(|l| l.p50_us)),
+                opt_u64(l.map(|l| l.p99_us)),
+                opt_u64(l.map(|l| l.max_us)),
+                b.map_or_else(|| "-".into(), |b| format!("{:.1}", b.rows_per_batch)),
+                opt_u64(b.map(|b| b.statements)),
+            );
+        }
+        if o.repeat > 1 {
+            let _ = writeln!(out, "\nall runs (rows/s, in run order):");
+            for m in &r.results {
+                let all: Vec<String> = m.runs.iter().map(|x| thousands(x.rows_per_sec)).collect();
+                let _ = writeln!(out, "  {:<14}{}", m.mode.name(), all.join("  "));
+            }
+        }
+    }
+
+    if !r.sweep.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nsweep: batchrewrite (execute_many, 1 connection) by batch size\n"
+        );
+        let _ = writeln!(
+            out,
+            "{:>10}{:>11}{:>10}{:>12}{:>16}",
+            "batch", "rows/s", "×first", "statements", "rows/statement"
+        );
+        for p in &r.sweep {
+            let b = p.batching.as_ref();
+            let _ = writeln!(
+                out,
+                "{:>10}{:>11}{:>10}{:>12}{:>16}",
+                thousands(p.batch_size as f64),
+                thousands(p.rows_per_sec),
+                ratio(Some(p.ratio_to_first)),
+                opt_u64(b.map(|b| b.statements)),
+                b.map_or_else(|| "-".into(), |b| format!("{:.1}", b.rows_per_statement)),
+            );
+        }
+    }
+
+    let m = &r.machine;
+    let _ = writeln!(
+        out,
+        "\nmachine:  {} cores, {}, {}, Linux {}, {:.1} GiB RAM, load average {} at the end",
+        m.cores, m.cpu, m.os, m.kernel, m.memory_gib, m.load_avg
+    );
+    let _ = writeln!(out, "server:   {}", r.server.version);
+    let where_ = if mariadb {
+        if r.setup.throwaway {
+            format!(
+                "throwaway server on {} (tests/common MysqlServer, removed afterwards), {}",
+                r.setup.address,
+                if r.setup.fast {
+                    "fast mode (BATCHPOOL_FAST_SERVER=1: innodb_flush_log_at_trx_commit=2, no doublewrite, no binlog)"
+                } else {
+                    "durable (fast mode off)"
+                }
+            )
+        } else {
+            format!(
+                "external server {} (--mysql-url), scratch database",
+                r.setup.address
+            )
+        }
+    } else if r.setup.throwaway {
+        format!(
+            "throwaway cluster on {} (tests/common PgServer, removed afterwards), {}",
+            r.setup.address,
+            if r.setup.fast {
+                "fast mode (BATCHPOOL_FAST_SERVER=1: fsync=off, synchronous_commit=off)"
+            } else {
+                "durable (fast mode off)"
+            }
+        )
+    } else {
+        format!(
+            "external server {} (--pg-url), scratch database",
+            r.setup.address
+        )
+    };
+    let _ = writeln!(out, "          {where_}");
+    let settings: Vec<String> = r
+        .server
+        .settings
+        .iter()
+        .map(|s| format!("{}={}", s.name, s.value))
+        .collect();
+    let _ = writeln!(out, "          {}", settings.join(" "));
+    let modes: Vec<&str> = o.modes.iter().map(|m| m.name()).collect();
+    let _ = writeln!(
+        out,
+        "settings: --records {} --batch-size {} --tasks {} --pool-size {} --repeat {} --modes {}{}",
+        o.records,
+        o.batch_size,
+        o.tasks,
+        o.pool_size,
+        o.repeat,
+        modes.join(","),
+        o.sweep.as_ref().map_or_else(String::new, |s| {
+            let s: Vec<String> = s.iter().map(usize::to_string).collect();
+            format!(" --sweep-sizes {}", s.join(","))
+        }),
+    );
+    let _ = writeln!(
+        out,
+        "          keys \"user\"+fnvhash64(index) (YCSB hashed order); fields printable ASCII, seed {:#x}, generated untimed ({:.2} s)",
+        o.seed, r.generate_secs
+    );
+    let _ = writeln!(
+        out,
+        "          each mode: TRUNCATE{}, connections opened before the clock, count(*) verified after; build {}",
+        if mariadb { "" } else { " + CHECKPOINT" },
+        r.build
+    );
+    let _ = writeln!(
+        out,
+        "          batchpool: batchrewrite = execute_many on 1 connection, max_rows = batch size; coalesce = BatchConfig::default() (natural batching, max_rows 1000)"
+    );
+    if mariadb {
+        let _ = writeln!(
+            out,
+            "          peers: mysql_async 0.37, prepared statements cached; batch = exec_batch (COM_STMT_BULK_EXECUTE on MariaDB); coalesce-peer = mysql_async::Pool, no reset on return; load = LOAD DATA LOCAL INFILE streamed from memory"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "          peers: deadpool-postgres 0.14 / tokio-postgres 0.7, prepared statements cached; copy = binary COPY FROM STDIN in one stream"
+        );
+    }
+    out
+}
+
+/// Writes the report as pretty JSON.
+pub fn write_json(r: &Report, path: &Path) -> Result<()> {
+    let file = std::fs::File::create(path)
+        .map_err(|e| fail(format!("cannot create {}: {e}", path.display())))?;
+    serde_json::to_writer_pretty(std::io::BufWriter::new(file), r)?;
+    Ok(())
+}
+
+/// Bars of rows/s per mode.
+pub fn plot_modes(r: &Report, path: &Path) -> Result<()> {
+    let bars: Vec<(String, f64)> = r
+        .results
+        .iter()
+        .map(|m| (m.mode.name().to_string(), m.rows_per_sec))
+        .collect();
+    let title = format!(
+        "YCSB load, {} records, {} — rows/s by mode",
+        thousands(r.options.records as f64),
+        r.server.database
+    );
+    plot_bars(path, &title, "mode", &bars)
+}
+
+/// Bars of rows/s per `batchrewrite` batch size.
+pub fn plot_sweep(r: &Report, path: &Path) -> Result<()> {
+    let bars: Vec<(String, f64)> = r
+        .sweep
+        .iter()
+        .map(|p| (thousands(p.batch_size as f64), p.rows_per_sec))
+        .collect();
+    let title = format!(
+        "batchrewrite by batch size, {} records, {} — rows/s",
+        thousands(r.options.records as f64),
+        r.server.database
+    );
+    plot_bars(path, &title, "batch size (rows per execute_many)", &bars)
+}
+
+/// An SVG bar chart, one labelled bar per entry, its value written on top.
+pub fn plot_bars(path: &Path, title: &str, x_desc: &str, bars: &[(String, f64)]) -> Result<()> {
+    use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    if bars.is_empty() {
+        return Err(fail("nothing to plot"));
+    }
+    let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let top = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1.0) * 1.15;
+        let n = bars.len();
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(90)
+            .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..top)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n)
+            .x_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => bars.get(*i).map(|b| b.0.clone()).unwrap_or_default(),
+                _ => String::new(),
+            })
+            .y_label_formatter(&|v| thousands(*v))
+            .x_desc(x_desc)
+            .y_desc("rows/s")
+            .draw()?;
+        chart.draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+            let mut bar = Rectangle::new(
+                [
+                    (SegmentValue::Exact(i), 0.0),
+                    (SegmentValue::Exact(i + 1), *v),
+                ],
+                BLUE.mix(0.7).filled(),
+            );
+            bar.set_margin(0, 0, 12, 12);
+            bar
+        }))?;
+        chart.draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+            Text::new(
+                thousands(*v),
+                (SegmentValue::CenterOf(i), *v + top * 0.02),
+                ("sans-serif", 15)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Center, VPos::Bottom)),
+            )
+        }))?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| fail(format!("cannot draw {}: {e}", path.display())))
+}

@@ -1,0 +1,103 @@
+//! The YCSB load-phase workload: `usertable` rows with YCSB's hashed keys and
+//! random printable fields, all generated before any timing.
+
+use std::collections::HashSet;
+
+use rand::{RngCore, SeedableRng, rngs::StdRng};
+
+use super::{Result, fail};
+
+/// Fields per row (YCSB `fieldcount`).
+pub const FIELD_COUNT: usize = 10;
+/// Bytes per field (YCSB `fieldlength`).
+pub const FIELD_LEN: usize = 100;
+/// The table every mode loads.
+pub const TABLE: &str = "usertable";
+
+/// Column names in insert order: `YCSB_KEY, FIELD0, ..., FIELD9`.
+pub fn columns() -> Vec<String> {
+    std::iter::once("YCSB_KEY".to_string())
+        .chain((0..FIELD_COUNT).map(|i| format!("FIELD{i}")))
+        .collect()
+}
+
+/// YCSB's `Utils.fnvhash64`: FNV-1a over the 8 little-endian bytes of the
+/// index, then Java's `Math.abs` (which leaves `i64::MIN` as it is).
+pub fn fnvhash64(index: i64) -> i64 {
+    const OFFSET_BASIS: i64 = 0xCBF2_9CE4_8422_2325_u64 as i64;
+    const PRIME: i64 = 1_099_511_628_211;
+    let mut val = index;
+    let mut hash = OFFSET_BASIS;
+    for _ in 0..8 {
+        let octet = val & 0xff;
+        val >>= 8;
+        hash ^= octet;
+        hash = hash.wrapping_mul(PRIME);
+    }
+    hash.wrapping_abs()
+}
+
+/// The key of record `index` in YCSB's default hashed insert order:
+/// `"user"` followed by the decimal hash.
+pub fn key(index: u64) -> String {
+    // Indexes are far below i64::MAX (they count rows).
+    format!("user{}", fnvhash64(index as i64))
+}
+
+/// One `usertable` row.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// `YCSB_KEY`.
+    pub key: String,
+    /// `FIELD0..FIELD9`.
+    pub fields: [String; FIELD_COUNT],
+}
+
+/// All rows of a run, generated once and shared by every mode.
+#[derive(Debug)]
+pub struct Dataset {
+    /// Rows in index order.
+    pub rows: Vec<Record>,
+}
+
+impl Dataset {
+    /// `records` rows: keys as YCSB hashes them, fields of `field_len`
+    /// random printable ASCII bytes (`' '..='~'`) from a seeded generator.
+    /// Fails if two keys collide (they would break the primary key).
+    pub fn generate(records: usize, field_len: usize, seed: u64) -> Result<Dataset> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut seen = HashSet::with_capacity(records);
+        let mut rows = Vec::with_capacity(records);
+        let mut buf = vec![0u8; field_len];
+        for i in 0..records {
+            let key = key(i as u64);
+            if !seen.insert(key.clone()) {
+                return Err(fail(format!("YCSB key collision at index {i}: {key}")));
+            }
+            let fields = std::array::from_fn(|_| {
+                rng.fill_bytes(&mut buf);
+                buf.iter().map(|b| char::from(b' ' + b % 95)).collect()
+            });
+            rows.push(Record { key, fields });
+        }
+        Ok(Dataset { rows })
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Bytes of key and field data (what the table receives, without overhead).
+    pub fn payload_bytes(&self) -> usize {
+        self.rows
+            .iter()
+            .map(|r| r.key.len() + r.fields.iter().map(String::len).sum::<usize>())
+            .sum()
+    }
+}

@@ -1,0 +1,173 @@
+//! YCSB load phase through every write path, side by side — the project's
+//! main bench:
+//!
+//! ```text
+//! cargo bench --bench ycsb_load                          # 100,000 rows, all modes
+//! cargo bench --bench ycsb_load -- --records 20000 --json /tmp/ycsb.json --plot /tmp/ycsb.svg
+//! cargo bench --bench ycsb_load -- --tasks 1 --modes coalesce,coalesce-peer
+//! cargo bench --bench ycsb_load -- --sweep --modes nobatch,copy
+//! cargo bench --bench ycsb_load -- --db mariadb                     # MariaDB's six modes
+//! cargo bench --bench ycsb_load -- --db postgresql,mariadb --mysql-url mysql://root@127.0.0.1/test
+//! ```
+//!
+//! Without `--pg-url` / `--mysql-url` it starts a throwaway PostgreSQL
+//! cluster / MariaDB server (the tests' harness, `tests/common`) and removes
+//! it afterwards. See `--help`.
+//!
+//! Run by `cargo test --benches` (no `--bench` flag, no arguments), it only
+//! checks that it works: every mode of both databases on 500 rows.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+mod ycsb;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use ycsb::cli::{Args, Db};
+use ycsb::{Database, Mode, Report, ServerSetup, mysql::MysqlTarget, pg::PgTarget, report};
+
+fn main() -> ExitCode {
+    let mut args = Args::parse();
+    if !args.bench && std::env::args_os().len() == 1 {
+        // `cargo test --benches`: a quick check, not a measurement.
+        eprintln!("ycsb_load: test mode (no --bench flag): every mode on 500 rows");
+        args.records = 500;
+        args.batch_size = 100;
+        args.no_progress = true;
+        args.db = vec![Db::Postgresql, Db::Mariadb];
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ycsb_load: FAILED: {}", ycsb::error_chain(&*e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> ycsb::Result<()> {
+    // Several databases: one table each, and file names get `-<db>`.
+    let several = args.db.len() > 1;
+    for &db in &args.db {
+        let report = match db {
+            Db::Postgresql => run_postgres(args)?,
+            Db::Mariadb => run_mariadb(args)?,
+        };
+        let path_for = |p: &Path| {
+            if several {
+                with_suffix(p, &db.to_string())
+            } else {
+                p.to_path_buf()
+            }
+        };
+        print!("{}", report::render_text(&report));
+        if let Some(path) = &args.json {
+            let path = path_for(path);
+            report::write_json(&report, &path)?;
+            eprintln!("ycsb_load: wrote {}", path.display());
+        }
+        if let Some(path) = &args.plot {
+            if !report.results.is_empty() {
+                let path = path_for(path);
+                report::plot_modes(&report, &path)?;
+                eprintln!("ycsb_load: wrote {}", path.display());
+            }
+        }
+        if let Some(path) = args.sweep_plot_path() {
+            let path = path_for(&path);
+            report::plot_sweep(&report, &path)?;
+            eprintln!("ycsb_load: wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// `dir/name.ext` → `dir/name-suffix.ext`.
+fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
+    let stem = p
+        .file_stem()
+        .map_or_else(|| "ycsb".to_string(), |s| s.to_string_lossy().into_owned());
+    let name = match p.extension() {
+        Some(ext) => format!("{stem}-{suffix}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-{suffix}"),
+    };
+    p.with_file_name(name)
+}
+
+fn run_postgres(args: &Args) -> ycsb::Result<Report> {
+    let mut opts = args.options();
+    opts.modes = args.modes_for(&Mode::ALL);
+    opts.validate()?;
+    // A throwaway server is started (blocking) before the runtime, and
+    // dropped (stopped, its directory removed) after it.
+    let server = match &args.pg_url {
+        Some(_) => None,
+        None => {
+            eprintln!("ycsb_load: starting a throwaway PostgreSQL cluster...");
+            Some(common::PgServer::start(&[]))
+        }
+    };
+    let url = match (&args.pg_url, &server) {
+        (Some(url), _) => url.clone(),
+        (None, Some(s)) => s.url(),
+        (None, None) => unreachable!("a server was started above"),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(async {
+        let target = PgTarget::create(&url).await?;
+        let setup = ServerSetup {
+            throwaway: server.is_some(),
+            fast: server.is_some() && common::fast_server(),
+            address: target.address(),
+        };
+        let db = Database::Postgres(target);
+        let report = ycsb::run(&db, &opts, setup).await;
+        db.cleanup().await;
+        report
+    });
+    drop(runtime);
+    drop(server);
+    result
+}
+
+fn run_mariadb(args: &Args) -> ycsb::Result<Report> {
+    let mut opts = args.options();
+    opts.modes = args.modes_for(&Mode::MARIADB);
+    opts.validate()?;
+    // As for PostgreSQL: a throwaway server lives outside the runtime.
+    let server = match &args.mysql_url {
+        Some(_) => None,
+        None => {
+            eprintln!("ycsb_load: starting a throwaway MariaDB server...");
+            Some(common::MysqlServer::start(&[]))
+        }
+    };
+    let url = match (&args.mysql_url, &server) {
+        (Some(url), _) => url.clone(),
+        (None, Some(s)) => s.url(),
+        (None, None) => unreachable!("a server was started above"),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(async {
+        let target = MysqlTarget::create(&url).await?;
+        let setup = ServerSetup {
+            throwaway: server.is_some(),
+            fast: server.is_some() && common::fast_server(),
+            address: target.address(),
+        };
+        let db = Database::Mariadb(target);
+        let report = ycsb::run(&db, &opts, setup).await;
+        db.cleanup().await;
+        report
+    });
+    drop(runtime);
+    drop(server);
+    result
+}

@@ -1,0 +1,207 @@
+//! deadpool manager for mysql_async connections.
+//!
+//! batchpool does not use mysql_async's own pool: deadpool owns the
+//! [`mysql_async::Conn`]s, so the coalescing engine and the escape hatch
+//! ([`Pool::get`](super::Pool::get)) share one set of connections and one
+//! size limit.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
+use mysql_async::consts::StatusFlags;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, Row};
+
+/// A connection idle for at least this long is pinged before it is handed
+/// out again.
+const IDLE_PING: Duration = Duration::from_secs(5);
+
+/// Server settings read once per pool, from the first connection opened.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServerInfo {
+    /// `@@max_allowed_packet`: the largest packet the server accepts.
+    pub(crate) max_allowed_packet: usize,
+    /// `@@innodb_autoinc_lock_mode`, `None` when the server has no InnoDB.
+    pub(crate) autoinc_lock_mode: Option<i64>,
+}
+
+/// Creates and recycles connections for the pool.
+#[derive(Debug)]
+pub struct Manager {
+    opts: Opts,
+    pub(crate) server: Arc<OnceLock<ServerInfo>>,
+}
+
+impl Manager {
+    pub(crate) fn new(opts: Opts) -> Manager {
+        Manager {
+            opts,
+            server: Arc::new(OnceLock::new()),
+        }
+    }
+}
+
+/// Reads the settings batchpool depends on: the pool-wide ones the first
+/// time, and this connection's `@@auto_increment_increment`.
+async fn read_settings(
+    conn: &mut Conn,
+    server: &OnceLock<ServerInfo>,
+) -> Result<Option<u64>, mysql_async::Error> {
+    let row: Option<Row> = match conn
+        .query_first(
+            "SELECT @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode",
+        )
+        .await
+    {
+        Ok(row) => row,
+        // A server without InnoDB has no lock mode variable.
+        Err(mysql_async::Error::Server(_)) => {
+            conn.query_first("SELECT @@max_allowed_packet, @@auto_increment_increment, NULL")
+                .await?
+        }
+        Err(e) => return Err(e),
+    };
+    let get_u64 = |i: usize| -> Option<u64> {
+        row.as_ref()
+            .and_then(|r| r.get_opt::<Option<u64>, _>(i))
+            .and_then(Result::ok)
+            .flatten()
+    };
+    let packet = get_u64(0);
+    let increment = get_u64(1);
+    let lock_mode = row
+        .as_ref()
+        .and_then(|r| r.get_opt::<Option<i64>, _>(2))
+        .and_then(Result::ok)
+        .flatten();
+    server.get_or_init(|| ServerInfo {
+        // The documented default of MariaDB and of MySQL 5.7 when the
+        // variable cannot be read.
+        max_allowed_packet: packet
+            .and_then(|p| usize::try_from(p).ok())
+            .unwrap_or(4 << 20),
+        autoinc_lock_mode: lock_mode,
+    });
+    Ok(increment)
+}
+
+impl managed::Manager for Manager {
+    type Type = ConnWrapper;
+    type Error = mysql_async::Error;
+
+    async fn create(&self) -> Result<ConnWrapper, mysql_async::Error> {
+        let mut conn = Conn::new(self.opts.clone()).await?;
+        let increment = read_settings(&mut conn, &self.server).await?;
+        Ok(ConnWrapper {
+            conn,
+            auto_increment_increment: increment,
+            broken: false,
+            lent: false,
+        })
+    }
+
+    async fn recycle(
+        &self,
+        wrapper: &mut ConnWrapper,
+        metrics: &Metrics,
+    ) -> RecycleResult<mysql_async::Error> {
+        if wrapper.broken || wrapper.conn.is_disconnected() {
+            return Err(RecycleError::message("connection lost"));
+        }
+        if wrapper.lent {
+            // Back from `Pool::get`: the user may have changed session
+            // state (variables, autocommit, temporary tables, an open
+            // transaction). COM_RESET_CONNECTION puts it back as new.
+            match wrapper.conn.reset().await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(RecycleError::message(
+                        "server cannot reset a connection returned from Pool::get",
+                    ));
+                }
+                Err(e) => return Err(RecycleError::Backend(e)),
+            }
+            wrapper.auto_increment_increment = read_settings(&mut wrapper.conn, &self.server)
+                .await
+                .map_err(RecycleError::Backend)?;
+            wrapper.lent = false;
+        } else if metrics.last_used() >= IDLE_PING || wrapper.conn.last_ok_packet().is_none() {
+            wrapper.conn.ping().await.map_err(RecycleError::Backend)?;
+        }
+        // Rows written on this connection must commit on their own.
+        let flags = wrapper.conn.last_ok_packet().map(|ok| ok.status_flags());
+        match flags {
+            Some(f)
+                if f.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT)
+                    && !f.contains(StatusFlags::SERVER_STATUS_IN_TRANS) =>
+            {
+                Ok(())
+            }
+            _ => Err(RecycleError::message(
+                "connection is inside a transaction or has autocommit off",
+            )),
+        }
+    }
+}
+
+/// A pooled connection: derefs to [`mysql_async::Conn`] (use it with
+/// [`Queryable`](mysql_async::prelude::Queryable)), plus what batchpool
+/// knows about it.
+///
+/// A connection taken with [`Pool::get`](super::Pool::get) is reset with
+/// `COM_RESET_CONNECTION` when it comes back, so session changes made
+/// through it (variables, `autocommit`, an open transaction, temporary
+/// tables, prepared statements) never reach rows coalesced later.
+pub struct ConnWrapper {
+    conn: Conn,
+    /// `@@auto_increment_increment` of this session, read when it opened.
+    pub(crate) auto_increment_increment: Option<u64>,
+    /// The server ended this session (killed, shutting down, packet too
+    /// large); the pool throws it away.
+    pub(crate) broken: bool,
+    /// Handed out by `Pool::get`: reset before reuse.
+    pub(crate) lent: bool,
+}
+
+impl std::fmt::Debug for ConnWrapper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnWrapper")
+            .field("id", &self.conn.id())
+            .field("disconnected", &self.conn.is_disconnected())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Deref for ConnWrapper {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        &self.conn
+    }
+}
+
+impl DerefMut for ConnWrapper {
+    fn deref_mut(&mut self) -> &mut Conn {
+        &mut self.conn
+    }
+}
+
+impl ConnWrapper {
+    /// Records a failure seen on this connection: a server error that
+    /// ends the session makes the pool discard it.
+    pub(crate) fn note_error(&mut self, e: &mysql_async::Error) {
+        if let mysql_async::Error::Server(se) = e {
+            self.note_code(se.code);
+        }
+    }
+
+    /// As [`note_error`](Self::note_error), from the server error code.
+    pub(crate) fn note_code(&mut self, code: u16) {
+        // 1053 shutdown, 1152-1161 network errors and packet limits, 1927
+        // connection killed.
+        if matches!(code, 1053 | 1152..=1161 | 1927) {
+            self.broken = true;
+        }
+    }
+}

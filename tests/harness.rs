@@ -1,0 +1,379 @@
+//! Tests of the test-server harness itself (tests/common), against real
+//! servers: the shared ones (throwaway, or PG_URL / MYSQL_URL when set) and
+//! owned throwaway ones.
+
+mod common;
+
+use common::*;
+use mysql_async::prelude::Queryable;
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+async fn pg(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+async fn my(url: &str) -> mysql_async::Conn {
+    mysql_async::Conn::new(mysql_async::Opts::from_url(url).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"))
+}
+
+async fn pg_show(c: &tokio_postgres::Client, name: &str) -> String {
+    c.query_one(&format!("SHOW {name}"), &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn port_refuses(port: u16) -> bool {
+    TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(1)).is_err()
+}
+
+/// Command lines of live (non-zombie) processes that mention `needle`, read
+/// from /proc (no `ps` needed): the server processes of a temp dir, and, with
+/// `watchdogs`, its `sh -c` watchdog too.
+fn processes_mentioning(needle: &str, watchdogs: bool) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let path = entry.path();
+        let Ok(cmdline) = std::fs::read(path.join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let zombie = std::fs::read_to_string(path.join("stat"))
+            .map(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if !zombie && cmdline.contains(needle) && (watchdogs || !cmdline.starts_with("sh -c")) {
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn pg_shared_server_answers_select_1() {
+    let url = pg_url();
+    assert_eq!(url, pg_url(), "pg_url() is stable within a process");
+    let c = pg(&url).await;
+    let one: i32 = c.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+    let v = pg_version(&url).await;
+    assert!(v.starts_with("PostgreSQL "), "{v}");
+    eprintln!("pg_url={url} version={v}");
+}
+
+#[tokio::test]
+async fn pg_fresh_dbs_are_distinct_and_isolated() {
+    let a = pg_fresh_db().await;
+    let b = pg_fresh_db().await;
+    assert_ne!(a, b);
+    let ca = pg(&a).await;
+    let cb = pg(&b).await;
+    let da: String = ca
+        .query_one("SELECT current_database()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let db: String = cb
+        .query_one("SELECT current_database()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_ne!(da, db);
+    assert!(da.starts_with("bp_") && db.starts_with("bp_"), "{da} {db}");
+    ca.batch_execute("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    let n: i64 = ca
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+    let absent: bool = cb
+        .query_one("SELECT to_regclass('public.t') IS NULL", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(absent, "table t from {da} must not exist in {db}");
+    let err = cb.query("SELECT * FROM t", &[]).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42P01"), "{err}");
+}
+
+#[tokio::test]
+async fn pg_fresh_dbs_many_concurrently() {
+    let urls = join_all_spawned((0..8).map(|_| pg_fresh_db())).await;
+    let mut names = Vec::new();
+    for u in &urls {
+        let c = pg(u).await;
+        let d: String = c
+            .query_one("SELECT current_database()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        names.push(d);
+    }
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 8);
+}
+
+#[tokio::test]
+async fn mysql_shared_server_answers_select_1() {
+    let url = mysql_url();
+    assert_eq!(url, mysql_url(), "mysql_url() is stable within a process");
+    let mut c = my(&url).await;
+    let one: Option<i64> = c.query_first("SELECT 1").await.unwrap();
+    assert_eq!(one, Some(1));
+    c.disconnect().await.unwrap();
+    let v = mysql_version(&url).await;
+    assert!(
+        v.contains("MariaDB") || v.chars().next().is_some_and(|c| c.is_ascii_digit()),
+        "{v}"
+    );
+    eprintln!("mysql_url={url} version={v}");
+}
+
+#[tokio::test]
+async fn mysql_fresh_dbs_are_distinct_and_isolated() {
+    let a = mysql_fresh_db().await;
+    let b = mysql_fresh_db().await;
+    assert_ne!(a, b);
+    let mut ca = my(&a).await;
+    let mut cb = my(&b).await;
+    let da: Option<String> = ca.query_first("SELECT DATABASE()").await.unwrap();
+    let db: Option<String> = cb.query_first("SELECT DATABASE()").await.unwrap();
+    assert_ne!(da, db);
+    assert!(da.as_deref().unwrap().starts_with("bp_"), "{da:?}");
+    ca.query_drop("CREATE TABLE t (x INT); INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    let n: Option<i64> = ca.query_first("SELECT COUNT(*) FROM t").await.unwrap();
+    assert_eq!(n, Some(1));
+    let present: Option<i64> = cb
+        .query_first(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 't'",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        present,
+        Some(0),
+        "table t from {da:?} must not exist in {db:?}"
+    );
+    let err = cb.query_drop("SELECT * FROM t").await.unwrap_err();
+    assert!(
+        err.to_string().contains("1146") || err.to_string().contains("doesn't exist"),
+        "{err}"
+    );
+    ca.disconnect().await.unwrap();
+    cb.disconnect().await.unwrap();
+}
+
+#[tokio::test]
+async fn pg_server_applies_settings_and_is_removed_on_drop() {
+    let t = Instant::now();
+    let server = PgServer::start(&[
+        ("max_connections", "42"),
+        ("application_name", "bp harness 'quoted'"),
+    ]);
+    eprintln!("PgServer::start took {:?}", t.elapsed());
+    let (dir, port) = (server.dir().to_path_buf(), server.port());
+    assert!(server.url().starts_with("postgresql://postgres@127.0.0.1:"));
+    assert!(
+        dir.starts_with(std::env::temp_dir()) || dir.starts_with("/tmp"),
+        "{}",
+        dir.display()
+    );
+    {
+        let c = pg(&server.url()).await;
+        assert_eq!(pg_show(&c, "max_connections").await, "42");
+        assert_eq!(pg_show(&c, "application_name").await, "bp harness 'quoted'");
+        assert_eq!(pg_show(&c, "listen_addresses").await, "127.0.0.1");
+        assert_eq!(
+            pg_show(&c, "unix_socket_directories").await,
+            dir.to_string_lossy()
+        );
+        let durable = if fast_server() { "off" } else { "on" };
+        assert_eq!(pg_show(&c, "fsync").await, durable);
+        assert_eq!(pg_show(&c, "synchronous_commit").await, durable);
+        assert_eq!(pg_show(&c, "server_encoding").await, "UTF8");
+        // The unix socket lives in the temp dir, not in /var/run/postgresql.
+        assert!(dir.join(format!(".s.PGSQL.{port}")).exists());
+        let v = pg_version(&server.url()).await;
+        assert!(v.starts_with("PostgreSQL "), "{v}");
+    }
+    let procs = processes_mentioning(&dir.to_string_lossy(), false);
+    assert!(
+        !procs.is_empty(),
+        "the server process must be visible before drop"
+    );
+    let t = Instant::now();
+    drop(server);
+    eprintln!("PgServer drop took {:?}", t.elapsed());
+    assert!(!dir.exists(), "{} still exists after drop", dir.display());
+    assert!(
+        port_refuses(port),
+        "port {port} still accepts connections after drop"
+    );
+    let procs = processes_mentioning(&dir.to_string_lossy(), true);
+    assert!(procs.is_empty(), "still running after drop: {procs:?}");
+}
+
+#[tokio::test]
+async fn mysql_server_applies_args_and_is_removed_on_drop() {
+    let t = Instant::now();
+    let server = MysqlServer::start(&["--max-allowed-packet=65536", "--max-connections=77"]);
+    eprintln!("MysqlServer::start took {:?}", t.elapsed());
+    let (dir, port) = (server.dir().to_path_buf(), server.port());
+    assert!(server.url().starts_with("mysql://root@127.0.0.1:"));
+    {
+        let mut c = my(&server.url()).await;
+        let packet: Option<u64> = c.query_first("SELECT @@max_allowed_packet").await.unwrap();
+        assert_eq!(packet, Some(65536));
+        let maxc: Option<u64> = c.query_first("SELECT @@max_connections").await.unwrap();
+        assert_eq!(maxc, Some(77), "extra args override the harness defaults");
+        let bind: Option<String> = c.query_first("SELECT @@bind_address").await.unwrap();
+        assert_eq!(bind.as_deref(), Some("127.0.0.1"));
+        let sock: Option<String> = c.query_first("SELECT @@socket").await.unwrap();
+        assert_eq!(sock.map(PathBuf::from), Some(dir.join("mysql.sock")));
+        let flush: Option<u64> = c
+            .query_first("SELECT @@innodb_flush_log_at_trx_commit")
+            .await
+            .unwrap();
+        assert_eq!(flush, Some(if fast_server() { 2 } else { 1 }));
+        let charset: Option<String> = c
+            .query_first("SELECT @@character_set_server")
+            .await
+            .unwrap();
+        assert_eq!(charset.as_deref(), Some("utf8mb4"));
+        let infile: Option<u64> = c.query_first("SELECT @@local_infile").await.unwrap();
+        assert_eq!(infile, Some(1));
+        c.disconnect().await.unwrap();
+        assert!(mysql_version(&server.url()).await.contains("MariaDB"));
+    }
+    // The shared server's defaults are not affected by the owned one.
+    if std::env::var_os("MYSQL_URL").is_none() {
+        let mut c = my(&mysql_url()).await;
+        let maxc: Option<u64> = c.query_first("SELECT @@max_connections").await.unwrap();
+        assert_eq!(maxc, Some(300));
+        c.disconnect().await.unwrap();
+    }
+    let procs = processes_mentioning(&dir.to_string_lossy(), false);
+    assert!(
+        !procs.is_empty(),
+        "the server process must be visible before drop"
+    );
+    let t = Instant::now();
+    drop(server);
+    eprintln!("MysqlServer drop took {:?}", t.elapsed());
+    assert!(!dir.exists(), "{} still exists after drop", dir.display());
+    assert!(
+        port_refuses(port),
+        "port {port} still accepts connections after drop"
+    );
+    let procs = processes_mentioning(&dir.to_string_lossy(), true);
+    assert!(procs.is_empty(), "still running after drop: {procs:?}");
+}
+
+const CHILD_ENV: &str = "BP_HARNESS_WATCHDOG_CHILD";
+const CHILD_TAG: &str = "BP_CHILD_SERVER";
+
+/// Runs this very test in a child process that starts servers and then calls
+/// `std::process::exit` (no Drop runs); the watchdogs must then stop the
+/// servers and delete their dirs.
+#[test]
+fn watchdog_cleans_up_after_process_exit() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        // Child role: owned servers that are never dropped, and the shared ones.
+        let p = PgServer::start(&[]);
+        let m = MysqlServer::start(&[]);
+        for (port, dir) in [(p.port(), p.dir()), (m.port(), m.dir())] {
+            assert!(dir.exists() && !port_refuses(port));
+            assert!(!processes_mentioning(&dir.to_string_lossy(), false).is_empty());
+            println!("{CHILD_TAG} {port} {}", dir.display());
+        }
+        std::process::exit(0);
+    }
+    let me = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(me)
+        .args([
+            "--exact",
+            "watchdog_cleans_up_after_process_exit",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "1")
+        .env_remove("PG_URL")
+        .env_remove("MYSQL_URL")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let servers: Vec<(u16, PathBuf)> = stdout
+        .lines()
+        .filter_map(|l| l.split_once(CHILD_TAG).map(|(_, rest)| rest))
+        .map(|l| {
+            let (port, dir) = l.trim().split_once(' ').unwrap();
+            (port.parse().unwrap(), PathBuf::from(dir))
+        })
+        .collect();
+    assert_eq!(servers.len(), 2, "child output:\n{stdout}");
+    let t = Instant::now();
+    loop {
+        let left: Vec<String> = servers
+            .iter()
+            .filter(|(port, dir)| {
+                dir.exists()
+                    || !port_refuses(*port)
+                    || !processes_mentioning(&dir.to_string_lossy(), true).is_empty()
+            })
+            .map(|(port, dir)| format!("{port} {}", dir.display()))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "not cleaned up 30 s after exit: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "watchdogs cleaned up {} servers {:?} after the child exited",
+        servers.len(),
+        t.elapsed()
+    );
+}
+
+/// Minimal join_all (no futures crate): polls the futures concurrently.
+async fn join_all_spawned<F: std::future::Future<Output = String> + Send + 'static>(
+    futs: impl Iterator<Item = F>,
+) -> Vec<String> {
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}

@@ -1,0 +1,356 @@
+//! The axum and actix-web example services on a loopback port against a
+//! real PostgreSQL, driven by a real HTTP client (reqwest).
+
+mod common;
+
+#[path = "../examples/actix_service.rs"]
+mod actix_service;
+#[path = "../examples/axum_service.rs"]
+mod axum_service;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use batchpool::postgres::Pool;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+
+/// The JSON shapes both examples speak (kept separate here so the test
+/// checks the wire format, not the examples' own types).
+#[derive(Debug, Clone, Serialize)]
+struct NewEvent {
+    key: String,
+    data: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Created {
+    id: i64,
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
+struct Event {
+    id: i64,
+    key: String,
+    data: String,
+}
+
+async fn pool(max_size: usize) -> Pool {
+    let url = common::pg_fresh_db().await;
+    let pool = Pool::builder(&url)
+        .max_size(max_size)
+        .build()
+        .expect("build pool");
+    pool.execute(axum_service::SCHEMA, &[])
+        .await
+        .expect("create table");
+    pool
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()
+        .expect("http client")
+}
+
+/// POSTs `n` distinct events with at most `in_flight` requests at once and
+/// returns id → posted body.
+async fn post_all(base: &str, n: usize, in_flight: usize) -> HashMap<i64, NewEvent> {
+    let http = client();
+    let limit = Arc::new(Semaphore::new(in_flight));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (http, limit) = (http.clone(), limit.clone());
+        let url = format!("{base}/events");
+        tasks.spawn(async move {
+            let _permit = limit.acquire_owned().await.unwrap();
+            let event = NewEvent {
+                key: format!("key-{i}"),
+                data: format!("payload {i} {}", "x".repeat(i % 50)),
+            };
+            let resp = http.post(&url).json(&event).send().await.expect("POST");
+            assert_eq!(resp.status(), 201, "POST {i}");
+            let created: Created = resp.json().await.expect("POST body");
+            (created.id, event)
+        });
+    }
+    let mut sent = HashMap::new();
+    while let Some(r) = tasks.join_next().await {
+        let (id, event) = r.unwrap();
+        assert!(sent.insert(id, event).is_none(), "id {id} returned twice");
+    }
+    sent
+}
+
+/// GETs every id and checks it reads back the body that was posted.
+async fn read_back(base: &str, sent: &HashMap<i64, NewEvent>, in_flight: usize) {
+    let http = client();
+    let limit = Arc::new(Semaphore::new(in_flight));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (&id, event) in sent {
+        let (http, limit, event) = (http.clone(), limit.clone(), event.clone());
+        let url = format!("{base}/events/{id}");
+        tasks.spawn(async move {
+            let _permit = limit.acquire_owned().await.unwrap();
+            let resp = http.get(&url).send().await.expect("GET");
+            assert_eq!(resp.status(), 200, "GET {id}");
+            let got: Event = resp.json().await.expect("GET body");
+            assert_eq!(
+                got,
+                Event {
+                    id,
+                    key: event.key,
+                    data: event.data
+                }
+            );
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+}
+
+/// The error answers: duplicate key, unknown id, malformed path.
+async fn check_errors(base: &str) {
+    let http = client();
+    let dup = NewEvent {
+        key: "key-0".into(),
+        data: "again".into(),
+    };
+    let resp = http
+        .post(format!("{base}/events"))
+        .json(&dup)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 409);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("already exists"),
+        "{body}"
+    );
+    let resp = http
+        .get(format!("{base}/events/987654321"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    let resp = http
+        .get(format!("{base}/events/not-a-number"))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_client_error(), "{}", resp.status());
+}
+
+async fn count(pool: &Pool) -> i64 {
+    pool.query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn base(addr: SocketAddr) -> String {
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn axum_service_two_thousand_concurrent_posts() {
+    let pool = pool(4).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum_service::app(pool.clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let base = base(addr);
+
+    let sent = post_all(&base, 2000, 200).await;
+    assert_eq!(sent.len(), 2000);
+    read_back(&base, &sent, 200).await;
+    check_errors(&base).await;
+    assert_eq!(count(&pool).await, 2000);
+
+    let stats = pool.stats();
+    eprintln!(
+        "axum: {:.1} rows per batch, {stats:?}",
+        stats.rows_per_batch()
+    );
+    assert_eq!(stats.rows, 2001, "2000 rows and the duplicate: {stats:?}");
+    assert!(
+        stats.rows_per_batch() > 1.0,
+        "POSTs were coalesced: {stats:?}"
+    );
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actix_service_concurrent_posts() {
+    let pool = pool(2).await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // actix-web runs on its own system (one current-thread runtime per
+    // worker), in a thread of its own.
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    let data = actix_web::web::Data::new(pool.clone());
+    let server = std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            let server = actix_web::HttpServer::new(move || {
+                actix_web::App::new()
+                    .app_data(data.clone())
+                    .configure(actix_service::configure)
+            })
+            .workers(2)
+            .listen(listener)
+            .expect("listen")
+            .run();
+            handle_tx.send(server.handle()).unwrap();
+            server.await
+        })
+    });
+    let handle = handle_rx.recv().expect("server started");
+    let base = base(addr);
+
+    let sent = post_all(&base, 200, 50).await;
+    assert_eq!(sent.len(), 200);
+    read_back(&base, &sent, 50).await;
+    check_errors(&base).await;
+    assert_eq!(count(&pool).await, 200);
+
+    let stats = pool.stats();
+    eprintln!(
+        "actix: {:.1} rows per batch, {stats:?}",
+        stats.rows_per_batch()
+    );
+    assert_eq!(stats.rows, 201, "200 rows and the duplicate: {stats:?}");
+    assert!(
+        stats.rows_per_batch() > 1.0,
+        "POSTs were coalesced: {stats:?}"
+    );
+    handle.stop(true).await;
+    server.join().unwrap().expect("server ran");
+}
+
+/// The PostgreSQL server address behind `url`, and a config reaching the
+/// same database through `proxy`.
+fn via_proxy(url: &str, proxy: SocketAddr) -> tokio_postgres::Config {
+    let parsed: tokio_postgres::Config = url.parse().expect("test url");
+    let mut config = tokio_postgres::Config::new();
+    config.host(proxy.ip().to_string()).port(proxy.port());
+    if let Some(user) = parsed.get_user() {
+        config.user(user);
+    }
+    if let Some(db) = parsed.get_dbname() {
+        config.dbname(db);
+    }
+    config
+}
+
+fn upstream(url: &str) -> SocketAddr {
+    let parsed: tokio_postgres::Config = url.parse().expect("test url");
+    let port = parsed.get_ports().first().copied().unwrap_or(5432);
+    let host = match parsed.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) if h != "localhost" => h.clone(),
+        _ => "127.0.0.1".to_string(),
+    };
+    format!("{host}:{port}").parse().expect("upstream address")
+}
+
+async fn serve_axum(pool: Pool) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum_service::app(pool);
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    (base(addr), server)
+}
+
+async fn post(base: &str, key: &str) -> (u16, serde_json::Value) {
+    let resp = client()
+        .post(format!("{base}/events"))
+        .json(&NewEvent {
+            key: key.into(),
+            data: "d".into(),
+        })
+        .send()
+        .await
+        .expect("POST");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.expect("JSON body"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axum_service_maps_overload_to_503() {
+    let url = common::pg_fresh_db().await;
+    let pool = Pool::builder(&url)
+        .max_size(1)
+        .batching(
+            batchpool::BatchConfig::default()
+                .queue_capacity(1)
+                .queue_full(batchpool::QueueFull::Reject),
+        )
+        .build()
+        .unwrap();
+    pool.execute(axum_service::SCHEMA, &[]).await.unwrap();
+    let (base, server) = serve_axum(pool.clone()).await;
+    assert_eq!(post(&base, "warm").await.0, 201); // prepares the INSERT
+
+    // With the only connection held, one POST fills the one-row queue.
+    let held = pool.get().await.unwrap();
+    let first = tokio::spawn({
+        let base = base.clone();
+        async move { post(&base, "first").await }
+    });
+    for _ in 0..200 {
+        if pool.stats().queued == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(pool.stats().queued, 1);
+    let (status, body) = post(&base, "second").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("busy"), "{body}");
+    drop(held);
+    assert_eq!(first.await.unwrap().0, 201);
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axum_service_maps_outcome_unknown_to_500() {
+    let url = common::pg_fresh_db().await;
+    let proxy = common::proxy::Proxy::start(upstream(&url)).await;
+    let pool = Pool::from_config(via_proxy(&url, proxy.addr()))
+        .max_size(1)
+        .build()
+        .unwrap();
+    pool.execute(axum_service::SCHEMA, &[]).await.unwrap();
+    let (base, server) = serve_axum(pool.clone()).await;
+    assert_eq!(post(&base, "warm").await.0, 201);
+
+    // The INSERT reaches the server, its reply is held, then the connection
+    // is cut: nobody can tell whether it committed.
+    proxy.hold_replies(true);
+    let sent_before = proxy.client_bytes();
+    let pending = tokio::spawn({
+        let base = base.clone();
+        async move { post(&base, "in-doubt").await }
+    });
+    for _ in 0..500 {
+        if proxy.client_bytes() > sent_before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(proxy.client_bytes() > sent_before, "the INSERT was sent");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.kill_all();
+    proxy.hold_replies(false);
+    let (status, body) = pending.await.unwrap();
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("outcome unknown"),
+        "{body}"
+    );
+    server.abort();
+}

@@ -1,0 +1,282 @@
+//! Runs the `ycsb_load` bench's code path (benches/ycsb) for every mode on a
+//! few hundred rows against a real PostgreSQL, so the bench cannot silently
+//! rot: counts, the report, JSON and SVG. No timing assertions.
+
+mod common;
+#[path = "../benches/ycsb/mod.rs"]
+mod ycsb;
+
+use clap::Parser;
+use ycsb::cli::Args;
+use ycsb::pg::PgTarget;
+use ycsb::workload::{self, Dataset};
+use ycsb::{Database, Mode, Options, ServerSetup, report};
+
+async fn connect(config: &tokio_postgres::Config) -> tokio_postgres::Client {
+    let (client, conn) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connect to the scratch database");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+async fn database_exists(url: &str, name: &str) -> bool {
+    let config: tokio_postgres::Config = url.parse().expect("pg_url parses");
+    let client = connect(&config).await;
+    client
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+        .await
+        .expect("query pg_database")
+        .is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mode_loads_verifies_and_reports() {
+    let url = common::pg_url();
+    let target = PgTarget::create(&url).await.expect("scratch database");
+    let config = target.config().clone();
+    let dbname = config.get_dbname().expect("scratch db name").to_string();
+    let setup = ServerSetup {
+        throwaway: false,
+        fast: common::fast_server(),
+        address: target.address(),
+    };
+    let db = Database::Postgres(target);
+    let records = 300;
+    let opts = Options {
+        records,
+        batch_size: 64,
+        tasks: 8,
+        pool_size: 3,
+        repeat: 2,
+        modes: Mode::ALL.to_vec(),
+        sweep: Some(vec![1, 10, 1000]),
+        progress: false,
+        ..Options::default()
+    };
+    let report = ycsb::run(&db, &opts, setup).await.expect("bench run");
+
+    // The table holds exactly the last load: every YCSB key once.
+    let client = connect(&config).await;
+    let keys: Vec<String> = client
+        .query("SELECT ycsb_key FROM usertable ORDER BY ycsb_key", &[])
+        .await
+        .expect("read keys")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut expected: Vec<String> = (0..records as u64).map(workload::key).collect();
+    expected.sort();
+    assert_eq!(keys, expected);
+    let row = client
+        .query_one(
+            "SELECT length(field0), length(field9) FROM usertable WHERE ycsb_key = $1",
+            &[&workload::key(0)],
+        )
+        .await
+        .expect("first row");
+    assert_eq!(
+        (row.get::<_, i32>(0), row.get::<_, i32>(1)),
+        (workload::FIELD_LEN as i32, workload::FIELD_LEN as i32)
+    );
+
+    // One result per mode, in --modes order, each run twice.
+    let modes: Vec<Mode> = report.results.iter().map(|r| r.mode).collect();
+    assert_eq!(modes, Mode::ALL.to_vec());
+    for r in &report.results {
+        assert_eq!(r.runs.len(), 2, "{}", r.mode);
+        assert!(r.rows_per_sec > 0.0 && r.elapsed_secs > 0.0, "{}", r.mode);
+        assert_eq!(r.latency.is_some(), r.mode.has_latency(), "{}", r.mode);
+        if let Some(l) = &r.latency {
+            assert_eq!(l.count, records as u64, "{}", r.mode);
+            assert!(l.p50_us <= l.p99_us && l.p99_us <= l.max_us, "{}", r.mode);
+        }
+        let batchpool_mode = matches!(r.mode, Mode::Batchrewrite | Mode::Coalesce);
+        assert_eq!(r.batching.is_some(), batchpool_mode, "{}", r.mode);
+        if let Some(b) = &r.batching {
+            assert_eq!(b.rows, records as u64, "{}", r.mode);
+            assert!(b.batches >= 1 && b.statements >= b.batches, "{}", r.mode);
+        }
+    }
+    let by_mode = |m: Mode| report.results.iter().find(|r| r.mode == m).unwrap();
+    assert_eq!(by_mode(Mode::Nobatch).ratio_to_nobatch, Some(1.0));
+    assert_eq!(by_mode(Mode::Copy).ratio_to_copy, Some(1.0));
+    // 300 rows in groups of 64: 5 explicit batches.
+    assert_eq!(
+        by_mode(Mode::Batchrewrite)
+            .batching
+            .as_ref()
+            .unwrap()
+            .batches,
+        5
+    );
+
+    // The sweep: one point per size; size 1 is one statement per row.
+    let sizes: Vec<usize> = report.sweep.iter().map(|p| p.batch_size).collect();
+    assert_eq!(sizes, vec![1, 10, 1000]);
+    let first = report.sweep[0].batching.as_ref().unwrap();
+    assert_eq!(first.statements, records as u64);
+    let last = report.sweep[2].batching.as_ref().unwrap();
+    assert_eq!((last.batches, last.rows), (1, records as u64));
+
+    // Text, JSON and SVG.
+    let text = report::render_text(&report);
+    for needle in [
+        "database",
+        "postgresql",
+        "nobatch",
+        "batchrewrite",
+        "coalesce-peer",
+        "copy",
+        "p99 µs",
+        "rows/batch",
+        "sweep",
+        "machine:",
+        "server:",
+        "settings:",
+        "--records 300",
+    ] {
+        assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
+    }
+    assert!(text.contains(&report.server.version), "{text}");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = dir.path().join("ycsb.json");
+    report::write_json(&report, &json).expect("write json");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("read json")).expect("valid json");
+    assert_eq!(v["options"]["records"], records);
+    assert_eq!(v["results"].as_array().map(Vec::len), Some(6));
+    assert_eq!(v["results"][4]["mode"], "coalesce-peer");
+    assert!(v["results"][3]["latency"]["p99_us"].as_u64().is_some());
+    assert_eq!(v["sweep"].as_array().map(Vec::len), Some(3));
+    assert!(v["machine"]["cores"].as_u64().unwrap_or(0) >= 1);
+
+    let svg = dir.path().join("ycsb.svg");
+    report::plot_modes(&report, &svg).expect("plot modes");
+    let body = std::fs::read_to_string(&svg).expect("read svg");
+    assert!(
+        body.starts_with("<svg") && body.contains("coalesce-peer"),
+        "{body}"
+    );
+    let sweep_svg = dir.path().join("ycsb-sweep.svg");
+    report::plot_sweep(&report, &sweep_svg).expect("plot sweep");
+    let body = std::fs::read_to_string(&sweep_svg).expect("read sweep svg");
+    assert!(body.starts_with("<svg") && body.contains("1,000"), "{body}");
+
+    drop(client);
+    db.cleanup().await;
+    assert!(
+        !database_exists(&url, &dbname).await,
+        "{dbname} not dropped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_count_fails_the_run() {
+    let url = common::pg_url();
+    let db = Database::Postgres(PgTarget::create(&url).await.expect("scratch database"));
+    db.prepare().await.expect("create usertable");
+    let data = std::sync::Arc::new(Dataset::generate(20, 100, 1).expect("rows"));
+    let cfg = ycsb::LoadConfig {
+        batch_size: 8,
+        tasks: 2,
+        pool_size: 2,
+    };
+    let progress = ycsb::Progress::start(false, "copy", 20);
+    db.load(Mode::Copy, &data, cfg, &progress)
+        .await
+        .expect("copy");
+    assert_eq!(progress.count(), 20);
+    ycsb::verify_count(&db, 20, "copy").await.expect("20 rows");
+    let err = ycsb::verify_count(&db, 21, "copy")
+        .await
+        .expect_err("21 expected, 20 there");
+    assert!(err.to_string().contains("count(*) = 20"), "{err}");
+    // Loading the same keys again without TRUNCATE is a primary-key error,
+    // reported as the mode's failure (not a panic).
+    let err = db
+        .load(Mode::Coalesce, &data, cfg, &progress)
+        .await
+        .expect_err("duplicate keys");
+    let msg = ycsb::error_chain(&*err);
+    assert!(msg.contains("duplicate key"), "{msg}");
+    db.cleanup().await;
+}
+
+#[test]
+fn keys_follow_ycsb_hashed_order() {
+    // The first key of every YCSB load with the default hashed insert order.
+    assert_eq!(workload::key(0), "user6284781860667377211");
+    // FNV-1a over the 8 little-endian bytes, then Java's Math.abs, written
+    // as the byte-wise textbook definition.
+    for i in 0..2000u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in i.to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let abs = (h as i64).wrapping_abs();
+        assert_eq!(workload::key(i), format!("user{abs}"));
+    }
+    let data = Dataset::generate(1000, 100, 7).expect("rows");
+    assert_eq!(data.len(), 1000);
+    for r in &data.rows {
+        assert!(
+            r.fields
+                .iter()
+                .all(|f| f.len() == 100 && f.bytes().all(|b| (b' '..=b'~').contains(&b)))
+        );
+    }
+    // Seeded: the same bytes every run, different bytes per seed.
+    let again = Dataset::generate(3, 100, 7).expect("rows");
+    assert_eq!(again.rows[2].fields, data.rows[2].fields);
+    let other = Dataset::generate(3, 100, 8).expect("rows");
+    assert_ne!(other.rows[2].fields, data.rows[2].fields);
+}
+
+#[test]
+fn command_line_and_options() {
+    // `cargo bench` passes --bench to harness = false benches.
+    let a = Args::try_parse_from(["ycsb_load", "--bench"]).expect("defaults");
+    let o = a.options();
+    assert_eq!(
+        (o.records, o.batch_size, o.tasks, o.pool_size, o.repeat),
+        (100_000, 1000, 64, 8, 1)
+    );
+    assert_eq!(o.modes, Mode::ALL.to_vec());
+    assert!(o.sweep.is_none() && a.pg_url.is_none());
+
+    let a = Args::try_parse_from([
+        "ycsb_load",
+        "--tasks",
+        "1",
+        "--modes",
+        "coalesce,coalesce-peer",
+        "--repeat",
+        "3",
+        "--sweep",
+        "--plot",
+        "/tmp/x/ycsb.svg",
+    ])
+    .expect("parse");
+    let o = a.options();
+    assert_eq!(o.modes, vec![Mode::Coalesce, Mode::CoalescePeer]);
+    assert_eq!(o.order(1), vec![Mode::CoalescePeer, Mode::Coalesce]);
+    assert_eq!(o.order(2), o.modes);
+    assert_eq!(o.sweep, Some(vec![1, 10, 100, 1000, 10000]));
+    assert_eq!(
+        a.sweep_plot_path(),
+        Some(std::path::PathBuf::from("/tmp/x/ycsb-sweep.svg"))
+    );
+    assert!(Args::try_parse_from(["ycsb_load", "--modes", "bogus"]).is_err());
+
+    let bad = Options {
+        tasks: 0,
+        ..Options::default()
+    };
+    let err = bad.validate().expect_err("tasks 0");
+    assert!(err.to_string().contains("--tasks"), "{err}");
+}
