@@ -11,7 +11,9 @@
 //! Without `--pg-url` (or `PG_URL`), a throwaway PostgreSQL cluster is
 //! started (durable settings unless `BATCHPOOL_FAST_SERVER=1`). Each run
 //! uses a fresh database. Server, clients and PostgreSQL share the machine:
-//! read the numbers as a comparison, not as absolute capacity.
+//! read the numbers as a comparison, not as absolute capacity. `--ceiling`
+//! adds a run of the same handler with no database behind it: the most the
+//! HTTP stack itself does on this machine.
 
 #[path = "../tests/common/mod.rs"]
 mod common;

@@ -94,7 +94,8 @@ struct Args {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 enum Mode {
-    /// BEGIN / statement / COMMIT on a plain pool (deadpool-postgres, mysql_async).
+    /// BEGIN / statement / COMMIT on a plain pool (deadpool-postgres;
+    /// deadpool over bare mysql_async connections).
     Explicit,
     /// `Pool::atomic` of the one statement.
     Elided,

@@ -32,9 +32,26 @@ async fn count(pool: &Pool, table: &str) -> i64 {
         .expect("a count")
 }
 
+/// Per-row ids are only claimed with `innodb_autoinc_lock_mode` 0 or 1 (the
+/// MariaDB default, and the throwaway server's); tests that check them say
+/// so when pointed at a server configured otherwise.
+async fn require_consecutive_lock_mode(pool: &Pool) {
+    let mode: i64 = pool
+        .query_one("SELECT @@innodb_autoinc_lock_mode", ())
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert!(
+        mode == 0 || mode == 1,
+        "this test needs innodb_autoinc_lock_mode 0 or 1 (the default), the server has {mode}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_concurrent_callers_are_coalesced() {
     let pool = pool().await;
+    require_consecutive_lock_mode(&pool).await;
     pool.execute(
         "CREATE TABLE users (id BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(100) NOT NULL, \
          email VARCHAR(200)) ENGINE=InnoDB",
@@ -100,6 +117,7 @@ async fn ids_follow_auto_increment_increment() {
     let opts = mysql_async::OptsBuilder::from_opts(opts)
         .setup(vec!["SET SESSION auto_increment_increment = 5"]);
     let pool = Pool::from_opts(opts).max_size(2).build().unwrap();
+    require_consecutive_lock_mode(&pool).await;
     pool.execute(
         "CREATE TABLE steps (id INT AUTO_INCREMENT PRIMARY KEY, tag VARCHAR(20) NOT NULL)",
         (),
@@ -170,6 +188,37 @@ async fn ids_are_not_claimed_when_not_provable() {
     assert_eq!(out.rows_affected(), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_not_claimed_under_interleaved_lock_mode() {
+    // Lock mode 2 may interleave the ids of concurrent multi-row inserts.
+    let server = common::MysqlServer::start(&["--innodb-autoinc-lock-mode=2"]);
+    let pool = Pool::builder(&server.url()).max_size(2).build().unwrap();
+    pool.execute(
+        "CREATE TABLE il (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)",
+        (),
+    )
+    .await
+    .unwrap();
+    let results = pool
+        .execute_many("INSERT INTO il (v) VALUES (?)", (0..30).map(|i| (i,)))
+        .await
+        .unwrap();
+    for r in &results {
+        let out = r.as_ref().unwrap();
+        assert_eq!(out.rows_affected(), 1);
+        assert_eq!(out.last_insert_id(), None, "{out:?}");
+    }
+    assert!(pool.stats().batches >= 1);
+    assert_eq!(count(&pool, "il").await, 30);
+    // A statement that ran on its own still reports the server's id.
+    let out = pool
+        .execute("INSERT INTO il (v) VALUES (1), (2)", ())
+        .await
+        .unwrap();
+    assert!(out.last_insert_id().is_some());
+    pool.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn returning_gives_each_caller_its_own_row() {
     let pool = pool().await;
@@ -222,6 +271,7 @@ async fn returning_gives_each_caller_its_own_row() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_key_fails_only_its_caller() {
     let pool = pool().await;
+    require_consecutive_lock_mode(&pool).await;
     pool.execute(
         "CREATE TABLE accounts (id INT AUTO_INCREMENT PRIMARY KEY, \
          email VARCHAR(100) NOT NULL UNIQUE)",
@@ -691,6 +741,26 @@ async fn bad_input_gets_a_clear_error_for_its_caller_only() {
     assert_eq!(count(&pool, "p").await, 2);
     let status = pool.status();
     assert_eq!(status.size, status.available, "{status:?}");
+    // Debug output never shows the password.
+    let builder = Pool::builder("mysql://app:s3cret@127.0.0.1:1/db");
+    let shown = format!("{builder:?}");
+    assert!(
+        shown.contains("app") && !shown.contains("s3cret"),
+        "{shown}"
+    );
+    // Bad configuration fails at build, with the reason.
+    let e = Pool::builder("postgres://nope").build().unwrap_err();
+    assert!(e.to_string().contains("URL"), "{e}");
+    let e = Pool::builder(&common::mysql_url())
+        .statement_cache(0)
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("statement_cache"), "{e}");
+    let e = Pool::builder(&common::mysql_url())
+        .max_size(0)
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("max_size"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -752,6 +822,7 @@ mod property {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
             rt.block_on(async move {
                 let pool = pool_with(BatchConfig::default().max_rows(max_rows), 3).await;
+                require_consecutive_lock_mode(&pool).await;
                 pool.execute("CREATE TABLE r (id INT AUTO_INCREMENT PRIMARY KEY, a BIGINT, b TEXT, c DOUBLE, d BOOL)", ()).await.unwrap();
                 let data: Vec<(i64, String, f64, bool)> =
                     (0..n).map(|i| (i as i64, format!("row {i} '?'"), i as f64 / 3.0, i % 2 == 0)).collect();

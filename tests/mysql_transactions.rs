@@ -98,7 +98,10 @@ impl Env {
                     !id.is_empty()
                         && id.bytes().all(|b| b.is_ascii_digit())
                         && !cmd.trim().is_empty()
-                        && cmd.trim().chars().all(|c| c.is_ascii_alphabetic() || c == ' ')
+                        && cmd
+                            .trim()
+                            .chars()
+                            .all(|c| c.is_ascii_alphabetic() || c == ' ')
                 })
             }) else {
                 continue;
@@ -182,7 +185,11 @@ impl Env {
         }
         for conn in &mut held {
             let in_tx: Option<i64> = conn.query_first("SELECT @@in_transaction").await.unwrap();
-            assert_eq!(in_tx, Some(0), "a pooled connection was inside a transaction");
+            assert_eq!(
+                in_tx,
+                Some(0),
+                "a pooled connection was inside a transaction"
+            );
         }
         drop(held);
         assert_eq!(self.open_transactions().await, 0);
@@ -337,7 +344,10 @@ async fn empty_transactions_and_groups_send_nothing() {
     assert!(out.unwrap().is_empty());
     assert_eq!((trips, log.len()), (0, 0));
     let after = env.pool.status();
-    assert_eq!((after.size, after.available), (status.size, status.available));
+    assert_eq!(
+        (after.size, after.available),
+        (status.size, status.available)
+    );
 }
 
 #[tokio::test]
@@ -352,7 +362,11 @@ async fn execute_and_commit_alone_is_autocommit() {
     let (out, trips, log) = env.count(tx.execute_and_commit(INS, (1, "a"))).await;
     assert_eq!(out.unwrap().rows_affected(), 1);
     assert_eq!(trips, 1);
-    assert_eq!(verbs(&log), ["Execute INSERT"], "no START TRANSACTION, no COMMIT");
+    assert_eq!(
+        verbs(&log),
+        ["Execute INSERT"],
+        "no START TRANSACTION, no COMMIT"
+    );
 
     let mut tx = env.pool.begin();
     let (out, trips, log) = env
@@ -392,10 +406,16 @@ async fn failed_statement_ends_the_transaction() {
     assert_eq!(dup.as_mysql_error().map(|e| e.code), Some(1062));
     // Refused without being sent: the transaction is over.
     let (out, trips, _) = env.count(tx.execute(INS, (3, "three"))).await;
-    assert_eq!(out.unwrap_err().as_mysql_error().map(|e| e.code), Some(1062));
+    assert_eq!(
+        out.unwrap_err().as_mysql_error().map(|e| e.code),
+        Some(1062)
+    );
     assert_eq!(trips, 0);
     let (out, trips, log) = env.count(tx.commit()).await;
-    assert_eq!(out.unwrap_err().as_mysql_error().map(|e| e.code), Some(1062));
+    assert_eq!(
+        out.unwrap_err().as_mysql_error().map(|e| e.code),
+        Some(1062)
+    );
     assert_eq!(trips, 1);
     assert_eq!(verbs(&log), ["Query ROLLBACK"]);
     assert_eq!(env.keys().await, vec![1]);
@@ -436,9 +456,7 @@ async fn cancelled_atomic_group_commits_nothing_and_leaves_no_open_transaction()
 
     // Cancelled while the server sleeps in statement 1, after statement 0
     // ran inside the transaction.
-    let fut = env
-        .pool
-        .atomic([(INS, p((10, "x"))), (NAP, Params::Empty)]);
+    let fut = env.pool.atomic([(INS, p((10, "x"))), (NAP, Params::Empty)]);
     assert!(
         tokio::time::timeout(Duration::from_millis(300), fut)
             .await

@@ -37,7 +37,7 @@ fn upstream(url: &str) -> SocketAddr {
 fn via(url: &str, proxy: SocketAddr) -> tokio_postgres::Config {
     let parsed = parse(url);
     let mut config = tokio_postgres::Config::new();
-    config.host(&proxy.ip().to_string()).port(proxy.port());
+    config.host(proxy.ip().to_string()).port(proxy.port());
     if let Some(user) = parsed.get_user() {
         config.user(user);
     }

@@ -244,6 +244,8 @@ pub struct ServerSetup {
 /// `batchrewrite`, `coalesce`, `coalesce-peer`, `load-data`), and name its
 /// bulk mode in [`Database::bulk_mode`]. [`run`] and [`report`] then print it
 /// as one more row of the same table.
+// One value per run: the size difference between targets does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Database {
     /// PostgreSQL through tokio-postgres, deadpool-postgres and batchpool.
     Postgres(pg::PgTarget),

@@ -202,6 +202,9 @@ pub(super) async fn execute_rows<B: Backend>(
         .collect()
 }
 
+/// Per-row results of an explicit batch, or the error that stopped it.
+pub(super) type ManyResult<B> = Result<Vec<Result<<B as Backend>::Output, Error>>, Error>;
+
 /// An explicit batch from one caller (`execute_many`): its rows run in
 /// order on one connection, in statements of allowed sizes, without waiting
 /// in the queue. Runs in its own task so a dropped caller cannot cut a
@@ -212,7 +215,7 @@ pub(super) async fn direct<B: Backend>(
     q: Arc<ShapeQueue<B>>,
     rows: Vec<B::Row>,
     bytes: Vec<usize>,
-    reply: tokio::sync::oneshot::Sender<Result<Vec<Result<B::Output, Error>>, Error>>,
+    reply: tokio::sync::oneshot::Sender<ManyResult<B>>,
 ) {
     let _active = ActiveGuard(&engine);
     let mut conn = match engine.backend.get().await {

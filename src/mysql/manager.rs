@@ -28,10 +28,33 @@ pub(crate) struct ServerInfo {
 }
 
 /// Creates and recycles connections for the pool.
-#[derive(Debug)]
 pub struct Manager {
     opts: Opts,
     pub(crate) server: Arc<OnceLock<ServerInfo>>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("opts", &Redacted(&self.opts))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Connection options without the password (mysql_async's `Debug` prints
+/// it).
+pub(crate) struct Redacted<'a>(pub(crate) &'a Opts);
+
+impl std::fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let o = self.0;
+        f.debug_struct("Opts")
+            .field("user", &o.user())
+            .field("host", &o.ip_or_hostname())
+            .field("port", &o.tcp_port())
+            .field("db_name", &o.db_name())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Manager {

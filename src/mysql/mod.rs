@@ -82,12 +82,13 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Params, Row};
 
 use self::backend::{MyBackend, closed_before_send, encode, sent_error, unsent_error};
+use self::manager::Redacted;
 pub use self::manager::{ConnWrapper, Manager};
 pub use self::outcome::Outcome;
 pub use self::transaction::Transaction;
-pub use crate::error::AtomicError;
 use crate::config::BatchConfig;
 use crate::engine::{Backend, Engine, Route};
+pub use crate::error::AtomicError;
 use crate::error::{Error, Kind};
 use crate::stats::Stats;
 
@@ -123,7 +124,6 @@ impl std::fmt::Debug for Pool {
 }
 
 /// Builds a [`Pool`].
-#[derive(Debug)]
 pub struct PoolBuilder {
     opts: Result<Opts, Error>,
     max_size: usize,
@@ -133,6 +133,22 @@ pub struct PoolBuilder {
     statement_cache: usize,
     coalesce_upserts: bool,
     batching: BatchConfig,
+}
+
+impl std::fmt::Debug for PoolBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let opts = self.opts.as_ref().map(Redacted);
+        f.debug_struct("PoolBuilder")
+            .field("opts", &opts)
+            .field("max_size", &self.max_size)
+            .field("wait_timeout", &self.wait_timeout)
+            .field("create_timeout", &self.create_timeout)
+            .field("recycle_timeout", &self.recycle_timeout)
+            .field("statement_cache", &self.statement_cache)
+            .field("coalesce_upserts", &self.coalesce_upserts)
+            .field("batching", &self.batching)
+            .finish()
+    }
 }
 
 impl PoolBuilder {
@@ -158,8 +174,9 @@ impl PoolBuilder {
         self
     }
     /// Prepared statements mysql_async keeps per connection (default 256,
-    /// replacing the URL's `stmt_cache_size`). Each coalesced statement
-    /// text uses up to about 20 (one per allowed row count).
+    /// replacing the URL's `stmt_cache_size`; at least 1, as statements
+    /// leave the cache only by being closed). Each coalesced statement text
+    /// uses up to about 20 (one per allowed row count).
     pub fn statement_cache(mut self, n: usize) -> Self {
         self.statement_cache = n;
         self
@@ -184,6 +201,13 @@ impl PoolBuilder {
         let opts = self.opts?;
         if self.max_size == 0 {
             return Err(Error::new(Kind::Config, "max_size must be at least 1"));
+        }
+        if self.statement_cache == 0 {
+            // mysql_async never closes statements it does not cache.
+            return Err(Error::new(
+                Kind::Config,
+                "statement_cache must be at least 1 (batchpool prepares every statement)",
+            ));
         }
         let found_rows = opts.client_found_rows();
         let opts: Opts = OptsBuilder::from_opts(opts)

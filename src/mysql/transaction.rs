@@ -146,8 +146,10 @@ impl<'a> Iterator for Words<'a> {
 
 /// Whether the server's last reply on `conn` says a transaction is open.
 fn in_transaction(conn: &PooledConn) -> bool {
-    conn.last_ok_packet()
-        .is_none_or(|ok| ok.status_flags().contains(StatusFlags::SERVER_STATUS_IN_TRANS))
+    conn.last_ok_packet().is_none_or(|ok| {
+        ok.status_flags()
+            .contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+    })
 }
 
 /// A pooled connection that may be inside a transaction. When dropped with
@@ -451,7 +453,11 @@ impl Transaction {
 
     /// Runs a statement in the transaction and returns its outcome. Never
     /// coalesced. Parameters as for [`Pool::execute`].
-    pub async fn execute(&mut self, sql: &str, params: impl Into<Params>) -> Result<Outcome, Error> {
+    pub async fn execute(
+        &mut self,
+        sql: &str,
+        params: impl Into<Params>,
+    ) -> Result<Outcome, Error> {
         let ran = self.run(sql, params.into()).await?;
         let affected = if ran.affected == 0 && !ran.rows.is_empty() {
             ran.rows.len() as u64

@@ -32,9 +32,9 @@ use self::backend::{PgBackend, PgRow, encode, sent_error, unsent_error};
 pub use self::manager::{ClientWrapper, Manager};
 pub use self::outcome::Outcome;
 pub use self::transaction::Transaction;
-pub use crate::error::AtomicError;
 use crate::config::BatchConfig;
 use crate::engine::{Backend, Engine, Route};
+pub use crate::error::AtomicError;
 use crate::error::{Error, Kind};
 use crate::stats::Stats;
 

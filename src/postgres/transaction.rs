@@ -319,12 +319,17 @@ pub(super) async fn atomic(
 
     // Texts this connection has not prepared yet are prepared together: one
     // round trip, only the first time.
-    let prepares: Vec<Step<'_, _>> = statements
-        .iter()
-        .map(|(sql, _)| -> Step<'_, _> { Box::pin(client.prepare_cached(sql)) })
-        .collect();
+    let prepared_all = if let [(sql, _)] = statements {
+        vec![client.prepare_cached(sql).await]
+    } else {
+        let prepares: Vec<Step<'_, _>> = statements
+            .iter()
+            .map(|(sql, _)| -> Step<'_, _> { Box::pin(client.prepare_cached(sql)) })
+            .collect();
+        in_order(prepares).await
+    };
     let mut prepared = Vec::with_capacity(statements.len());
-    for (i, stmt) in in_order(prepares).await.into_iter().enumerate() {
+    for (i, stmt) in prepared_all.into_iter().enumerate() {
         prepared.push(stmt.map_err(|e| AtomicError::at(i, unsent_error(e)))?);
     }
     let mut rows = Vec::with_capacity(statements.len());
@@ -525,7 +530,14 @@ impl Transaction {
             let result = replies.next().unwrap_or_else(|| Err(missing_reply()));
             match begin {
                 Ok(_) => result,
-                Err(e) => Err(begin_failed(e)),
+                Err(e) if e.is_db() => {
+                    // Not a lost connection: the statement may have run in
+                    // autocommit. Reported as such, never as rolled back.
+                    let e = begin_failed(e);
+                    self.failed = Some(e.clone());
+                    return Err(e);
+                }
+                Err(e) => Err(e),
             }
         };
         engine.counters.passthrough();
