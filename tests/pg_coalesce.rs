@@ -420,6 +420,9 @@ async fn bad_input_gets_a_clear_error_for_its_caller_only() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some("42P01"));
+    // Transaction control cannot go through the pool's arbitrary connections.
+    let e = pool.execute("BEGIN", &[]).await.unwrap_err();
+    assert!(e.is_params() && e.to_string().contains("Pool::begin"), "{e}");
     // More parameters than the protocol allows.
     let many: Vec<i32> = (0..70_000).collect();
     let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =

@@ -285,6 +285,14 @@ impl Pool {
     }
 
     async fn passthrough(&self, sql: &str, params: &Params<'_>) -> Result<Outcome, Error> {
+        // Each call may run on another pooled connection: a bare BEGIN would
+        // leave one connection inside a transaction for some later caller.
+        if let Some(keyword) = transaction::transaction_control(sql) {
+            return Err(Error::params(format!(
+                "{keyword} through Pool::execute would run on an arbitrary pooled connection; \
+                 use Pool::begin / Pool::atomic, or Pool::get for manual transaction control"
+            )));
+        }
         let conn = self.engine.backend.get().await?;
         let stmt = conn.prepare_cached(sql).await.map_err(unsent_error)?;
         let row = encode(stmt.params(), params)?;

@@ -139,7 +139,7 @@ fn missing_reply() -> Error {
 /// [`Transaction`]: a statement that ends or nests the transaction would make
 /// the group's outcome unknowable (and could leave a pooled connection inside
 /// a transaction). Returns the offending keyword.
-fn transaction_control(sql: &str) -> Option<&'static str> {
+pub(super) fn transaction_control(sql: &str) -> Option<&'static str> {
     let mut words = Words { rest: sql };
     let first = words.next()?;
     let found = [
