@@ -39,6 +39,13 @@ pub struct BatchConfig {
     pub queue_full: QueueFull,
     /// Distinct SQL texts whose classification is cached. Default 1024.
     pub cache_capacity: usize,
+    /// Most flushes running at once in the pool (`None`, the default: one
+    /// per connection, i.e. the pool's `max_size`). Natural batching sends a
+    /// batch whenever a connection is free; on a server that is CPU- or
+    /// commit-bound, fewer concurrent flushes make larger batches and more
+    /// rows per second, at the cost of a little queueing. Pass-through
+    /// statements are not counted.
+    pub max_in_flight: Option<usize>,
     /// `false` turns coalescing off: every statement runs on its own (useful
     /// for comparison runs). Default `true`.
     pub enabled: bool,
@@ -53,6 +60,7 @@ impl Default for BatchConfig {
             queue_capacity: 65536,
             queue_full: QueueFull::Wait,
             cache_capacity: 1024,
+            max_in_flight: None,
             enabled: true,
         }
     }
@@ -89,6 +97,11 @@ impl BatchConfig {
         self.cache_capacity = n;
         self
     }
+    /// Sets [`max_in_flight`](BatchConfig::max_in_flight).
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = Some(n);
+        self
+    }
     /// Sets [`enabled`](BatchConfig::enabled).
     pub fn enabled(mut self, on: bool) -> Self {
         self.enabled = on;
@@ -110,6 +123,9 @@ impl BatchConfig {
         }
         if self.queue_capacity == 0 {
             return bad("queue_capacity must be at least 1");
+        }
+        if self.max_in_flight == Some(0) {
+            return bad("max_in_flight must be at least 1");
         }
         if self.cache_capacity == 0 {
             return bad("cache_capacity must be at least 1");

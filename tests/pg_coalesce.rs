@@ -422,7 +422,10 @@ async fn bad_input_gets_a_clear_error_for_its_caller_only() {
     assert_eq!(e.code(), Some("42P01"));
     // Transaction control cannot go through the pool's arbitrary connections.
     let e = pool.execute("BEGIN", &[]).await.unwrap_err();
-    assert!(e.is_params() && e.to_string().contains("Pool::begin"), "{e}");
+    assert!(
+        e.is_params() && e.to_string().contains("Pool::begin"),
+        "{e}"
+    );
     // More parameters than the protocol allows.
     let many: Vec<i32> = (0..70_000).collect();
     let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
@@ -489,4 +492,41 @@ mod property {
             });
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_in_flight_bounds_concurrent_flushes() {
+    let pool = pool_with(BatchConfig::default().max_in_flight(1), 4).await;
+    pool.execute("CREATE TABLE mif (k int PRIMARY KEY)", &[])
+        .await
+        .unwrap();
+    let sampler = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut max = 0;
+            for _ in 0..300 {
+                max = max.max(pool.stats().in_flight);
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            max
+        })
+    };
+    let gate = Arc::new(Barrier::new(300));
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in 0..300i32 {
+        let (pool, gate) = (pool.clone(), gate.clone());
+        tasks.spawn(async move {
+            gate.wait().await;
+            pool.execute("INSERT INTO mif (k) VALUES ($1)", &[&k]).await
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        assert_eq!(r.unwrap().unwrap().rows_affected(), 1);
+    }
+    assert_eq!(count(&pool, "mif").await, 300);
+    assert!(
+        sampler.await.unwrap() <= 1,
+        "more than one flush ran at once"
+    );
+    assert!(pool.stats().rows_per_batch() > 1.0, "{:?}", pool.stats());
 }

@@ -33,6 +33,7 @@ pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueu
         reason = wait_for_deadline(&engine, &q, delay).await;
     }
 
+    let _slot = engine.flush_slot().await;
     let conn = engine.backend.get().await;
     let (taken, waited) = {
         let mut st = q.lock();
@@ -218,6 +219,7 @@ pub(super) async fn direct<B: Backend>(
     reply: tokio::sync::oneshot::Sender<ManyResult<B>>,
 ) {
     let _active = ActiveGuard(&engine);
+    let _slot = engine.flush_slot().await;
     let mut conn = match engine.backend.get().await {
         Ok(conn) => conn,
         Err(e) => {

@@ -68,12 +68,15 @@ pub(crate) struct Engine<B: Backend> {
     /// Signalled when `active` drops to zero, and to wake timed flushers at close.
     idle: Notify,
     closing: Notify,
+    /// Flush slots when `max_in_flight` is set.
+    flush_slots: Option<Semaphore>,
 }
 
 impl<B: Backend> Engine<B> {
     pub(crate) fn new(backend: B, config: BatchConfig) -> Result<Arc<Self>, Error> {
         config.validate()?;
         let cache = NonZeroUsize::new(config.cache_capacity).unwrap_or(NonZeroUsize::MIN);
+        let flush_slots = config.max_in_flight.map(Semaphore::new);
         Ok(Arc::new(Engine {
             backend,
             permits: Arc::new(Semaphore::new(
@@ -86,6 +89,7 @@ impl<B: Backend> Engine<B> {
             active: AtomicUsize::new(0),
             idle: Notify::new(),
             closing: Notify::new(),
+            flush_slots,
         }))
     }
 
@@ -304,6 +308,12 @@ impl<B: Backend> Engine<B> {
     fn spawn_flusher(self: &Arc<Self>, q: Arc<ShapeQueue<B>>) {
         self.active.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(flush::flusher(self.clone(), q));
+    }
+
+    /// Waits for a flush slot (`max_in_flight`); `None` when unlimited or
+    /// the pool is closing (slots are then not enforced).
+    pub(crate) async fn flush_slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.flush_slots.as_ref()?.acquire().await.ok()
     }
 
     /// Called by a flusher task as it ends.
