@@ -463,3 +463,50 @@ async fn a_failed_batch_reaches_every_row_as_outcome_unknown() {
     drop(held);
     assert_eq!(count(&pool).await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_pool_behind_the_same_service_stack() {
+    let url = common::mysql_fresh_db().await;
+    let pool = batchpool::mysql::Pool::builder(&url)
+        .max_size(2)
+        .build()
+        .unwrap();
+    pool.execute(
+        "CREATE TABLE events (id BIGINT AUTO_INCREMENT PRIMARY KEY, body VARCHAR(64) UNIQUE) ENGINE=InnoDB",
+        (),
+    )
+    .await
+    .unwrap();
+    let svc = ServiceBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .concurrency_limit(64)
+        .service(PoolService::new(pool.clone()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let svc = svc.clone();
+        tasks.spawn(async move {
+            let stmt =
+                Statement::new("INSERT INTO events (body) VALUES (?)").bind(format!("row-{i}"));
+            svc.oneshot(stmt).await
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        assert_eq!(r.unwrap().expect("insert").rows_affected(), 1);
+    }
+    let n: i64 = pool
+        .query_one("SELECT COUNT(*) FROM events", ())
+        .await
+        .map(|row| row.get(0).unwrap())
+        .unwrap();
+    assert_eq!(n, 200);
+    assert!(pool.stats().rows_per_batch() > 1.0, "{:?}", pool.stats());
+    let err = svc
+        .oneshot(Statement::new("INSERT INTO events (body) VALUES (?)").bind("row-7"))
+        .await
+        .expect_err("duplicate");
+    let err = err
+        .downcast_ref::<batchpool::Error>()
+        .expect("batchpool error");
+    assert_eq!(err.as_mysql_error().map(|e| e.code), Some(1062));
+    pool.close().await;
+}

@@ -481,6 +481,12 @@ impl Pool {
         Ok(conn)
     }
 
+    /// The engine's queue slots and batching config, for `crate::tower`.
+    #[cfg(feature = "tower")]
+    pub(crate) fn queue_slots(&self) -> (&Arc<tokio::sync::Semaphore>, &BatchConfig) {
+        (self.engine.queue_slots(), &self.engine.config)
+    }
+
     /// Batching counters since the pool was built.
     pub fn stats(&self) -> Stats {
         self.engine.stats()

@@ -307,3 +307,55 @@ mod pg {
         }
     }
 }
+
+#[cfg(feature = "mysql")]
+impl<T: Into<mysql_async::Value>> IntoValue<mysql_async::Value> for T {
+    fn into_value(self) -> mysql_async::Value {
+        self.into()
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod my {
+    use std::sync::Arc;
+
+    use tokio::sync::Semaphore;
+
+    use super::{Batch, BatchResult, BoxFuture, ServicePool, Statement, sealed};
+    use crate::config::BatchConfig;
+    use crate::error::Error;
+    use crate::mysql::{Outcome, Pool};
+
+    impl sealed::Sealed for Pool {
+        fn queue_slots(&self) -> (&Arc<Semaphore>, &BatchConfig) {
+            Pool::queue_slots(self)
+        }
+    }
+
+    impl ServicePool for Pool {
+        type Value = mysql_async::Value;
+        type Outcome = Outcome;
+
+        fn execute_owned(
+            &self,
+            statement: Statement<mysql_async::Value>,
+        ) -> BoxFuture<'static, Result<Outcome, Error>> {
+            let pool = self.clone();
+            Box::pin(async move {
+                let (sql, params) = statement.into_parts();
+                pool.execute(&sql, params).await
+            })
+        }
+
+        fn execute_batch(
+            &self,
+            batch: Batch<mysql_async::Value>,
+        ) -> BoxFuture<'static, BatchResult<Outcome>> {
+            let pool = self.clone();
+            Box::pin(async move {
+                let (sql, rows) = batch.into_parts();
+                pool.execute_many(&sql, rows).await
+            })
+        }
+    }
+}
