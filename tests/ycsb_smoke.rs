@@ -185,6 +185,7 @@ async fn a_wrong_count_fails_the_run() {
         batch_size: 8,
         tasks: 2,
         pool_size: 2,
+        max_in_flight: None,
     };
     let progress = ycsb::Progress::start(false, "copy", 20);
     db.load(Mode::Copy, &data, cfg, &progress)

@@ -31,6 +31,9 @@ pub struct Args {
     /// Runs of every mode, in alternating order; the table shows the median.
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
+    /// `BatchConfig::max_in_flight` for `coalesce` (default: the library default).
+    #[arg(long)]
+    pub max_in_flight: Option<usize>,
     /// Modes to run, comma separated, in this order (default: all). With
     /// the default, MariaDB runs its own six (`load-data` instead of
     /// `copy`); a given list runs on each database the modes it has.
@@ -115,6 +118,7 @@ impl Args {
             batch_size: self.batch_size,
             tasks: self.tasks,
             pool_size: self.pool_size,
+            max_in_flight: self.max_in_flight,
             repeat: self.repeat,
             modes: self.modes.clone(),
             sweep: self.sweep.then(|| self.sweep_sizes.clone()),

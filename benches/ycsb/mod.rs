@@ -142,6 +142,8 @@ pub struct Options {
     pub tasks: usize,
     /// Connections in the `coalesce` and `coalesce-peer` pools.
     pub pool_size: usize,
+    /// `BatchConfig::max_in_flight` for `coalesce` (`None`: the default).
+    pub max_in_flight: Option<usize>,
     /// Runs of every mode (the report shows the median).
     pub repeat: usize,
     /// Modes, in the order of the first repeat.
@@ -164,6 +166,7 @@ impl Default for Options {
             batch_size: 1000,
             tasks: 64,
             pool_size: 8,
+            max_in_flight: None,
             repeat: 1,
             modes: Mode::ALL.to_vec(),
             sweep: None,
@@ -219,6 +222,19 @@ pub struct LoadConfig {
     pub tasks: usize,
     /// Pool connections (`coalesce`, `coalesce-peer`).
     pub pool_size: usize,
+    /// `BatchConfig::max_in_flight` for `coalesce` (`None`: the default).
+    pub max_in_flight: Option<usize>,
+}
+
+impl LoadConfig {
+    /// The batching config of the `coalesce` mode.
+    pub fn coalesce_batching(&self) -> batchpool::BatchConfig {
+        let config = batchpool::BatchConfig::default();
+        match self.max_in_flight {
+            Some(n) => config.max_in_flight(n),
+            None => config,
+        }
+    }
 }
 
 /// How the bench reached its server (for the block under the table).
@@ -515,6 +531,7 @@ pub async fn run(db: &Database, opts: &Options, setup: ServerSetup) -> Result<Re
         batch_size: opts.batch_size,
         tasks: opts.tasks,
         pool_size: opts.pool_size,
+        max_in_flight: opts.max_in_flight,
     };
     let mut runs: Vec<(Mode, ModeRun)> = Vec::new();
     for r in 0..opts.repeat {

@@ -347,7 +347,7 @@ impl PgTarget {
         progress: &Progress,
     ) -> Result<Loaded> {
         let pool = self
-            .batch_pool(cfg.pool_size, BatchConfig::default())
+            .batch_pool(cfg.pool_size, cfg.coalesce_batching())
             .await?;
         let sql: Arc<str> = insert_sql().into();
         let next = Arc::new(AtomicUsize::new(0));
