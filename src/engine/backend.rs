@@ -62,6 +62,10 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// Takes a connection from the pool.
     fn get(&self) -> impl Future<Output = Result<Self::Conn, Error>> + Send;
 
+    /// Takes a connection only if one is free (or can be opened) right now,
+    /// without queueing behind other waiters.
+    fn try_get(&self) -> impl Future<Output = Option<Self::Conn>> + Send;
+
     /// Runs `rows` of `shape` as ONE autocommit multi-row statement on `conn`.
     fn execute<'a>(
         &'a self,

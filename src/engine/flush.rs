@@ -108,6 +108,64 @@ fn fan_out<B: Backend>(
     engine.counters.failed(failed);
 }
 
+/// The idle fast path of natural batching: nothing is queued for this shape,
+/// no flusher is on its way and a connection is free, so the caller's own
+/// row is sent from the caller's task at once — one statement, no task
+/// hand-off. Returns the row back when no connection or flush slot is free
+/// right now (it then queues as usual).
+///
+/// Cancellation is the same as for a queued row: dropped before the
+/// statement was handed to the driver, nothing is sent; after, it completes.
+pub(super) async fn inline<B: Backend>(
+    engine: &Engine<B>,
+    q: &ShapeQueue<B>,
+    row: B::Row,
+) -> Result<Result<B::Output, Error>, B::Row> {
+    let slot = match engine.try_flush_slot() {
+        Ok(slot) => slot,
+        Err(()) => return Err(row),
+    };
+    let Some(mut conn) = engine.backend.try_get().await else {
+        return Err(row);
+    };
+    engine
+        .active
+        .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    let _active = ActiveGuard(engine);
+    engine.counters.flushed(FlushReason::Natural, 1);
+    let _in_flight = InFlight::new(engine);
+    let span = tracing::debug_span!(
+        "batchpool.flush",
+        table = B::label(&q.shape),
+        rows = 1,
+        reason = "idle",
+    );
+    let mut out = execute_rows(engine, q, &mut conn, std::slice::from_ref(&row))
+        .instrument(span)
+        .await;
+    drop(conn);
+    drop(slot);
+    let result = out.pop().unwrap_or_else(|| Err(Error::lost()));
+    engine.counters.failed(usize::from(result.is_err()));
+    Ok(result)
+}
+
+/// Counts a flush in `Stats::in_flight` for as long as it lives.
+struct InFlight<'a, B: Backend>(&'a Engine<B>);
+
+impl<'a, B: Backend> InFlight<'a, B> {
+    fn new(engine: &'a Engine<B>) -> Self {
+        engine.counters.in_flight_delta(true);
+        InFlight(engine)
+    }
+}
+
+impl<B: Backend> Drop for InFlight<'_, B> {
+    fn drop(&mut self) {
+        self.0.counters.in_flight_delta(false);
+    }
+}
+
 /// Timed batching: waits until the oldest queued row is `delay` old, the
 /// queue holds a full statement, or the pool closes.
 async fn wait_for_deadline<B: Backend>(

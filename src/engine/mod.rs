@@ -63,8 +63,8 @@ pub(crate) struct Engine<B: Backend> {
     permits: Arc<Semaphore>,
     pub(crate) counters: Counters,
     closed: AtomicBool,
-    /// Flusher tasks alive.
-    active: AtomicUsize,
+    /// Flusher tasks (and inline flushes) alive.
+    pub(crate) active: AtomicUsize,
     /// Signalled when `active` drops to zero, and to wake timed flushers at close.
     idle: Notify,
     closing: Notify,
@@ -217,6 +217,17 @@ impl<B: Backend> Engine<B> {
     ) -> Result<B::Output, Error> {
         self.check_open()?;
         self.check_row(q, bytes)?;
+        // Natural batching with nothing queued and nobody flushing this
+        // shape: send the row from this task at once when a connection is
+        // free (no added latency at low load).
+        let row = if self.config.max_delay.is_none() && q.is_idle() {
+            match flush::inline(self, q, row).await {
+                Ok(result) => return result,
+                Err(row) => row,
+            }
+        } else {
+            row
+        };
         if !self.take_reserved() {
             self.reserve(1).await?;
         }
@@ -314,6 +325,14 @@ impl<B: Backend> Engine<B> {
     /// the pool is closing (slots are then not enforced).
     pub(crate) async fn flush_slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
         self.flush_slots.as_ref()?.acquire().await.ok()
+    }
+
+    /// A flush slot if one is free right now (`Ok(None)` when unlimited).
+    pub(crate) fn try_flush_slot(&self) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, ()> {
+        match &self.flush_slots {
+            None => Ok(None),
+            Some(slots) => slots.try_acquire().map(Some).map_err(|_| ()),
+        }
     }
 
     /// Called by a flusher task as it ends.

@@ -69,6 +69,12 @@ impl<B: Backend> ShapeQueue<B> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Nothing queued and no flusher on its way.
+    pub(crate) fn is_idle(&self) -> bool {
+        let st = self.lock();
+        st.rows.is_empty() && st.waiting == 0
+    }
+
     /// Whether the queue holds a full statement's worth of rows.
     pub(crate) fn is_full(&self, st: &State<B>) -> bool {
         st.rows.len() >= self.cap_rows || st.bytes >= self.cap_bytes

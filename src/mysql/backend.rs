@@ -536,6 +536,12 @@ impl Backend for MyBackend {
         Ok(self.pool.get().await?)
     }
 
+    async fn try_get(&self) -> Option<Conn> {
+        let mut timeouts = self.pool.timeouts();
+        timeouts.wait = Some(std::time::Duration::ZERO);
+        self.pool.timeout_get(&timeouts).await.ok()
+    }
+
     async fn execute<'a>(
         &'a self,
         conn: &'a mut Conn,

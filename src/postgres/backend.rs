@@ -59,6 +59,11 @@ impl PgRow {
     }
 }
 
+thread_local! {
+    /// Encoded size of the last row this thread encoded.
+    static ROW_SIZE_HINT: std::cell::Cell<usize> = const { std::cell::Cell::new(64) };
+}
+
 /// Encodes `params` for a statement whose parameters have `types`, checking
 /// the count and each value's type. Runs in the caller's task.
 pub(crate) fn encode(types: &[Type], params: &[&(dyn ToSql + Sync)]) -> Result<PgRow, Error> {
@@ -76,7 +81,9 @@ pub(crate) fn encode(types: &[Type], params: &[&(dyn ToSql + Sync)]) -> Result<P
             types.len()
         )));
     }
-    let mut buf = BytesMut::new();
+    // Size the buffer like this thread's previous row: one allocation per row
+    // in steady state instead of a chain of regrowths.
+    let mut buf = BytesMut::with_capacity(ROW_SIZE_HINT.get());
     let mut spans = Vec::with_capacity(params.len());
     for (i, (param, ty)) in params.iter().zip(types).enumerate() {
         let start = buf.len();
@@ -102,6 +109,7 @@ pub(crate) fn encode(types: &[Type], params: &[&(dyn ToSql + Sync)]) -> Result<P
             }
         }
     }
+    ROW_SIZE_HINT.set(buf.len().clamp(64, 64 << 10));
     Ok(PgRow {
         buf: buf.freeze(),
         spans,
@@ -329,6 +337,12 @@ impl Backend for PgBackend {
 
     async fn get(&self) -> Result<Conn, Error> {
         Ok(self.pool.get().await?)
+    }
+
+    async fn try_get(&self) -> Option<Conn> {
+        let mut timeouts = self.pool.timeouts();
+        timeouts.wait = Some(std::time::Duration::ZERO);
+        self.pool.timeout_get(&timeouts).await.ok()
     }
 
     async fn execute<'a>(
