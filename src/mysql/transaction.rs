@@ -370,7 +370,7 @@ pub(super) async fn atomic(
 /// Nothing happens until the first statement: then a connection is taken
 /// from the pool and `START TRANSACTION` is sent before the statement (one
 /// more round trip: mysql_async cannot pipeline it, see the
-/// [module docs](self)). [`commit`](Transaction::commit) and
+/// [`Pool::atomic`] docs). [`commit`](Transaction::commit) and
 /// [`rollback`](Transaction::rollback) of a transaction that ran nothing
 /// send nothing; [`execute_and_commit`](Transaction::execute_and_commit) as
 /// the only statement runs it alone in autocommit (one round trip instead of
