@@ -133,3 +133,83 @@ impl BatchConfig {
         Ok(())
     }
 }
+
+/// Connection-pool settings common to both backends' builders.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolSettings {
+    pub(crate) max_size: usize,
+    pub(crate) wait_timeout: Option<Duration>,
+    pub(crate) create_timeout: Option<Duration>,
+    pub(crate) recycle_timeout: Option<Duration>,
+    pub(crate) statement_cache: usize,
+    pub(crate) batching: BatchConfig,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        PoolSettings {
+            max_size: (cores * 2).max(4),
+            wait_timeout: None,
+            create_timeout: None,
+            recycle_timeout: None,
+            statement_cache: 256,
+            batching: BatchConfig::default(),
+        }
+    }
+}
+
+impl PoolSettings {
+    /// The deadpool pool for `manager`, with these sizes and timeouts.
+    pub(crate) fn build_pool<M: deadpool::managed::Manager>(
+        &self,
+        manager: M,
+    ) -> Result<deadpool::managed::Pool<M>, crate::Error> {
+        let config_error = |msg: String| crate::Error::new(crate::error::Kind::Config, msg);
+        if self.max_size == 0 {
+            return Err(config_error("max_size must be at least 1".into()));
+        }
+        deadpool::managed::Pool::builder(manager)
+            .max_size(self.max_size)
+            .wait_timeout(self.wait_timeout)
+            .create_timeout(self.create_timeout)
+            .recycle_timeout(self.recycle_timeout)
+            .runtime(deadpool::Runtime::Tokio1)
+            .build()
+            .map_err(|e| config_error(format!("cannot build pool: {e}")))
+    }
+}
+
+/// The builder setters both backends share; the builder keeps a
+/// `settings: PoolSettings` field.
+macro_rules! pool_builder_setters {
+    () => {
+        /// Most connections (default: 2 × CPU cores, at least 4). This also
+        /// bounds the batches in flight.
+        pub fn max_size(mut self, n: usize) -> Self {
+            self.settings.max_size = n;
+            self
+        }
+        /// Longest wait for a free connection (default: unbounded).
+        pub fn wait_timeout(mut self, d: std::time::Duration) -> Self {
+            self.settings.wait_timeout = Some(d);
+            self
+        }
+        /// Longest time to open a new connection (default: unbounded).
+        pub fn create_timeout(mut self, d: std::time::Duration) -> Self {
+            self.settings.create_timeout = Some(d);
+            self
+        }
+        /// Longest time to check a returning connection (default: unbounded).
+        pub fn recycle_timeout(mut self, d: std::time::Duration) -> Self {
+            self.settings.recycle_timeout = Some(d);
+            self
+        }
+        /// How rows are coalesced (default [`BatchConfig::default`](crate::BatchConfig::default)).
+        pub fn batching(mut self, config: crate::BatchConfig) -> Self {
+            self.settings.batching = config;
+            self
+        }
+    };
+}
+pub(crate) use pool_builder_setters;

@@ -76,7 +76,6 @@ mod outcome;
 mod transaction;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Params, Row};
@@ -86,7 +85,7 @@ use self::manager::Redacted;
 pub use self::manager::{ConnWrapper, Manager};
 pub use self::outcome::Outcome;
 pub use self::transaction::Transaction;
-use crate::config::BatchConfig;
+use crate::config::{BatchConfig, PoolSettings, pool_builder_setters};
 use crate::engine::{Backend, Engine, Route};
 pub use crate::error::AtomicError;
 use crate::error::{Error, Kind};
@@ -126,13 +125,8 @@ impl std::fmt::Debug for Pool {
 /// Builds a [`Pool`].
 pub struct PoolBuilder {
     opts: Result<Opts, Error>,
-    max_size: usize,
-    wait_timeout: Option<Duration>,
-    create_timeout: Option<Duration>,
-    recycle_timeout: Option<Duration>,
-    statement_cache: usize,
+    settings: PoolSettings,
     coalesce_upserts: bool,
-    batching: BatchConfig,
 }
 
 impl std::fmt::Debug for PoolBuilder {
@@ -140,45 +134,21 @@ impl std::fmt::Debug for PoolBuilder {
         let opts = self.opts.as_ref().map(Redacted);
         f.debug_struct("PoolBuilder")
             .field("opts", &opts)
-            .field("max_size", &self.max_size)
-            .field("wait_timeout", &self.wait_timeout)
-            .field("create_timeout", &self.create_timeout)
-            .field("recycle_timeout", &self.recycle_timeout)
-            .field("statement_cache", &self.statement_cache)
+            .field("settings", &self.settings)
             .field("coalesce_upserts", &self.coalesce_upserts)
-            .field("batching", &self.batching)
             .finish()
     }
 }
 
 impl PoolBuilder {
-    /// Most connections (default: 2 × CPU cores, at least 4). This also
-    /// bounds the batches in flight.
-    pub fn max_size(mut self, n: usize) -> Self {
-        self.max_size = n;
-        self
-    }
-    /// Longest wait for a free connection (default: unbounded).
-    pub fn wait_timeout(mut self, d: Duration) -> Self {
-        self.wait_timeout = Some(d);
-        self
-    }
-    /// Longest time to open a new connection (default: unbounded).
-    pub fn create_timeout(mut self, d: Duration) -> Self {
-        self.create_timeout = Some(d);
-        self
-    }
-    /// Longest time to check a returning connection (default: unbounded).
-    pub fn recycle_timeout(mut self, d: Duration) -> Self {
-        self.recycle_timeout = Some(d);
-        self
-    }
+    pool_builder_setters!();
+
     /// Prepared statements mysql_async keeps per connection (default 256,
     /// replacing the URL's `stmt_cache_size`; at least 1, as statements
     /// leave the cache only by being closed). Each coalesced statement text
     /// uses up to about 20 (one per allowed row count).
     pub fn statement_cache(mut self, n: usize) -> Self {
-        self.statement_cache = n;
+        self.settings.statement_cache = n;
         self
     }
     /// Whether `INSERT IGNORE`, `REPLACE` and `ON DUPLICATE KEY UPDATE`
@@ -190,19 +160,10 @@ impl PoolBuilder {
         self.coalesce_upserts = on;
         self
     }
-    /// How rows are coalesced (default [`BatchConfig::default`]).
-    pub fn batching(mut self, config: BatchConfig) -> Self {
-        self.batching = config;
-        self
-    }
-
     /// Builds the pool. No connection is opened until first use.
     pub fn build(self) -> Result<Pool, Error> {
         let opts = self.opts?;
-        if self.max_size == 0 {
-            return Err(Error::new(Kind::Config, "max_size must be at least 1"));
-        }
-        if self.statement_cache == 0 {
+        if self.settings.statement_cache == 0 {
             // mysql_async never closes statements it does not cache.
             return Err(Error::new(
                 Kind::Config,
@@ -211,18 +172,11 @@ impl PoolBuilder {
         }
         let found_rows = opts.client_found_rows();
         let opts: Opts = OptsBuilder::from_opts(opts)
-            .stmt_cache_size(self.statement_cache)
+            .stmt_cache_size(self.settings.statement_cache)
             .into();
         let manager = Manager::new(opts);
         let server = manager.server.clone();
-        let pool = deadpool::managed::Pool::builder(manager)
-            .max_size(self.max_size)
-            .wait_timeout(self.wait_timeout)
-            .create_timeout(self.create_timeout)
-            .recycle_timeout(self.recycle_timeout)
-            .runtime(deadpool::Runtime::Tokio1)
-            .build()
-            .map_err(|e| Error::new(Kind::Config, format!("cannot build pool: {e}")))?;
+        let pool = self.settings.build_pool(manager)?;
         let backend = MyBackend {
             pool,
             server,
@@ -231,7 +185,7 @@ impl PoolBuilder {
             learning: Default::default(),
         };
         Ok(Pool {
-            engine: Engine::new(backend, self.batching)?,
+            engine: Engine::new(backend, self.settings.batching)?,
         })
     }
 }
@@ -251,16 +205,10 @@ impl Pool {
     }
 
     fn builder_inner(opts: Result<Opts, Error>) -> PoolBuilder {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         PoolBuilder {
             opts,
-            max_size: (cores * 2).max(4),
-            wait_timeout: None,
-            create_timeout: None,
-            recycle_timeout: None,
-            statement_cache: 256,
+            settings: PoolSettings::default(),
             coalesce_upserts: true,
-            batching: BatchConfig::default(),
         }
     }
 

@@ -22,7 +22,6 @@ mod outcome;
 mod transaction;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use tokio_postgres::Row;
@@ -32,7 +31,7 @@ use self::backend::{PgBackend, PgRow, encode, sent_error, unsent_error};
 pub use self::manager::{ClientWrapper, Manager};
 pub use self::outcome::Outcome;
 pub use self::transaction::Transaction;
-use crate::config::BatchConfig;
+use crate::config::{BatchConfig, PoolSettings, pool_builder_setters};
 use crate::engine::{Backend, Engine, Route};
 pub use crate::error::AtomicError;
 use crate::error::{Error, Kind};
@@ -72,63 +71,25 @@ impl std::fmt::Debug for Pool {
 #[derive(Debug)]
 pub struct PoolBuilder {
     config: Result<tokio_postgres::Config, Error>,
-    max_size: usize,
-    wait_timeout: Option<Duration>,
-    create_timeout: Option<Duration>,
-    recycle_timeout: Option<Duration>,
-    statement_cache: usize,
-    batching: BatchConfig,
+    settings: PoolSettings,
 }
 
 impl PoolBuilder {
-    /// Most connections (default: 2 × CPU cores, at least 4). This also bounds
-    /// the batches in flight.
-    pub fn max_size(mut self, n: usize) -> Self {
-        self.max_size = n;
-        self
-    }
-    /// Longest wait for a free connection (default: unbounded).
-    pub fn wait_timeout(mut self, d: Duration) -> Self {
-        self.wait_timeout = Some(d);
-        self
-    }
-    /// Longest time to open a new connection (default: unbounded).
-    pub fn create_timeout(mut self, d: Duration) -> Self {
-        self.create_timeout = Some(d);
-        self
-    }
-    /// Longest time to check a returning connection (default: unbounded).
-    pub fn recycle_timeout(mut self, d: Duration) -> Self {
-        self.recycle_timeout = Some(d);
-        self
-    }
+    pool_builder_setters!();
+
     /// Prepared statements kept per connection (default 256).
     pub fn statement_cache(mut self, n: usize) -> Self {
-        self.statement_cache = n;
-        self
-    }
-    /// How rows are coalesced (default [`BatchConfig::default`]).
-    pub fn batching(mut self, config: BatchConfig) -> Self {
-        self.batching = config;
+        self.settings.statement_cache = n;
         self
     }
 
     /// Builds the pool. No connection is opened until first use.
     pub fn build(self) -> Result<Pool, Error> {
         let config = self.config?;
-        if self.max_size == 0 {
-            return Err(Error::new(Kind::Config, "max_size must be at least 1"));
-        }
-        let pool = deadpool::managed::Pool::builder(Manager::new(config, self.statement_cache))
-            .max_size(self.max_size)
-            .wait_timeout(self.wait_timeout)
-            .create_timeout(self.create_timeout)
-            .recycle_timeout(self.recycle_timeout)
-            .runtime(deadpool::Runtime::Tokio1)
-            .build()
-            .map_err(|e| Error::new(Kind::Config, format!("cannot build pool: {e}")))?;
+        let manager = Manager::new(config, self.settings.statement_cache);
+        let pool = self.settings.build_pool(manager)?;
         Ok(Pool {
-            engine: Engine::new(PgBackend { pool }, self.batching)?,
+            engine: Engine::new(PgBackend { pool }, self.settings.batching)?,
         })
     }
 }
@@ -150,15 +111,9 @@ impl Pool {
     }
 
     fn builder_inner(config: Result<tokio_postgres::Config, Error>) -> PoolBuilder {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         PoolBuilder {
             config,
-            max_size: (cores * 2).max(4),
-            wait_timeout: None,
-            create_timeout: None,
-            recycle_timeout: None,
-            statement_cache: 256,
-            batching: BatchConfig::default(),
+            settings: PoolSettings::default(),
         }
     }
 
