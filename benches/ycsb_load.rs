@@ -98,71 +98,75 @@ fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
 }
 
 fn run_postgres(args: &Args) -> ycsb::Result<Report> {
-    let mut opts = args.options();
-    opts.modes = args.modes_for(&Mode::ALL);
-    opts.validate()?;
-    // A throwaway server is started (blocking) before the runtime, and
-    // dropped (stopped, its directory removed) after it.
-    let server = match &args.pg_url {
-        Some(_) => None,
-        None => {
-            eprintln!("ycsb_load: starting a throwaway PostgreSQL cluster...");
-            Some(common::PgServer::start(&[]))
-        }
-    };
-    let url = match (&args.pg_url, &server) {
-        (Some(url), _) => url.clone(),
-        (None, Some(s)) => s.url(),
-        (None, None) => unreachable!("a server was started above"),
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let result = runtime.block_on(async {
-        let target = PgTarget::create(&url).await?;
-        let setup = ServerSetup {
-            throwaway: server.is_some(),
-            fast: server.is_some() && common::fast_server(),
-            address: target.address(),
-        };
-        let db = Database::Postgres(target);
-        let report = ycsb::run(&db, &opts, setup).await;
-        db.cleanup().await;
-        report
-    });
-    drop(runtime);
-    drop(server);
-    result
+    run_db(
+        args,
+        &Mode::ALL,
+        args.pg_url.as_deref(),
+        "PostgreSQL cluster",
+        || {
+            let server = common::PgServer::start(&[]);
+            let url = server.url();
+            (server, url)
+        },
+        async |url: &str| {
+            let target = PgTarget::create(url).await?;
+            let address = target.address();
+            Ok((Database::Postgres(target), address))
+        },
+    )
 }
 
 fn run_mariadb(args: &Args) -> ycsb::Result<Report> {
+    run_db(
+        args,
+        &Mode::MARIADB,
+        args.mysql_url.as_deref(),
+        "MariaDB server",
+        || {
+            let server = common::MysqlServer::start(&[]);
+            let url = server.url();
+            (server, url)
+        },
+        async |url: &str| {
+            let target = MysqlTarget::create(url).await?;
+            let address = target.address();
+            Ok((Database::Mariadb(target), address))
+        },
+    )
+}
+
+/// Runs the modes of one database: on `given_url`, or on a throwaway server
+/// from `start`, which is started (blocking) before the runtime and dropped
+/// (stopped, its directory removed) after it.
+fn run_db<S>(
+    args: &Args,
+    supported: &[Mode],
+    given_url: Option<&str>,
+    what: &str,
+    start: impl FnOnce() -> (S, String),
+    connect: impl AsyncFnOnce(&str) -> ycsb::Result<(Database, String)>,
+) -> ycsb::Result<Report> {
     let mut opts = args.options();
-    opts.modes = args.modes_for(&Mode::MARIADB);
+    opts.modes = args.modes_for(supported);
     opts.validate()?;
-    // As for PostgreSQL: a throwaway server lives outside the runtime.
-    let server = match &args.mysql_url {
-        Some(_) => None,
+    let (server, url) = match given_url {
+        Some(url) => (None, url.to_string()),
         None => {
-            eprintln!("ycsb_load: starting a throwaway MariaDB server...");
-            Some(common::MysqlServer::start(&[]))
+            eprintln!("ycsb_load: starting a throwaway {what}...");
+            let (server, url) = start();
+            (Some(server), url)
         }
-    };
-    let url = match (&args.mysql_url, &server) {
-        (Some(url), _) => url.clone(),
-        (None, Some(s)) => s.url(),
-        (None, None) => unreachable!("a server was started above"),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let result = runtime.block_on(async {
-        let target = MysqlTarget::create(&url).await?;
+        let (db, address) = connect(&url).await?;
         let setup = ServerSetup {
             throwaway: server.is_some(),
             fast: server.is_some() && common::fast_server(),
-            address: target.address(),
+            address,
         };
-        let db = Database::Mariadb(target);
         let report = ycsb::run(&db, &opts, setup).await;
         db.cleanup().await;
         report
