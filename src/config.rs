@@ -21,7 +21,12 @@ pub enum QueueFull {
 /// next free connection. Setting [`max_delay`](BatchConfig::max_delay)
 /// switches to *timed batching*: the first queued row starts a timer and the
 /// batch is sent when it expires or a size limit is reached.
+///
+/// Build it from [`BatchConfig::default`] with the setters; the fields can be
+/// read (and set) directly, but new ones may be added, so it cannot be
+/// written as a struct literal.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BatchConfig {
     /// Most rows in one flush (and in one statement). Default 1000.
     pub max_rows: usize,
@@ -134,7 +139,7 @@ impl BatchConfig {
     }
 }
 
-/// Connection-pool settings common to both backends' builders.
+/// Connection-pool settings of a [`PoolBuilder`](crate::PoolBuilder).
 #[derive(Debug, Clone)]
 pub(crate) struct PoolSettings {
     pub(crate) max_size: usize,
@@ -179,37 +184,3 @@ impl PoolSettings {
             .map_err(|e| config_error(format!("cannot build pool: {e}")))
     }
 }
-
-/// The builder setters both backends share; the builder keeps a
-/// `settings: PoolSettings` field.
-macro_rules! pool_builder_setters {
-    () => {
-        /// Most connections (default: 2 × CPU cores, at least 4). This also
-        /// bounds the batches in flight.
-        pub fn max_size(mut self, n: usize) -> Self {
-            self.settings.max_size = n;
-            self
-        }
-        /// Longest wait for a free connection (default: unbounded).
-        pub fn wait_timeout(mut self, d: std::time::Duration) -> Self {
-            self.settings.wait_timeout = Some(d);
-            self
-        }
-        /// Longest time to open a new connection (default: unbounded).
-        pub fn create_timeout(mut self, d: std::time::Duration) -> Self {
-            self.settings.create_timeout = Some(d);
-            self
-        }
-        /// Longest time to check a returning connection (default: unbounded).
-        pub fn recycle_timeout(mut self, d: std::time::Duration) -> Self {
-            self.settings.recycle_timeout = Some(d);
-            self
-        }
-        /// How rows are coalesced (default [`BatchConfig::default`](crate::BatchConfig::default)).
-        pub fn batching(mut self, config: crate::BatchConfig) -> Self {
-            self.settings.batching = config;
-            self
-        }
-    };
-}
-pub(crate) use pool_builder_setters;

@@ -35,6 +35,15 @@ pub(crate) enum Kind {
     Connect,
     /// Invalid configuration.
     Config,
+    /// batchpool refused to run the statement where it was given
+    /// (transaction control through `execute`, DDL inside a MySQL
+    /// transaction).
+    Refused,
+    /// A query returned another number of rows than the call expects
+    /// (`query_one`, `query_opt`).
+    RowCount,
+    /// An internal invariant did not hold (a bug in batchpool).
+    Internal,
 }
 
 struct Inner {
@@ -96,6 +105,22 @@ impl Error {
 
     pub(crate) fn too_large(message: impl Into<String>) -> Error {
         Error::new(Kind::TooLarge, message)
+    }
+
+    pub(crate) fn refused(message: impl Into<String>) -> Error {
+        Error::new(Kind::Refused, message)
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Error {
+        Error::new(Kind::Internal, message)
+    }
+
+    /// `query_one` / `query_opt` got `n` rows.
+    pub(crate) fn row_count(call: &str, expected: &str, n: usize) -> Error {
+        Error::new(
+            Kind::RowCount,
+            format!("{call} expected {expected}, the query returned {n}"),
+        )
     }
 
     /// The caller's row was handed to a flush whose task died before it could
@@ -193,6 +218,20 @@ impl Error {
     /// before anything was sent.
     pub fn is_params(&self) -> bool {
         self.0.kind == Kind::Params
+    }
+
+    /// batchpool refused to run this statement where it was given, before
+    /// sending anything: transaction control (`BEGIN`, `COMMIT`,
+    /// `SET autocommit`...) through the pool's `execute`, or inside
+    /// `atomic` / a [`Transaction`](crate::Transaction); on MySQL, a statement
+    /// that commits implicitly (DDL) inside one.
+    pub fn is_refused(&self) -> bool {
+        self.0.kind == Kind::Refused
+    }
+
+    /// `query_one` got no row or several, or `query_opt` several.
+    pub fn is_row_count(&self) -> bool {
+        self.0.kind == Kind::RowCount
     }
 
     /// The row or statement exceeds a protocol or server limit (more than

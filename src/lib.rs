@@ -71,22 +71,42 @@
 //! [`tokio-postgres`]: https://docs.rs/tokio-postgres
 //! [`mysql_async`]: https://docs.rs/mysql_async
 //! [`deadpool`]: https://docs.rs/deadpool
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+#![cfg_attr(
+    not(any(feature = "postgres", feature = "mysql")),
+    allow(
+        dead_code,
+        unused_imports,
+        unused_macros,
+        reason = "without a backend feature the pool has nothing to drive"
+    )
+)]
 
+mod backend;
 mod classify;
 mod config;
 mod engine;
 mod error;
+mod explain;
+mod outcome;
+mod pool;
 mod stats;
 
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "tower")]
 pub mod tower;
 
-#[cfg(feature = "mysql")]
-pub mod mysql;
+#[cfg(feature = "bench")]
+pub mod bench;
 
+pub use crate::backend::Backend;
 pub use crate::config::{BatchConfig, QueueFull};
 pub use crate::error::{AtomicError, Error};
+pub use crate::explain::{Explain, NotCoalesced};
+pub use crate::outcome::Outcome;
+pub use crate::pool::{Pool, PoolBuilder, Status, Transaction};
 pub use crate::stats::Stats;

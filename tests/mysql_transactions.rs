@@ -524,7 +524,7 @@ async fn transaction_control_ddl_and_bad_parameters_are_refused_before_sending()
         )
         .await;
     let err = out.unwrap_err();
-    assert_eq!((err.index(), err.error().is_params()), (Some(1), true));
+    assert_eq!((err.index(), err.error().is_refused()), (Some(1), true));
     assert_eq!(trips, 0);
 
     // DDL commits implicitly: refused in a group, fine alone.
@@ -554,18 +554,18 @@ async fn transaction_control_ddl_and_bad_parameters_are_refused_before_sending()
     assert_eq!((trips, log.len()), (0, 0));
 
     let mut tx = env.pool.begin();
-    assert!(tx.execute("ROLLBACK", ()).await.unwrap_err().is_params());
+    assert!(tx.execute("ROLLBACK", ()).await.unwrap_err().is_refused());
     assert!(
         tx.execute("lock tables item write", ())
             .await
             .unwrap_err()
-            .is_params()
+            .is_refused()
     );
     assert!(
         tx.execute("ALTER TABLE item ADD COLUMN z INT", ())
             .await
             .unwrap_err()
-            .is_params()
+            .is_refused()
     );
     assert!(!tx.is_begun());
     tx.execute("SELECT 1 AS beginning", ()).await.unwrap();

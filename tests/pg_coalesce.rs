@@ -423,7 +423,7 @@ async fn bad_input_gets_a_clear_error_for_its_caller_only() {
     // Transaction control cannot go through the pool's arbitrary connections.
     let e = pool.execute("BEGIN", &[]).await.unwrap_err();
     assert!(
-        e.is_params() && e.to_string().contains("Pool::begin"),
+        e.is_refused() && e.to_string().contains("Pool::begin"),
         "{e}"
     );
     // More parameters than the protocol allows.

@@ -572,7 +572,7 @@ async fn transaction_control_and_bad_parameters_are_refused_before_sending() {
         .count(env.pool.atomic(&[(INS, &[&1i32, &"a"]), ("COMMIT", &[])]))
         .await;
     let err = out.unwrap_err();
-    assert_eq!((err.index(), err.error().is_params()), (Some(1), true));
+    assert_eq!((err.index(), err.error().is_refused()), (Some(1), true));
     assert_eq!(trips, 0);
 
     let (out, trips, _) = env
@@ -598,12 +598,12 @@ async fn transaction_control_and_bad_parameters_are_refused_before_sending() {
 
     let mut tx = env.pool.begin();
     let err = tx.execute("ROLLBACK", &[]).await.unwrap_err();
-    assert!(err.is_params());
+    assert!(err.is_refused());
     let err = tx
         .execute("prepare transaction 'x'", &[])
         .await
         .unwrap_err();
-    assert!(err.is_params());
+    assert!(err.is_refused());
     assert!(!tx.is_begun());
     // Statements merely starting with such words are fine.
     tx.execute("SELECT 1 AS beginning", &[]).await.unwrap();

@@ -13,7 +13,7 @@ use std::time::Duration;
 use batchpool::postgres::{Outcome, Pool};
 use batchpool::tower::future::BatchFuture;
 use batchpool::tower::{
-    Batch, BatchExecutor, BoxError, CoalesceLayer, PgValue, PoolService, Statement,
+    Batch, BatchExecutor, BoxError, CoalesceConfig, CoalesceLayer, PgValue, PoolService, Statement,
 };
 use batchpool::{BatchConfig, QueueFull};
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -323,7 +323,7 @@ async fn coalesce_layer_batches_rows_for_an_inner_service() {
     let sizes = BatchSizes::default();
     let svc = ServiceBuilder::new()
         .timeout(Duration::from_secs(30)) // per row
-        .layer(CoalesceLayer::new(BatchConfig::default().max_rows(100)))
+        .layer(CoalesceLayer::new(CoalesceConfig::default().max_rows(100)))
         .concurrency_limit(2) // batches in flight
         .timeout(Duration::from_secs(30)) // per batch
         .service(recording(sizes.clone(), BatchExecutor::new(pool.clone())));
@@ -387,7 +387,9 @@ async fn coalesce_readiness_and_dropped_rows() {
     let held = pool.get().await.unwrap(); // the inner batch cannot run yet
     let sizes = BatchSizes::default();
     let mut svc = ServiceBuilder::new()
-        .layer(CoalesceLayer::new(BatchConfig::default().queue_capacity(1)))
+        .layer(CoalesceLayer::new(
+            CoalesceConfig::default().queue_capacity(1),
+        ))
         .concurrency_limit(1)
         .service(recording(sizes.clone(), BatchExecutor::new(pool.clone())));
 
@@ -442,7 +444,7 @@ async fn a_failed_batch_reaches_every_row_as_outcome_unknown() {
     let held = pool.get().await.unwrap();
     // The per-batch timeout expires while the batch waits for a connection.
     let svc = ServiceBuilder::new()
-        .layer(CoalesceLayer::new(BatchConfig::default()))
+        .layer(CoalesceLayer::new(CoalesceConfig::default()))
         .concurrency_limit(1)
         .timeout(Duration::from_millis(300))
         .service(BatchExecutor::new(pool.clone()));

@@ -46,6 +46,13 @@ pub(super) fn lex(dialect: Dialect, sql: &str) -> Option<Vec<Lexeme>> {
     locate(sql, tokens)
 }
 
+/// The tokens of `sql` without their locations (for reading keywords, where
+/// exact byte ranges do not matter). `None` when the tokenizer fails.
+pub(super) fn tokens(dialect: Dialect, sql: &str) -> Option<Vec<Token>> {
+    let tokens = std::panic::catch_unwind(|| tokenize(dialect, sql)).ok()??;
+    Some(tokens.into_iter().map(|t| t.token).collect())
+}
+
 /// Run sqlparser's tokenizer without unescaping, so that tokens keep their
 /// source spelling.
 fn tokenize(dialect: Dialect, sql: &str) -> Option<Vec<TokenWithSpan>> {

@@ -23,6 +23,7 @@
     reason = "crate-wide API; usage depends on enabled backend features"
 )]
 
+mod kind;
 mod lex;
 mod parse;
 
@@ -31,9 +32,12 @@ mod tests;
 
 use std::sync::Arc;
 
+pub(crate) use self::kind::{StatementKind, statement_kind};
+use crate::explain::NotCoalesced;
+
 /// SQL dialect of the server a statement is sent to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Dialect {
+pub(crate) enum Dialect {
     /// PostgreSQL: `$n` placeholders, `"quoted"` identifiers, dollar quoting.
     Postgres,
     /// MySQL / MariaDB: `?` placeholders, `` `quoted` `` identifiers.
@@ -42,26 +46,27 @@ pub enum Dialect {
 
 /// Outcome of classifying one SQL text. Cheap to clone.
 #[derive(Clone, Debug)]
-pub enum Classified {
+pub(crate) enum Classified {
     /// A single-row INSERT that can be coalesced with others of the same text.
     Batchable(Arc<InsertShape>),
-    /// Anything else: execute the statement as it is.
-    PassThrough,
+    /// Anything else: executed as it is (transaction control is refused by
+    /// the pool), with the reason.
+    Other(NotCoalesced),
 }
 
 impl Classified {
-    /// The shape of a batchable statement, `None` for `PassThrough`.
-    pub fn shape(&self) -> Option<&Arc<InsertShape>> {
+    /// The shape of a batchable statement, `None` otherwise.
+    pub(crate) fn shape(&self) -> Option<&Arc<InsertShape>> {
         match self {
             Classified::Batchable(shape) => Some(shape),
-            Classified::PassThrough => None,
+            Classified::Other(_) => None,
         }
     }
 }
 
 /// The verb of a batchable statement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verb {
+pub(crate) enum Verb {
     /// `INSERT`.
     Insert,
     /// MySQL `INSERT IGNORE`.
@@ -72,7 +77,7 @@ pub enum Verb {
 
 /// Conflict handling clause of a batchable statement.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Conflict {
+pub(crate) enum Conflict {
     /// No conflict clause.
     None,
     /// PostgreSQL `ON CONFLICT [target] DO NOTHING`; `target` = Some(columns)
@@ -107,28 +112,28 @@ enum Piece {
 /// The recognised structure of a batchable single-row INSERT, able to render
 /// the equivalent multi-row statement.
 #[derive(Debug)]
-pub struct InsertShape {
+pub(crate) struct InsertShape {
     /// Dialect the statement was classified for.
-    pub dialect: Dialect,
+    pub(crate) dialect: Dialect,
     /// Statement verb.
-    pub verb: Verb,
+    pub(crate) verb: Verb,
     /// Table name as written (may be schema-qualified / quoted), for diagnostics.
-    pub table: String,
+    pub(crate) table: String,
     /// Column list, normalised: unquoted idents lowercased (PostgreSQL) /
     /// lowercased (MySQL, case-insensitive); quoted idents kept as written
     /// without quotes. None when omitted.
-    pub columns: Option<Vec<String>>,
+    pub(crate) columns: Option<Vec<String>>,
     /// Number of bind parameters one row takes (PostgreSQL: highest $n used;
     /// MySQL: number of `?`).
-    pub params_per_row: usize,
+    pub(crate) params_per_row: usize,
     /// For each position of the VALUES tuple: Some(k) when that expression is
     /// exactly one bare placeholder with 0-based parameter index k (no cast,
     /// no function), else None.
-    pub tuple_params: Vec<Option<usize>>,
+    pub(crate) tuple_params: Vec<Option<usize>>,
     /// Conflict handling clause.
-    pub conflict: Conflict,
+    pub(crate) conflict: Conflict,
     /// Whether the statement has a RETURNING clause.
-    pub returning: bool,
+    pub(crate) returning: bool,
     /// Source text up to (not including) the `(` of the VALUES tuple.
     head: Box<str>,
     /// The tuple text from `(` to `)` inclusive, split at placeholders.
@@ -145,7 +150,7 @@ impl InsertShape {
     /// trailing `;` of the original (and anything after it) is dropped. When
     /// `extra_returning` is Some(list) and the statement has no RETURNING,
     /// " RETURNING " + list is appended at the very end.
-    pub fn render(&self, rows: usize, extra_returning: Option<&str>) -> String {
+    pub(crate) fn render(&self, rows: usize, extra_returning: Option<&str>) -> String {
         let rows = rows.max(1);
         let tuple_len: usize = self
             .pieces
@@ -208,16 +213,27 @@ fn push_decimal(out: &mut String, mut n: usize) {
     out.push_str(text);
 }
 
-/// Classify without caching.
-pub fn classify(dialect: Dialect, sql: &str) -> Classified {
+/// Classify without caching: the one place that says what a SQL text is.
+pub(crate) fn classify(dialect: Dialect, sql: &str) -> Classified {
+    match statement_kind(dialect, sql) {
+        StatementKind::TransactionControl(k) => {
+            return Classified::Other(NotCoalesced::TransactionControl(k));
+        }
+        StatementKind::ImplicitCommit(_) | StatementKind::Other { insert: false } => {
+            return Classified::Other(NotCoalesced::NotAnInsert);
+        }
+        StatementKind::Other { insert: true } => {}
+    }
     let Some(lexemes) = lex::lex(dialect, sql) else {
-        return Classified::PassThrough;
+        return Classified::Other(NotCoalesced::Unreadable);
     };
     if !lex::lexically_safe(dialect, sql, &lexemes) {
-        return Classified::PassThrough;
+        return Classified::Other(NotCoalesced::InsertForm(
+            "a comment or operator the servers and the tokenizer may read differently",
+        ));
     }
     match parse::recognise(dialect, sql, &lexemes) {
-        Some(shape) => Classified::Batchable(Arc::new(shape)),
-        None => Classified::PassThrough,
+        Ok(shape) => Classified::Batchable(Arc::new(shape)),
+        Err(what) => Classified::Other(NotCoalesced::InsertForm(what)),
     }
 }

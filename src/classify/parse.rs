@@ -33,9 +33,13 @@ const RESERVED_NAMES: &[&str] = &[
     "AS",
 ];
 
-/// Recognise a batchable statement in already-lexed `sql`; `None` means
-/// `PassThrough`.
-pub(super) fn recognise(dialect: Dialect, sql: &str, lexemes: &[Lexeme]) -> Option<InsertShape> {
+/// Recognise a batchable statement in already-lexed `sql`; the error says
+/// which part of the text the rewrite does not cover.
+pub(super) fn recognise(
+    dialect: Dialect,
+    sql: &str,
+    lexemes: &[Lexeme],
+) -> Result<InsertShape, &'static str> {
     let mut sig: Vec<usize> = lexemes
         .iter()
         .enumerate()
@@ -50,9 +54,9 @@ pub(super) fn recognise(dialect: Dialect, sql: &str, lexemes: &[Lexeme]) -> Opti
         .position(|l| matches!(l.token, Token::SemiColon));
     if let Some(semi) = semi {
         if sig.last() != Some(&semi) {
-            return None;
+            return Err("several statements in one text");
         }
-        stmt_end = lexemes.get(semi)?.start;
+        stmt_end = lexemes.get(semi).ok_or(INTERNAL)?.start;
         sig.pop();
     }
 
@@ -61,38 +65,46 @@ pub(super) fn recognise(dialect: Dialect, sql: &str, lexemes: &[Lexeme]) -> Opti
         sig,
         pos: 0,
     };
-    let verb = p.verb(dialect)?;
+    let verb = p
+        .verb(dialect)
+        .ok_or("a modifier or form after INSERT that is not coalesced")?;
 
-    let (table_start, table_end) = p.object_name()?;
+    let (table_start, table_end) = p.object_name().ok_or("the table name")?;
     if dialect == Dialect::Postgres && p.eat_kw("AS") {
-        p.name_word()?;
+        p.name_word().ok_or("the table alias")?;
     }
     let columns = if p.peek_is(|t| matches!(t, Token::LParen)) {
-        Some(p.column_list(dialect)?)
+        Some(
+            p.column_list(dialect)
+                .ok_or("the column list (plain names only)")?,
+        )
     } else {
         None
     };
     let values_ok = p.eat_kw("VALUES") || (dialect == Dialect::MySql && p.eat_kw("VALUE"));
     if !values_ok {
-        return None;
+        return Err("no VALUES tuple (INSERT ... SELECT / SET / DEFAULT VALUES ...)");
     }
-    let tuple = p.tuple(dialect, sql)?;
+    let tuple = p
+        .tuple(dialect, sql)
+        .ok_or("the VALUES tuple (unbalanced, empty element or bad placeholder)")?;
     if let Some(cols) = &columns
         && cols.len() != tuple.params.len()
     {
-        return None;
+        return Err("the VALUES tuple does not match the column list");
     }
 
     // A second tuple, a row alias or anything else unexpected is rejected by
     // the clause parsers below leaving tokens unconsumed.
     let conflict = match (dialect, verb) {
-        (Dialect::Postgres, _) => p.pg_on_conflict(dialect)?,
-        (Dialect::MySql, Verb::Insert | Verb::InsertIgnore) => p.on_duplicate_key()?,
-        (Dialect::MySql, Verb::Replace) => Conflict::None,
-    };
-    let returning = p.returning()?;
+        (Dialect::Postgres, _) => p.pg_on_conflict(dialect),
+        (Dialect::MySql, Verb::Insert | Verb::InsertIgnore) => p.on_duplicate_key(),
+        (Dialect::MySql, Verb::Replace) => Some(Conflict::None),
+    }
+    .ok_or("the conflict clause")?;
+    let returning = p.returning().ok_or("the RETURNING clause")?;
     if !p.at_end() {
-        return None;
+        return Err("more than one row, or a clause after the VALUES tuple that is not coalesced");
     }
 
     // Placeholders are only allowed inside the tuple.
@@ -100,7 +112,7 @@ pub(super) fn recognise(dialect: Dialect, sql: &str, lexemes: &[Lexeme]) -> Opti
         matches!(l.token, Token::Placeholder(_)) && (i < tuple.open_index || i > tuple.close_index)
     });
     if outside {
-        return None;
+        return Err("a placeholder outside the VALUES tuple");
     }
 
     // Tail: from the closing `)` of the tuple to the end of the last
@@ -119,9 +131,13 @@ pub(super) fn recognise(dialect: Dialect, sql: &str, lexemes: &[Lexeme]) -> Opti
                 )
             )
         })
-        .last()?;
+        .last()
+        .ok_or(INTERNAL)?;
     let tail_end = last_content.end.max(tuple.close_end);
-    let mut tail = sql.get(tuple.close_end..tail_end)?.to_owned();
+    let mut tail = sql
+        .get(tuple.close_end..tail_end)
+        .ok_or(INTERNAL)?
+        .to_owned();
     if let Token::Whitespace(sqlparser::tokenizer::Whitespace::SingleLineComment { .. }) =
         last_content.token
         && last_content.end > tuple.close_end
@@ -129,20 +145,23 @@ pub(super) fn recognise(dialect: Dialect, sql: &str, lexemes: &[Lexeme]) -> Opti
         tail.push('\n');
     }
 
-    Some(InsertShape {
+    Ok(InsertShape {
         dialect,
         verb,
-        table: sql.get(table_start..table_end)?.to_owned(),
+        table: sql.get(table_start..table_end).ok_or(INTERNAL)?.to_owned(),
         columns,
         params_per_row: tuple.params_per_row,
         tuple_params: tuple.params,
         conflict,
         returning,
-        head: sql.get(..tuple.open_start)?.into(),
+        head: sql.get(..tuple.open_start).ok_or(INTERNAL)?.into(),
         pieces: tuple.pieces.into_boxed_slice(),
         tail: tail.into_boxed_str(),
     })
 }
+
+/// A slice that cannot fail did: the text is passed through.
+const INTERNAL: &str = "text offsets the tokenizer reported inconsistently";
 
 /// The parsed VALUES tuple.
 struct Tuple {

@@ -12,7 +12,7 @@ use super::{Classified, Conflict, Dialect, InsertShape, Verb, classify};
 fn pg(sql: &str) -> Arc<InsertShape> {
     match classify(Dialect::Postgres, sql) {
         Classified::Batchable(shape) => shape,
-        Classified::PassThrough => panic!("expected Batchable (postgres): {sql:?}"),
+        other => panic!("expected Batchable (postgres): {sql:?}: {other:?}"),
     }
 }
 
@@ -20,7 +20,7 @@ fn pg(sql: &str) -> Arc<InsertShape> {
 fn my(sql: &str) -> Arc<InsertShape> {
     match classify(Dialect::MySql, sql) {
         Classified::Batchable(shape) => shape,
-        Classified::PassThrough => panic!("expected Batchable (mysql): {sql:?}"),
+        other => panic!("expected Batchable (mysql): {sql:?}: {other:?}"),
     }
 }
 

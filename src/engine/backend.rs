@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::classify::{Dialect, InsertShape};
 use crate::error::Error;
+use crate::explain::NotCoalesced;
 
 /// Why one multi-row statement failed.
 #[derive(Debug)]
@@ -52,12 +53,13 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     fn label(shape: &Self::Shape) -> &str;
 
     /// Prepares backend data for a statement the classifier found batchable.
-    /// `Ok(None)` declines batching (the statement then passes through).
+    /// `Ok(Err(reason))` declines batching (the statement then runs on its
+    /// own, and `Pool::explain` reports the reason).
     fn prepare_shape(
         &self,
         sql: &str,
         shape: Arc<InsertShape>,
-    ) -> impl Future<Output = Result<Option<Self::Shape>, Error>> + Send;
+    ) -> impl Future<Output = Result<Result<Self::Shape, NotCoalesced>, Error>> + Send;
 
     /// Takes a connection from the pool.
     fn get(&self) -> impl Future<Output = Result<Self::Conn, Error>> + Send;

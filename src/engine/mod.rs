@@ -18,28 +18,20 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use lru::LruCache;
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 
 pub(crate) use self::backend::{Backend, ChunkError, ChunkResult};
 use self::queue::{Pending, ShapeQueue};
 use crate::classify::{self, Classified};
 use crate::config::{BatchConfig, QueueFull};
 use crate::error::Error;
+use crate::explain::{Explain, NotCoalesced};
 use crate::stats::{Counters, Stats};
-
-#[cfg(feature = "tower")]
-tokio::task_local! {
-    /// A queue slot reserved ahead of the row by `crate::tower::PoolService`
-    /// (`poll_ready`), set around the `execute` its `call` makes: `submit`
-    /// uses it instead of reserving a new one. Left unused (dropped, slot
-    /// freed) when the statement does not queue.
-    pub(crate) static RESERVED_SLOT: std::cell::Cell<Option<tokio::sync::OwnedSemaphorePermit>>;
-}
 
 /// Where a statement goes.
 pub(crate) enum Route<B: Backend> {
-    /// Executed as it is.
-    Pass,
+    /// Executed as it is, for this reason.
+    Pass(Arc<NotCoalesced>),
     /// Coalesced through this queue.
     Batch(Arc<ShapeQueue<B>>),
 }
@@ -47,8 +39,18 @@ pub(crate) enum Route<B: Backend> {
 impl<B: Backend> Clone for Route<B> {
     fn clone(&self) -> Self {
         match self {
-            Route::Pass => Route::Pass,
+            Route::Pass(reason) => Route::Pass(reason.clone()),
             Route::Batch(q) => Route::Batch(q.clone()),
+        }
+    }
+}
+
+impl<B: Backend> Route<B> {
+    /// What `Pool::explain` reports for this route.
+    pub(crate) fn explain(&self) -> Explain {
+        match self {
+            Route::Pass(reason) => Explain::not(NotCoalesced::clone(reason)),
+            Route::Batch(_) => Explain::coalesced(),
         }
     }
 }
@@ -58,8 +60,9 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) backend: B,
     pub(crate) config: BatchConfig,
     routes: std::sync::Mutex<LruCache<Box<str>, Route<B>>>,
-    /// Queue slots: one permit per queued row. In an `Arc` so the tower
-    /// service can hold an owned permit from `poll_ready` to `call`.
+    /// Queue slots: one permit per queued row. In an `Arc` so a caller can
+    /// reserve an owned permit ahead of its row (the tower service does, in
+    /// `poll_ready`) and hand it to [`Engine::submit`].
     permits: Arc<Semaphore>,
     pub(crate) counters: Counters,
     closed: AtomicBool,
@@ -124,16 +127,16 @@ impl<B: Backend> Engine<B> {
         if let Some(route) = self.cached_route(sql) {
             return Ok(route);
         }
-        let classified = if self.config.enabled {
-            classify::classify(B::DIALECT, sql)
-        } else {
-            Classified::PassThrough
-        };
-        let route = match classified {
-            Classified::PassThrough => Route::Pass,
+        let route = match classify::classify(B::DIALECT, sql) {
+            // Refused whether or not coalescing is on.
+            Classified::Other(reason @ NotCoalesced::TransactionControl(_)) => {
+                Route::Pass(Arc::new(reason))
+            }
+            _ if !self.config.enabled => Route::Pass(Arc::new(NotCoalesced::Disabled)),
+            Classified::Other(reason) => Route::Pass(Arc::new(reason)),
             Classified::Batchable(shape) => match self.backend.prepare_shape(sql, shape).await? {
-                None => Route::Pass,
-                Some(shape) => {
+                Err(reason) => Route::Pass(Arc::new(reason)),
+                Ok(shape) => {
                     let ppr = B::params_per_row(&shape).max(1);
                     let cap_rows = self
                         .config
@@ -156,12 +159,6 @@ impl<B: Backend> Engine<B> {
         }
         routes.put(sql.into(), route.clone());
         Ok(route)
-    }
-
-    /// Whether `sql` is classified and cached as batchable, without
-    /// classifying it (the hot path of every `execute`; used by benches).
-    pub(crate) fn cached_is_batchable(&self, sql: &str) -> Option<bool> {
-        self.cached_route(sql).map(|r| matches!(r, Route::Batch(_)))
     }
 
     /// Reserves `n` queue slots, waiting or failing fast as configured.
@@ -206,6 +203,11 @@ impl<B: Backend> Engine<B> {
 
     /// Queues one row and waits for its own outcome.
     ///
+    /// `reserved` is a queue slot the caller took ahead of time from
+    /// [`queue_slots`](Engine::queue_slots) (the tower service does so in
+    /// `poll_ready`); the row then takes that slot instead of waiting for
+    /// one. A slot of another pool is ignored (dropped).
+    ///
     /// Cancellation: dropping this future before a flush took the row leaves
     /// the row unsent (the flush skips it); after that, the statement
     /// completes anyway and the outcome is discarded.
@@ -214,6 +216,7 @@ impl<B: Backend> Engine<B> {
         q: &Arc<ShapeQueue<B>>,
         row: B::Row,
         bytes: usize,
+        reserved: Option<OwnedSemaphorePermit>,
     ) -> Result<B::Output, Error> {
         self.check_open()?;
         self.check_row(q, bytes)?;
@@ -228,8 +231,10 @@ impl<B: Backend> Engine<B> {
         } else {
             row
         };
-        if !self.take_reserved() {
-            self.reserve(1).await?;
+        match reserved {
+            // Given back by the flusher that takes the row.
+            Some(slot) if Arc::ptr_eq(slot.semaphore(), &self.permits) => slot.forget(),
+            _ => self.reserve(1).await?,
         }
         let (tx, rx) = oneshot::channel();
         self.enqueue(
@@ -244,31 +249,8 @@ impl<B: Backend> Engine<B> {
         rx.await.unwrap_or_else(|_| Err(Error::lost()))
     }
 
-    /// Uses the queue slot a tower `PoolService` reserved in `poll_ready`
-    /// for this pool, if the current task carries one (see [`RESERVED_SLOT`]).
-    fn take_reserved(&self) -> bool {
-        #[cfg(feature = "tower")]
-        {
-            RESERVED_SLOT
-                .try_with(|cell| match cell.take() {
-                    Some(p) if Arc::ptr_eq(p.semaphore(), &self.permits) => {
-                        // Given back by the flusher that takes the row.
-                        p.forget();
-                        true
-                    }
-                    other => {
-                        cell.set(other);
-                        false
-                    }
-                })
-                .unwrap_or(false)
-        }
-        #[cfg(not(feature = "tower"))]
-        false
-    }
-
-    /// The queue slots (one permit per queued row), for the tower service's
-    /// `poll_ready`.
+    /// The queue slots (one permit per queued row), for callers that
+    /// reserve a slot ahead of their row (see [`Engine::submit`]).
     #[cfg(feature = "tower")]
     pub(crate) fn queue_slots(&self) -> &Arc<Semaphore> {
         &self.permits

@@ -5,19 +5,20 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{DriverError, Params, Row, Value};
+use mysql_async::{Params, Row, Value};
 use tokio::sync::OnceCell;
 
-use super::Outcome;
-use super::manager::{Manager, ServerInfo};
+use super::errors::{chunk_error, closed_before_send, unsent_error};
+use super::table::table_facts;
+use super::{Client, MySql, Outcome};
+use crate::backend::try_get_now;
 use crate::classify::{Conflict, Dialect, InsertShape, Verb};
 use crate::engine::{Backend, ChunkError, ChunkResult};
 use crate::error::{Error, Kind};
-
-pub(crate) type Conn = deadpool::managed::Object<Manager>;
+use crate::explain::NotCoalesced;
 
 /// Most placeholders in one MySQL prepared statement (the protocol's 16-bit
 /// parameter count).
@@ -34,20 +35,9 @@ const FALLBACK_PACKET: usize = 1 << 20;
 
 static NEXT_SHAPE_ID: AtomicU64 = AtomicU64::new(1);
 
-pub(crate) struct MyBackend {
-    pub(crate) pool: deadpool::managed::Pool<Manager>,
-    pub(crate) server: Arc<OnceLock<ServerInfo>>,
-    /// Coalesce INSERT IGNORE / REPLACE / ON DUPLICATE KEY UPDATE.
-    pub(crate) coalesce_upserts: bool,
-    /// Connections use CLIENT_FOUND_ROWS (ODKU counts unchanged rows as 1).
-    pub(crate) found_rows: bool,
-    /// Statement texts being learned (see `prepare_shape`).
-    pub(crate) learning: Mutex<HashMap<Box<str>, Learning>>,
-}
-
-/// The answer, shared by the callers of one new statement text: `Some(ids
-/// are consecutive)` when it may be coalesced.
-pub(crate) type Learning = Arc<OnceCell<Option<bool>>>;
+/// The answer, shared by the callers of one new statement text:
+/// `Ok(ids are consecutive)` when it may be coalesced.
+pub(crate) type Learning = Arc<OnceCell<Result<bool, NotCoalesced>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -116,233 +106,16 @@ pub(crate) fn encode(shape: &MyShape, params: Params) -> Result<MyRow, Error> {
     Ok(MyRow { values, bytes })
 }
 
-/// Whether a param-related driver error (raised before anything is sent).
-fn params_error(e: &mysql_async::Error) -> bool {
-    matches!(
-        e,
-        mysql_async::Error::Driver(
-            DriverError::Params(_)
-                | DriverError::MixedParams
-                | DriverError::StmtParamsMismatch { .. }
-                | DriverError::StmtParamsNumberExceedsLimit { .. }
-        )
-    )
-}
-
-/// Maps a mysql_async error from running a statement that was sent.
-pub(crate) fn sent_error(e: mysql_async::Error) -> Error {
-    match e {
-        mysql_async::Error::Server(_) => Error::with_source(Kind::Db, "database error", e),
-        e if params_error(&e) => Error::with_source(Kind::Params, "bad parameters", e),
-        e => Error::with_source(
-            Kind::OutcomeUnknown,
-            "connection lost while the statement was in flight; it may or may not have committed",
-            e,
-        ),
-    }
-}
-
-/// Maps a mysql_async error from a step that cannot have written anything
-/// (prepare, or a connection already closed before sending).
-pub(crate) fn unsent_error(e: mysql_async::Error) -> Error {
-    match e {
-        mysql_async::Error::Server(_) => Error::with_source(Kind::Db, "database error", e),
-        e if params_error(&e) => Error::with_source(Kind::Params, "bad parameters", e),
-        e => Error::with_source(
-            Kind::ConnectionClosed,
-            "connection lost before the statement was sent",
-            e,
-        ),
-    }
-}
-
-pub(crate) fn closed_before_send() -> Error {
-    Error::new(
-        Kind::ConnectionClosed,
-        "connection closed before the statement was sent",
-    )
-}
-
-/// Server errors that can depend on one row's values: the engine re-runs
-/// smaller groups to find the row. Nothing of the failed statement
-/// committed (coalescing is limited to transactional tables).
-fn row_specific(e: &mysql_async::ServerError) -> bool {
-    // SQLSTATE 22 data exception, 23 integrity constraint.
-    if matches!(e.state.get(..2), Some("22" | "23")) {
-        return true;
-    }
-    matches!(
-        e.code,
-        1048 // column cannot be null
-            | 1062 // duplicate entry
-            | 1205 // lock wait timeout
-            | 1213 // deadlock
-            | 1216 | 1217 | 1451 | 1452 // foreign keys
-            | 1264 // out of range
-            | 1292 // truncated incorrect value
-            | 1364 // field has no default
-            | 1365 // division by zero
-            | 1366 // incorrect value for column
-            | 1406 // data too long
-            | 1526 // no partition for value
-            | 1644 // SIGNAL from a trigger
-            | 1690 // value out of range in an expression
-            | 1748 // row does not match the given partition set
-            | 3819 // check constraint (MySQL)
-            | 4025 // check constraint (MariaDB)
-    )
-}
-
-fn chunk_error(e: mysql_async::Error) -> ChunkError {
-    let row = matches!(&e, mysql_async::Error::Server(se) if row_specific(se));
-    let err = sent_error(e);
-    if row {
-        ChunkError::Row(err)
-    } else {
-        ChunkError::Statement(err)
-    }
-}
-
-/// Splits a table name as written (`t`, `` `db`.`t` ``) into schema and
-/// table, unquoted.
-fn split_table(text: &str) -> Option<(Option<String>, String)> {
-    let mut parts = Vec::new();
-    let mut chars = text.trim().chars().peekable();
-    loop {
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        let mut part = String::new();
-        match chars.peek() {
-            Some(&q @ ('`' | '"')) => {
-                chars.next();
-                loop {
-                    match chars.next()? {
-                        c if c == q => {
-                            if chars.next_if_eq(&q).is_some() {
-                                part.push(q);
-                            } else {
-                                break;
-                            }
-                        }
-                        c => part.push(c),
-                    }
-                }
-            }
-            Some(_) => {
-                while let Some(c) = chars.next_if(|c| *c != '.' && !c.is_whitespace()) {
-                    part.push(c);
-                }
-            }
-            None => return None,
-        }
-        if part.is_empty() {
-            return None;
-        }
-        parts.push(part);
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        match chars.next() {
-            None => break,
-            Some('.') => continue,
-            Some(_) => return None,
-        }
-    }
-    match parts.len() {
-        1 => parts.pop().map(|t| (None, t)),
-        2 => {
-            let table = parts.pop()?;
-            Some((parts.pop(), table))
-        }
-        _ => None,
-    }
-}
-
-/// What the server says about the target table.
-struct TableFacts {
-    engine: String,
-    transactional: bool,
-    auto_increment: Option<String>,
-    insert_triggers: u64,
-}
-
-/// Three scalar subqueries, each filtered by literal schema and table so
-/// the server opens only that table's metadata (a filter it has to compute,
-/// such as `DATABASE()`, makes it scan every schema).
-const TABLE_FACTS: &str = "SELECT \
-     (SELECT CONCAT(t.ENGINE, ' ', e.TRANSACTIONS) \
-       FROM information_schema.TABLES t JOIN information_schema.ENGINES e ON e.ENGINE = t.ENGINE \
-       WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ? AND t.TABLE_TYPE = 'BASE TABLE'), \
-     (SELECT c.COLUMN_NAME FROM information_schema.COLUMNS c \
-       WHERE c.TABLE_SCHEMA = ? AND c.TABLE_NAME = ? AND c.EXTRA LIKE '%auto_increment%' LIMIT 1), \
-     (SELECT COUNT(*) FROM information_schema.TRIGGERS g \
-       WHERE g.EVENT_OBJECT_SCHEMA = ? AND g.EVENT_OBJECT_TABLE = ? \
-       AND g.EVENT_MANIPULATION = 'INSERT')";
-
-/// Looks the table up in information_schema. `Ok(None)` when it is not
-/// found exactly once (temporary table, view, ambiguous name, no access).
-async fn table_facts(conn: &mut Conn, table: &str) -> Result<Option<TableFacts>, Error> {
-    let Some((schema, name)) = split_table(table) else {
-        return Ok(None);
-    };
-    let run = async {
-        let schema = match schema {
-            Some(schema) => Some(schema),
-            None => conn
-                .query_first::<Option<String>, _>("SELECT DATABASE()")
-                .await?
-                .flatten(),
-        };
-        let Some(schema) = schema else {
-            return Ok(None);
-        };
-        let params = (
-            schema.clone(),
-            name.clone(),
-            schema.clone(),
-            name.clone(),
-            schema,
-            name,
-        );
-        conn.exec_first::<Row, _, _>(TABLE_FACTS, params).await
-    };
-    let row = match run.await {
-        Ok(Some(row)) => row,
-        Ok(None) => return Ok(None),
-        // No access, or several tables matched a case-insensitive name.
-        Err(mysql_async::Error::Server(_)) => return Ok(None),
-        Err(e) => {
-            conn.note_error(&e);
-            return Err(unsent_error(e));
-        }
-    };
-    let text = |i: usize| -> Option<String> {
-        row.get_opt::<Option<String>, _>(i)
-            .and_then(Result::ok)
-            .flatten()
-    };
-    let Some(engine) = text(0) else {
-        return Ok(None);
-    };
-    let (engine, transactions) = engine.split_once(' ').unwrap_or((engine.as_str(), ""));
-    Ok(Some(TableFacts {
-        engine: engine.to_owned(),
-        transactional: transactions.eq_ignore_ascii_case("YES"),
-        auto_increment: text(1),
-        insert_triggers: row
-            .get_opt::<Option<u64>, _>(2)
-            .and_then(Result::ok)
-            .flatten()
-            .unwrap_or(u64::MAX),
-    }))
-}
-
-impl MyBackend {
-    /// Asks the server whether `sql` may be coalesced: `Some(consecutive
-    /// ids)` when it may, `None` when it runs on its own.
+impl MySql {
+    /// Asks the server whether `sql` may be coalesced: `Ok(consecutive
+    /// ids)` when it may, the reason when it runs on its own.
     async fn learn(
         &self,
         sql: &str,
         shape: &InsertShape,
         upsert: bool,
-    ) -> Result<Option<bool>, Error> {
+    ) -> Result<Result<bool, NotCoalesced>, Error> {
+        let declined = |why: String| Ok(Err(NotCoalesced::Declined(why)));
         let mut conn = self.get().await?;
         let stmt = match conn.prep(sql).await {
             Ok(stmt) => stmt,
@@ -354,15 +127,27 @@ impl MyBackend {
         if usize::from(stmt.num_params()) != shape.params_per_row {
             // The server counts the placeholders differently from the
             // classifier (named `:params`): do not rewrite it.
-            return Ok(None);
+            return declined(format!(
+                "the server counts {} parameters where the text shows {}",
+                stmt.num_params(),
+                shape.params_per_row
+            ));
         }
         // Only transactional tables: a failed multi-row statement must leave
         // nothing behind, so its rows can be re-run to isolate the bad one.
         let Some(facts) = table_facts(&mut conn, &shape.table).await? else {
-            return Ok(None);
+            return declined(format!(
+                "table {} is not one base table found in information_schema \
+                 (temporary table, view, no access?)",
+                shape.table
+            ));
         };
         if !facts.transactional {
-            return Ok(None);
+            return declined(format!(
+                "table {} uses the non-transactional {} engine: a failed multi-row \
+                 statement could leave some of its rows behind",
+                shape.table, facts.engine
+            ));
         }
         let lock_mode = self.server.get().and_then(|s| s.autoinc_lock_mode);
         let consecutive_ids = !upsert
@@ -376,7 +161,7 @@ impl MyBackend {
                 }
                 _ => false,
             };
-        Ok(Some(consecutive_ids))
+        Ok(Ok(consecutive_ids))
     }
 
     fn packet(&self) -> usize {
@@ -463,8 +248,8 @@ struct Written {
     returned: Vec<Row>,
 }
 
-impl Backend for MyBackend {
-    type Conn = Conn;
+impl Backend for MySql {
+    type Conn = Client;
     type Row = MyRow;
     type Output = Outcome;
     type Shape = MyShape;
@@ -491,10 +276,14 @@ impl Backend for MyBackend {
         &self,
         sql: &str,
         shape: Arc<InsertShape>,
-    ) -> Result<Option<MyShape>, Error> {
+    ) -> Result<Result<MyShape, NotCoalesced>, Error> {
         let upsert = shape.verb != Verb::Insert || shape.conflict != Conflict::None;
         if upsert && !self.coalesce_upserts {
-            return Ok(None);
+            return Ok(Err(NotCoalesced::Declined(
+                "INSERT IGNORE / REPLACE / ON DUPLICATE KEY UPDATE are not coalesced \
+                 (PoolBuilder::coalesce_upserts)"
+                    .into(),
+            )));
         }
         let one = shape.render(1, None).len();
         let text_per_row = shape.render(2, None).len().saturating_sub(one);
@@ -516,13 +305,17 @@ impl Backend for MyBackend {
                 learning.remove(sql);
             }
         }
-        let Some(consecutive_ids) = learned? else {
-            return Ok(None);
+        let consecutive_ids = match learned? {
+            Ok(consecutive_ids) => consecutive_ids,
+            Err(reason) => return Ok(Err(reason)),
         };
         if fixed.saturating_add(64) > self.reserve() {
-            return Ok(None);
+            return Ok(Err(NotCoalesced::Declined(format!(
+                "the statement text ({fixed} bytes) leaves no room for rows in the \
+                 server's max_allowed_packet"
+            ))));
         }
-        Ok(Some(MyShape {
+        Ok(Ok(MyShape {
             id: NEXT_SHAPE_ID.fetch_add(1, Ordering::Relaxed),
             params: shape.params_per_row,
             shape,
@@ -532,19 +325,17 @@ impl Backend for MyBackend {
         }))
     }
 
-    async fn get(&self) -> Result<Conn, Error> {
+    async fn get(&self) -> Result<Client, Error> {
         Ok(self.pool.get().await?)
     }
 
-    async fn try_get(&self) -> Option<Conn> {
-        let mut timeouts = self.pool.timeouts();
-        timeouts.wait = Some(std::time::Duration::ZERO);
-        self.pool.timeout_get(&timeouts).await.ok()
+    async fn try_get(&self) -> Option<Client> {
+        try_get_now(&self.pool).await
     }
 
     async fn execute<'a>(
         &'a self,
-        conn: &'a mut Conn,
+        conn: &'a mut Client,
         shape: &'a MyShape,
         rows: &'a [MyRow],
     ) -> ChunkResult<Outcome> {
@@ -599,26 +390,5 @@ impl Backend for MyBackend {
                 Err(chunk_error(e))
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split_table;
-
-    #[test]
-    fn table_names_split() {
-        assert_eq!(split_table("t"), Some((None, "t".into())));
-        assert_eq!(
-            split_table("`db`.`T`"),
-            Some((Some("db".into()), "T".into()))
-        );
-        assert_eq!(split_table("db . t"), Some((Some("db".into()), "t".into())));
-        assert_eq!(split_table("`a``b`"), Some((None, "a`b".into())));
-        assert_eq!(split_table("`a.b`"), Some((None, "a.b".into())));
-        assert_eq!(split_table("a.b.c"), None);
-        assert_eq!(split_table("``"), None);
-        assert_eq!(split_table("`open"), None);
-        assert_eq!(split_table(""), None);
     }
 }

@@ -1,0 +1,250 @@
+//! What a database backend supplies to the generic pool: the leaf interface
+//! under [`Pool`](crate::Pool), [`Transaction`](crate::Transaction) and
+//! [`PoolBuilder`](crate::PoolBuilder).
+//!
+//! Two traits, both implemented by [`Postgres`](crate::postgres::Postgres)
+//! and [`MySql`](crate::mysql::MySql) only:
+//!
+//! * [`engine::Backend`](crate::engine::Backend): rows of a batchable shape
+//!   (encode, build and run one multi-row statement, map its result back to
+//!   rows).
+//! * [`Driver`]: everything else that differs between the servers: opening
+//!   connections, preparing and running one statement, running a group of
+//!   statements with `BEGIN`/`COMMIT` (pipelined on PostgreSQL, one command
+//!   at a time on MySQL), ending a transaction, and telling a dead
+//!   connection from a live one.
+//!
+//! The public [`Backend`] trait only names them: it is sealed by its private
+//! supertrait, so the pool's internals stay private.
+
+use std::fmt;
+use std::future::Future;
+
+use crate::classify::Dialect;
+use crate::config::PoolSettings;
+use crate::engine;
+use crate::error::Error;
+
+/// A pooled connection of backend `B`.
+pub(crate) type Conn<B> = deadpool::managed::Object<<B as Driver>::Manager>;
+
+/// The result of one statement that ran on its own.
+#[derive(Debug)]
+pub(crate) struct Ran<R> {
+    /// Rows the statement affected, as the server counts them (for a query,
+    /// the rows it returned).
+    pub(crate) affected: u64,
+    /// The server's last insert id (MySQL), if it sent one.
+    #[cfg_attr(
+        not(feature = "mysql"),
+        allow(dead_code, reason = "only MySQL reports one")
+    )]
+    pub(crate) last_insert_id: Option<u64>,
+    /// Rows the statement returned: all of them, or only the first when the
+    /// caller asked for an outcome.
+    pub(crate) rows: Vec<R>,
+}
+
+/// How a transaction ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// `COMMIT`.
+    Commit,
+    /// `ROLLBACK`.
+    Rollback,
+}
+
+impl End {
+    pub(crate) fn sql(self) -> &'static str {
+        match self {
+            End::Commit => "COMMIT",
+            End::Rollback => "ROLLBACK",
+        }
+    }
+}
+
+/// One statement of a [`Group`], prepared and bound.
+pub(crate) struct Stmt<'a, B: Driver> {
+    #[cfg_attr(
+        not(feature = "mysql"),
+        allow(dead_code, reason = "PostgreSQL runs the prepared statement alone")
+    )]
+    pub(crate) sql: &'a str,
+    pub(crate) prepared: &'a B::Prepared,
+    pub(crate) bound: B::Bound,
+    /// Collect every returned row (a query) rather than the first.
+    pub(crate) all_rows: bool,
+}
+
+/// Statements to run in order on one connection, optionally after `BEGIN`
+/// and before `COMMIT`.
+pub(crate) struct Group<'a, B: Driver> {
+    pub(crate) begin: bool,
+    pub(crate) statements: Vec<Stmt<'a, B>>,
+    pub(crate) commit: bool,
+}
+
+/// What a [`Group`] got back.
+///
+/// Once a statement fails, nothing after it takes effect: PostgreSQL aborts
+/// the transaction itself (later statements answer `25P02`, the pipelined
+/// `COMMIT` answers `ROLLBACK`); the MySQL backend sends no further
+/// statement and `ROLLBACK` instead of `COMMIT`.
+#[derive(Debug)]
+pub(crate) struct GroupReplies<R> {
+    /// `BEGIN`'s reply, if it was sent.
+    pub(crate) begin: Option<Result<(), Error>>,
+    /// One reply per statement sent, in order (fewer than given when the
+    /// backend stopped sending).
+    pub(crate) statements: Vec<Result<Ran<R>, Error>>,
+    /// The reply of the `COMMIT` (or the `ROLLBACK` sent in its place) and
+    /// whether the session is known to be outside a transaction afterwards;
+    /// `None` when nothing was sent to end the transaction.
+    pub(crate) end: Option<(Result<(), Error>, bool)>,
+}
+
+/// The connection-level half of a backend (see the module docs).
+pub(crate) trait Driver:
+    engine::Backend<Conn = deadpool::managed::Object<Self::Manager>>
+{
+    /// The deadpool manager of this backend's connections.
+    type Manager: deadpool::managed::Manager + Send + Sync;
+    /// Connection settings (`tokio_postgres::Config`, `mysql_async::Opts`).
+    type Config: Send + Sync + 'static;
+    /// Backend-only builder options.
+    type Options: Default + fmt::Debug + Send + Sync + 'static;
+    /// One row a query returned.
+    type QueryRow: Send + 'static;
+    /// One statement's parameters as the caller gave them.
+    type Args<'a>: Send + 'a;
+    /// A statement ready to run on one connection.
+    type Prepared: Send + Sync + 'static;
+    /// Parameters checked (and encoded) against a prepared statement.
+    type Bound: Send + Sync + 'static;
+
+    /// Name for messages and `Debug`.
+    const NAME: &'static str;
+    /// After a statement fails inside a transaction the server aborts the
+    /// transaction itself and answers every later statement with an error,
+    /// so later statements may be sent (PostgreSQL). When `false`, the pool
+    /// refuses them without sending: the server would run them, possibly in
+    /// autocommit after it rolled back a deadlock (MySQL).
+    const SERVER_ABORTS_FAILED_TRANSACTION: bool;
+
+    /// Parses a connection string.
+    fn parse_config(config: &str) -> Result<Self::Config, Error>;
+
+    /// Formats a config without its password.
+    fn fmt_config(config: &Self::Config, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+
+    /// Builds the backend and its (lazily connecting) deadpool pool.
+    fn open(
+        config: Self::Config,
+        settings: &PoolSettings,
+        options: Self::Options,
+    ) -> Result<Self, Error>;
+
+    /// The deadpool pool of connections.
+    fn connections(&self) -> &deadpool::managed::Pool<Self::Manager>;
+
+    /// Encodes a caller's row of a batchable shape (in the caller's task),
+    /// checking its parameters; returns it with its size in bytes.
+    fn encode_row(
+        &self,
+        shape: &Self::Shape,
+        args: Self::Args<'_>,
+    ) -> Result<(Self::Row, usize), Error>;
+
+    /// Whether the caller gave any parameter (MySQL runs parameterless
+    /// statements over the text protocol).
+    fn has_params(args: &Self::Args<'_>) -> bool;
+
+    /// Prepares statements on `conn`, in order; `(sql, has_params)` each.
+    /// PostgreSQL sends all the new texts in one round trip.
+    fn prepare<'a>(
+        conn: &'a mut Conn<Self>,
+        texts: &'a [(&'a str, bool)],
+    ) -> impl Future<Output = Vec<Result<Self::Prepared, Error>>> + Send + 'a;
+
+    /// Checks and encodes a caller's parameters for a prepared statement.
+    fn bind(prepared: &Self::Prepared, args: Self::Args<'_>) -> Result<Self::Bound, Error>;
+
+    /// Runs one prepared statement on its own (autocommit, or inside the
+    /// connection's open transaction).
+    fn run<'a>(
+        conn: &'a mut Conn<Self>,
+        stmt: Stmt<'a, Self>,
+    ) -> impl Future<Output = Result<Ran<Self::QueryRow>, Error>> + Send + 'a;
+
+    /// Runs one prepared statement once per bound row, each its own
+    /// autocommit statement, on one connection (PostgreSQL pipelines them).
+    /// A row that failed to bind gets its error.
+    fn run_many<'a>(
+        conn: &'a mut Conn<Self>,
+        sql: &'a str,
+        prepared: &'a Self::Prepared,
+        rows: Vec<Result<Self::Bound, Error>>,
+    ) -> impl Future<Output = Vec<Result<Ran<Self::QueryRow>, Error>>> + Send + 'a;
+
+    /// Runs a [`Group`] (see [`GroupReplies`] for what happens after a
+    /// failure). PostgreSQL writes it in one round trip.
+    fn run_group<'a>(
+        conn: &'a mut Conn<Self>,
+        group: Group<'a, Self>,
+    ) -> impl Future<Output = GroupReplies<Self::QueryRow>> + Send + 'a;
+
+    /// Ends the open transaction; returns the reply and whether the session
+    /// is known to be outside a transaction afterwards. The MySQL backend
+    /// follows a refused `COMMIT` with `ROLLBACK`.
+    fn end<'a>(
+        conn: &'a mut Conn<Self>,
+        end: End,
+    ) -> impl Future<Output = (Result<(), Error>, bool)> + Send + 'a;
+
+    /// The connection is known to be unusable (closed, killed): it must not
+    /// go back to the pool, and nothing sent on it can run.
+    fn is_broken(conn: &Conn<Self>) -> bool;
+
+    /// Marks a connection handed to the user by `Pool::get` (the MySQL
+    /// backend resets its session when it comes back).
+    fn lend(conn: &mut Conn<Self>);
+
+    /// The outcome of a statement that ran on its own.
+    fn outcome(ran: Ran<Self::QueryRow>) -> Self::Output;
+}
+
+/// A database backend of the pool: [`Postgres`](crate::postgres::Postgres)
+/// or [`MySql`](crate::mysql::MySql).
+///
+/// Sealed: its working parts are private to batchpool, and it cannot be
+/// implemented outside it. Name it to write code generic over both pools
+/// (`fn report<B: Backend>(pool: &Pool<B>)`).
+#[allow(
+    private_bounds,
+    reason = "sealed: the backend interface is private to the crate"
+)]
+pub trait Backend: Driver {}
+
+/// The SQL dialect of a backend.
+pub(crate) fn dialect<B: Driver>() -> Dialect {
+    <B as engine::Backend>::DIALECT
+}
+
+/// Takes a connection from `pool` only if one is free (or can be opened)
+/// right now, without queueing behind other waiters.
+pub(crate) async fn try_get_now<M>(
+    pool: &deadpool::managed::Pool<M>,
+) -> Option<deadpool::managed::Object<M>>
+where
+    M: deadpool::managed::Manager,
+{
+    let mut timeouts = pool.timeouts();
+    timeouts.wait = Some(std::time::Duration::ZERO);
+    pool.timeout_get(&timeouts).await.ok()
+}
+
+/// Takes a connection out of the pool for good: it is closed when dropped
+/// (the server then rolls back whatever it had open).
+pub(crate) fn discard<M: deadpool::managed::Manager>(conn: deadpool::managed::Object<M>) {
+    drop(deadpool::managed::Object::take(conn));
+}

@@ -1,0 +1,84 @@
+//! Whether a SQL text is coalesced, and why not ([`Pool::explain`]).
+//!
+//! [`Pool::explain`]: crate::Pool::explain
+
+use std::fmt;
+
+/// Why a statement runs on its own instead of being coalesced with other
+/// callers' rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotCoalesced {
+    /// Coalescing is turned off ([`BatchConfig::enabled`](crate::BatchConfig::enabled)).
+    Disabled,
+    /// Not an `INSERT` (or MySQL `REPLACE`).
+    NotAnInsert,
+    /// Transaction control (`BEGIN`, `COMMIT`, `SAVEPOINT`,
+    /// `SET autocommit`...): refused by the pool's `execute`, which may run
+    /// each call on another connection. The keyword found.
+    TransactionControl(&'static str),
+    /// An `INSERT` of a form the multi-row rewrite does not cover; names the
+    /// part (several rows, `INSERT ... SELECT`, a placeholder outside the
+    /// VALUES tuple, ...).
+    InsertForm(&'static str),
+    /// The text could not be tokenized (unterminated string or comment...).
+    Unreadable,
+    /// The backend declined after looking at the server or the table: the
+    /// reason (a non-transactional MySQL table, an `ON CONFLICT` whose
+    /// skipped rows cannot be told apart, ...).
+    Declined(String),
+}
+
+impl fmt::Display for NotCoalesced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotCoalesced::Disabled => f.write_str("coalescing is disabled for this pool"),
+            NotCoalesced::NotAnInsert => f.write_str("not an INSERT"),
+            NotCoalesced::TransactionControl(k) => write!(
+                f,
+                "{k} is transaction control, refused by Pool::execute (use Pool::begin, \
+                 Pool::atomic or Pool::get)"
+            ),
+            NotCoalesced::InsertForm(what) => write!(f, "INSERT form not coalesced: {what}"),
+            NotCoalesced::Unreadable => f.write_str("the text could not be tokenized"),
+            NotCoalesced::Declined(why) => f.write_str(why),
+        }
+    }
+}
+
+/// What [`Pool::explain`](crate::Pool::explain) found out about a SQL text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explain {
+    reason: Option<NotCoalesced>,
+}
+
+impl Explain {
+    pub(crate) fn coalesced() -> Explain {
+        Explain { reason: None }
+    }
+
+    pub(crate) fn not(reason: NotCoalesced) -> Explain {
+        Explain {
+            reason: Some(reason),
+        }
+    }
+
+    /// Rows of this text are coalesced into multi-row statements.
+    pub fn is_coalesced(&self) -> bool {
+        self.reason.is_none()
+    }
+
+    /// Why the text runs on its own; `None` when it is coalesced.
+    pub fn reason(&self) -> Option<&NotCoalesced> {
+        self.reason.as_ref()
+    }
+}
+
+impl fmt::Display for Explain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.reason {
+            None => f.write_str("coalesced into multi-row statements"),
+            Some(reason) => write!(f, "runs on its own: {reason}"),
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The methods of [`Pool`] and [`Transaction`] that take mysql_async's
+//! parameters: each hands them to the generic pool.
+
+use mysql_async::{Opts, Params, Row};
+
+use super::{Outcome, Pool, PoolBuilder, PooledConn, Transaction};
+use crate::error::{AtomicError, Error};
+
+impl Pool {
+    /// Starts building a pool from mysql_async options.
+    pub fn from_opts(opts: impl Into<Opts>) -> PoolBuilder {
+        crate::PoolBuilder::new(Ok(opts.into()))
+    }
+
+    /// Runs one statement and returns this caller's own outcome.
+    ///
+    /// A single-row INSERT (see the [module docs](super)) waits in the queue
+    /// of its SQL text and is sent with other callers' rows as one multi-row
+    /// INSERT; the future resolves once that statement has committed, with
+    /// this row's own count, id and `RETURNING` row, or this row's own
+    /// error. Other statements run as they are (with no parameters, over the
+    /// text protocol, so any statement works); transaction control
+    /// (`BEGIN`, `SET autocommit`...) is refused ([`Error::is_refused`]).
+    ///
+    /// The parameter count is checked here, before the row is queued.
+    /// Dropping the future before its row was taken by a flush means the row
+    /// is never sent; after that, the row is written anyway.
+    pub async fn execute(&self, sql: &str, params: impl Into<Params>) -> Result<Outcome, Error> {
+        self.execute_args(sql, params.into(), None).await
+    }
+
+    /// Runs one statement once per parameter row, like JDBC
+    /// `addBatch`/`executeBatch`, and returns each row's own outcome in
+    /// order.
+    ///
+    /// Batchable rows run in order on one connection, in as few multi-row
+    /// statements as the limits allow; other statements run one after the
+    /// other on one connection. A row with bad parameters fails alone. The
+    /// outer error is for the statement as a whole (it cannot be prepared,
+    /// the pool is closed).
+    pub async fn execute_many<I, P>(
+        &self,
+        sql: &str,
+        rows: I,
+    ) -> Result<Vec<Result<Outcome, Error>>, Error>
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<Params>,
+    {
+        let rows = rows.into_iter().map(Into::into).collect();
+        self.execute_many_args(sql, rows).await
+    }
+
+    /// Runs a query (never coalesced) and returns the rows of its first
+    /// result set.
+    pub async fn query(&self, sql: &str, params: impl Into<Params>) -> Result<Vec<Row>, Error> {
+        self.query_args(sql, params.into()).await
+    }
+
+    /// Runs a query expected to return exactly one row
+    /// ([`Error::is_row_count`] otherwise).
+    pub async fn query_one(&self, sql: &str, params: impl Into<Params>) -> Result<Row, Error> {
+        self.query_one_args(sql, params.into()).await
+    }
+
+    /// Runs a query returning zero or one row.
+    pub async fn query_opt(
+        &self,
+        sql: &str,
+        params: impl Into<Params>,
+    ) -> Result<Option<Row>, Error> {
+        self.query_opt_args(sql, params.into()).await
+    }
+
+    /// Runs `statements` as one all-or-nothing group and returns each
+    /// statement's outcome, in order.
+    ///
+    /// * One statement is sent alone in autocommit: no `START TRANSACTION`,
+    ///   no `COMMIT` reach the server. One round trip.
+    /// * Several run as `START TRANSACTION`, the statements one by one, and
+    ///   `COMMIT`: n + 2 round trips. If statement *k* fails, the rest is not
+    ///   sent, `ROLLBACK` follows, and the error says which
+    ///   ([`AtomicError::index`]) and why; nothing of the group committed.
+    /// * No statements: nothing is sent and no connection is taken.
+    ///
+    /// Parameterized statements are prepared (and cached per connection)
+    /// before the transaction starts, so a bad text or parameter count fails
+    /// before anything runs. Transaction control is refused, and in groups of
+    /// two or more so are statements MySQL commits implicitly (DDL,
+    /// `LOCK TABLES`...).
+    ///
+    /// Cancellation: the connection never goes back to the pool inside a
+    /// transaction (see [`crate::Transaction`]); a group cancelled before its
+    /// `COMMIT` was sent is rolled back.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: batchpool::mysql::Pool) -> Result<(), batchpool::Error> {
+    /// let outcomes = pool
+    ///     .atomic([
+    ///         ("UPDATE account SET balance = balance - ? WHERE id = ?", (50, 1).into()),
+    ///         ("UPDATE account SET balance = balance + ? WHERE id = ?", (50, 2).into()),
+    ///     ])
+    ///     .await?;
+    /// assert_eq!(outcomes.len(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn atomic<'a, I>(&self, statements: I) -> Result<Vec<Outcome>, AtomicError>
+    where
+        I: IntoIterator<Item = (&'a str, Params)>,
+    {
+        self.atomic_args(statements.into_iter().collect()).await
+    }
+
+    /// A pooled connection, for anything batchpool does not wrap
+    /// (transactions, `LOAD DATA`, session settings). It is never used for
+    /// coalesced rows while you hold it, and is reset
+    /// (`COM_RESET_CONNECTION`) when it comes back.
+    pub async fn get(&self) -> Result<PooledConn, Error> {
+        self.lend().await
+    }
+}
+
+impl PoolBuilder {
+    /// Whether `INSERT IGNORE`, `REPLACE` and `ON DUPLICATE KEY UPDATE` are
+    /// coalesced (default `true`). Their per-row counts are then exact only
+    /// in the cases listed in the [module docs](super#per-row-outcomes) and
+    /// their per-row `last_insert_id` is `None`; with `false` they run one by
+    /// one and report MySQL's exact counts and ids.
+    pub fn coalesce_upserts(mut self, on: bool) -> Self {
+        self.options.coalesce_upserts = on;
+        self
+    }
+}
+
+impl Transaction {
+    /// Runs a statement in the transaction and returns its outcome. Never
+    /// coalesced. Parameters as for [`Pool::execute`].
+    pub async fn execute(
+        &mut self,
+        sql: &str,
+        params: impl Into<Params>,
+    ) -> Result<Outcome, Error> {
+        self.execute_args(sql, params.into()).await
+    }
+
+    /// Runs a query in the transaction and returns the rows of its first
+    /// result set.
+    pub async fn query(&mut self, sql: &str, params: impl Into<Params>) -> Result<Vec<Row>, Error> {
+        self.query_args(sql, params.into()).await
+    }
+
+    /// Runs a query expected to return exactly one row.
+    pub async fn query_one(&mut self, sql: &str, params: impl Into<Params>) -> Result<Row, Error> {
+        self.query_one_args(sql, params.into()).await
+    }
+
+    /// Runs a query returning zero or one row.
+    pub async fn query_opt(
+        &mut self,
+        sql: &str,
+        params: impl Into<Params>,
+    ) -> Result<Option<Row>, Error> {
+        self.query_opt_args(sql, params.into()).await
+    }
+
+    /// Runs a last statement and commits. As the transaction's only
+    /// statement it is sent alone in autocommit (one round trip, no
+    /// `START TRANSACTION`, no `COMMIT`); otherwise it is followed by
+    /// `COMMIT` (two round trips), and if it fails nothing commits.
+    pub async fn execute_and_commit(
+        self,
+        sql: &str,
+        params: impl Into<Params>,
+    ) -> Result<Outcome, Error> {
+        self.execute_and_commit_args(sql, params.into()).await
+    }
+}

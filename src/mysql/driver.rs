@@ -1,0 +1,305 @@
+//! The MySQL / MariaDB [`Driver`]: statements that run on their own, one
+//! command at a time (mysql_async does not pipeline; see the round-trip
+//! table in the [module docs](super)).
+
+use std::fmt;
+
+use mysql_async::consts::StatusFlags;
+use mysql_async::prelude::{Protocol, Queryable};
+use mysql_async::{Opts, OptsBuilder, Params, QueryResult, Row, Statement};
+
+use super::errors::{closed_before_send, sent_error, unsent_error};
+use super::manager::{Manager, Redacted};
+use super::{Client, MyOptions, MySql, Outcome};
+use crate::backend::{Driver, End, Group, GroupReplies, Ran, Stmt};
+use crate::config::PoolSettings;
+use crate::error::{Error, Kind};
+
+/// A statement ready to run: parameterless ones go over the text protocol
+/// (so any statement works, prepared or not).
+#[derive(Debug)]
+pub(crate) enum MyPrepared {
+    /// Sent as text.
+    Text,
+    /// A prepared statement (cached per connection by mysql_async).
+    Stmt(Statement),
+}
+
+/// Whether the server's last reply on `conn` says a transaction is open.
+fn in_transaction(conn: &Client) -> bool {
+    conn.last_ok_packet().is_none_or(|ok| {
+        ok.status_flags()
+            .contains(StatusFlags::SERVER_STATUS_IN_TRANS)
+    })
+}
+
+/// Runs one statement on `conn` and reads its first result set.
+async fn run(
+    conn: &mut Client,
+    sql: &str,
+    prepared: &MyPrepared,
+    params: Params,
+    all_rows: bool,
+) -> Result<Ran<Row>, Error> {
+    if conn.is_disconnected() {
+        return Err(closed_before_send());
+    }
+    let result = match prepared {
+        MyPrepared::Text => match conn.query_iter(sql).await {
+            Ok(result) => read(result, all_rows).await,
+            Err(e) => Err(e),
+        },
+        MyPrepared::Stmt(stmt) => match conn.exec_iter(stmt, params).await {
+            Ok(result) => read(result, all_rows).await,
+            Err(e) => Err(e),
+        },
+    };
+    result.map_err(|e| {
+        conn.note_error(&e);
+        sent_error(e)
+    })
+}
+
+/// Reads the first result set of a statement (every row, or only the first)
+/// and its OK packet.
+async fn read<P: Protocol>(
+    mut result: QueryResult<'_, 'static, P>,
+    all_rows: bool,
+) -> Result<Ran<Row>, mysql_async::Error> {
+    let mut rows: Vec<Row> = result.collect().await?;
+    let affected = match result.affected_rows() {
+        // A query through `execute` counts the rows it returned.
+        0 if !rows.is_empty() => rows.len() as u64,
+        n => n,
+    };
+    if !all_rows {
+        rows.truncate(1);
+    }
+    let last_insert_id = result.last_insert_id();
+    result.drop_result().await?;
+    Ok(Ran {
+        affected,
+        last_insert_id,
+        rows,
+    })
+}
+
+/// Sends a parameterless command (`START TRANSACTION`, `COMMIT`...).
+async fn command(conn: &mut Client, sql: &str) -> Result<(), Error> {
+    conn.query_drop(sql).await.map_err(|e| {
+        conn.note_error(&e);
+        sent_error(e)
+    })
+}
+
+impl Driver for MySql {
+    type Manager = Manager;
+    type Config = Opts;
+    type Options = MyOptions;
+    type QueryRow = Row;
+    type Args<'a> = Params;
+    type Prepared = MyPrepared;
+    type Bound = Params;
+
+    const NAME: &'static str = "MySQL";
+    const SERVER_ABORTS_FAILED_TRANSACTION: bool = false;
+
+    fn parse_config(config: &str) -> Result<Opts, Error> {
+        Opts::from_url(config).map_err(|e| Error::with_source(Kind::Config, "invalid MySQL URL", e))
+    }
+
+    fn fmt_config(config: &Opts, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // mysql_async's own `Debug` prints the password.
+        fmt::Debug::fmt(&Redacted(config), f)
+    }
+
+    fn open(opts: Opts, settings: &PoolSettings, options: MyOptions) -> Result<MySql, Error> {
+        if settings.statement_cache == 0 {
+            // mysql_async never closes statements it does not cache.
+            return Err(Error::new(
+                Kind::Config,
+                "statement_cache must be at least 1 (batchpool prepares every statement)",
+            ));
+        }
+        let found_rows = opts.client_found_rows();
+        let opts: Opts = OptsBuilder::from_opts(opts)
+            .stmt_cache_size(settings.statement_cache)
+            .into();
+        let manager = Manager::new(opts);
+        let server = manager.server.clone();
+        Ok(MySql {
+            pool: settings.build_pool(manager)?,
+            server,
+            coalesce_upserts: options.coalesce_upserts,
+            found_rows,
+            learning: Default::default(),
+        })
+    }
+
+    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
+        &self.pool
+    }
+
+    fn encode_row(
+        &self,
+        shape: &super::batch::MyShape,
+        args: Params,
+    ) -> Result<(super::batch::MyRow, usize), Error> {
+        let row = super::batch::encode(shape, args)?;
+        self.check_packet(row.bytes)?;
+        let bytes = row.bytes;
+        Ok((row, bytes))
+    }
+
+    fn has_params(args: &Params) -> bool {
+        !matches!(args, Params::Empty)
+    }
+
+    async fn prepare<'a>(
+        conn: &'a mut Client,
+        texts: &'a [(&'a str, bool)],
+    ) -> Vec<Result<MyPrepared, Error>> {
+        let mut out = Vec::with_capacity(texts.len());
+        for (sql, has_params) in texts {
+            if !has_params {
+                out.push(Ok(MyPrepared::Text));
+                continue;
+            }
+            out.push(match conn.prep(*sql).await {
+                Ok(stmt) => Ok(MyPrepared::Stmt(stmt)),
+                Err(e) => {
+                    conn.note_error(&e);
+                    Err(unsent_error(e))
+                }
+            });
+        }
+        out
+    }
+
+    fn bind(prepared: &MyPrepared, args: Params) -> Result<Params, Error> {
+        let takes = match prepared {
+            MyPrepared::Text => 0,
+            MyPrepared::Stmt(stmt) => usize::from(stmt.num_params()),
+        };
+        let given = match &args {
+            Params::Empty => 0,
+            Params::Positional(values) => values.len(),
+            // mysql_async maps names to the statement's own.
+            Params::Named(_) => return Ok(args),
+        };
+        if given != takes {
+            // mysql_async would close the connection over this.
+            return Err(Error::params(format!(
+                "statement takes {takes} parameter{}, {given} given",
+                if takes == 1 { "" } else { "s" },
+            )));
+        }
+        Ok(args)
+    }
+
+    async fn run<'a>(conn: &'a mut Client, stmt: Stmt<'a, MySql>) -> Result<Ran<Row>, Error> {
+        run(conn, stmt.sql, stmt.prepared, stmt.bound, stmt.all_rows).await
+    }
+
+    async fn run_many<'a>(
+        conn: &'a mut Client,
+        sql: &'a str,
+        prepared: &'a MyPrepared,
+        rows: Vec<Result<Params, Error>>,
+    ) -> Vec<Result<Ran<Row>, Error>> {
+        // One connection, one statement at a time: each its own autocommit
+        // statement.
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            out.push(match row {
+                Ok(params) => run(conn, sql, prepared, params, false).await,
+                Err(e) => Err(e),
+            });
+        }
+        out
+    }
+
+    async fn run_group<'a>(conn: &'a mut Client, group: Group<'a, MySql>) -> GroupReplies<Row> {
+        let mut replies = GroupReplies {
+            begin: None,
+            statements: Vec::with_capacity(group.statements.len()),
+            end: None,
+        };
+        if group.begin {
+            let begin = command(conn, "START TRANSACTION").await;
+            let failed = begin.is_err();
+            replies.begin = Some(begin);
+            if failed {
+                return replies;
+            }
+        }
+        let mut failed = None;
+        for stmt in group.statements {
+            let reply = run(conn, stmt.sql, stmt.prepared, stmt.bound, stmt.all_rows).await;
+            if let Err(e) = &reply {
+                failed = Some(e.clone());
+            }
+            replies.statements.push(reply);
+            if failed.is_some() {
+                break;
+            }
+        }
+        if !group.commit {
+            return replies;
+        }
+        replies.end = match failed {
+            // The session is gone: nothing can end the transaction, the
+            // server rolled it back.
+            Some(e) if e.is_outcome_unknown() || conn.is_disconnected() => None,
+            // MySQL keeps the transaction open after a failed statement (or
+            // rolled it back already, after a deadlock): end it.
+            Some(_) => Some(Self::end(conn, End::Rollback).await),
+            None => Some(Self::end(conn, End::Commit).await),
+        };
+        replies
+    }
+
+    async fn end<'a>(conn: &'a mut Client, end: End) -> (Result<(), Error>, bool) {
+        let reply = command(conn, end.sql()).await;
+        if end == End::Commit && reply.as_ref().is_err_and(Error::is_db) {
+            // A refused COMMIT leaves the transaction open: roll it back.
+            let rollback = command(conn, End::Rollback.sql()).await;
+            return (reply, rollback.is_ok() && !in_transaction(conn));
+        }
+        let over = reply.is_ok() && !in_transaction(conn);
+        (reply, over)
+    }
+
+    fn is_broken(conn: &Client) -> bool {
+        conn.is_disconnected() || conn.broken
+    }
+
+    fn lend(conn: &mut Client) {
+        conn.lent = true;
+    }
+
+    fn outcome(ran: Ran<Row>) -> Outcome {
+        Outcome::new(
+            ran.affected,
+            true,
+            ran.last_insert_id,
+            ran.rows.into_iter().next(),
+        )
+    }
+}
+
+impl MySql {
+    /// A row too big for any statement fails with a message naming the
+    /// server's limit.
+    fn check_packet(&self, bytes: usize) -> Result<(), Error> {
+        let (limit, packet) = self.row_limit();
+        if bytes > limit {
+            return Err(Error::too_large(format!(
+                "row of {bytes} bytes does not fit the server's max_allowed_packet of {packet} \
+                 bytes ({} kept for the statement text and headers)",
+                packet - limit
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,168 @@
+//! What the server says about a coalesced statement's target table, read
+//! from `information_schema` when a statement text is first seen.
+
+use mysql_async::Row;
+use mysql_async::prelude::Queryable;
+
+use super::Client;
+use super::errors::unsent_error;
+use crate::error::Error;
+
+/// Splits a table name as written (`t`, `` `db`.`t` ``) into schema and
+/// table, unquoted.
+fn split_table(text: &str) -> Option<(Option<String>, String)> {
+    let mut parts = Vec::new();
+    let mut chars = text.trim().chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut part = String::new();
+        match chars.peek() {
+            Some(&q @ ('`' | '"')) => {
+                chars.next();
+                loop {
+                    match chars.next()? {
+                        c if c == q => {
+                            if chars.next_if_eq(&q).is_some() {
+                                part.push(q);
+                            } else {
+                                break;
+                            }
+                        }
+                        c => part.push(c),
+                    }
+                }
+            }
+            Some(_) => {
+                while let Some(c) = chars.next_if(|c| *c != '.' && !c.is_whitespace()) {
+                    part.push(c);
+                }
+            }
+            None => return None,
+        }
+        if part.is_empty() {
+            return None;
+        }
+        parts.push(part);
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        match chars.next() {
+            None => break,
+            Some('.') => continue,
+            Some(_) => return None,
+        }
+    }
+    match parts.len() {
+        1 => parts.pop().map(|t| (None, t)),
+        2 => {
+            let table = parts.pop()?;
+            Some((parts.pop(), table))
+        }
+        _ => None,
+    }
+}
+
+/// What the server says about the target table.
+pub(crate) struct TableFacts {
+    /// Storage engine (`InnoDB`...).
+    pub(crate) engine: String,
+    /// The engine supports transactions.
+    pub(crate) transactional: bool,
+    /// The auto-increment column, if any.
+    pub(crate) auto_increment: Option<String>,
+    /// INSERT triggers on the table (`u64::MAX` when unknown).
+    pub(crate) insert_triggers: u64,
+}
+
+/// Three scalar subqueries, each filtered by literal schema and table so
+/// the server opens only that table's metadata (a filter it has to compute,
+/// such as `DATABASE()`, makes it scan every schema).
+const TABLE_FACTS: &str = "SELECT \
+     (SELECT CONCAT(t.ENGINE, ' ', e.TRANSACTIONS) \
+       FROM information_schema.TABLES t JOIN information_schema.ENGINES e ON e.ENGINE = t.ENGINE \
+       WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ? AND t.TABLE_TYPE = 'BASE TABLE'), \
+     (SELECT c.COLUMN_NAME FROM information_schema.COLUMNS c \
+       WHERE c.TABLE_SCHEMA = ? AND c.TABLE_NAME = ? AND c.EXTRA LIKE '%auto_increment%' LIMIT 1), \
+     (SELECT COUNT(*) FROM information_schema.TRIGGERS g \
+       WHERE g.EVENT_OBJECT_SCHEMA = ? AND g.EVENT_OBJECT_TABLE = ? \
+       AND g.EVENT_MANIPULATION = 'INSERT')";
+
+/// Looks the table up in information_schema. `Ok(None)` when it is not
+/// found exactly once (temporary table, view, ambiguous name, no access).
+pub(crate) async fn table_facts(
+    conn: &mut Client,
+    table: &str,
+) -> Result<Option<TableFacts>, Error> {
+    let Some((schema, name)) = split_table(table) else {
+        return Ok(None);
+    };
+    let run = async {
+        let schema = match schema {
+            Some(schema) => Some(schema),
+            None => conn
+                .query_first::<Option<String>, _>("SELECT DATABASE()")
+                .await?
+                .flatten(),
+        };
+        let Some(schema) = schema else {
+            return Ok(None);
+        };
+        let params = (
+            schema.clone(),
+            name.clone(),
+            schema.clone(),
+            name.clone(),
+            schema,
+            name,
+        );
+        conn.exec_first::<Row, _, _>(TABLE_FACTS, params).await
+    };
+    let row = match run.await {
+        Ok(Some(row)) => row,
+        Ok(None) => return Ok(None),
+        // No access, or several tables matched a case-insensitive name.
+        Err(mysql_async::Error::Server(_)) => return Ok(None),
+        Err(e) => {
+            conn.note_error(&e);
+            return Err(unsent_error(e));
+        }
+    };
+    let text = |i: usize| -> Option<String> {
+        row.get_opt::<Option<String>, _>(i)
+            .and_then(Result::ok)
+            .flatten()
+    };
+    let Some(engine) = text(0) else {
+        return Ok(None);
+    };
+    let (engine, transactions) = engine.split_once(' ').unwrap_or((engine.as_str(), ""));
+    Ok(Some(TableFacts {
+        engine: engine.to_owned(),
+        transactional: transactions.eq_ignore_ascii_case("YES"),
+        auto_increment: text(1),
+        insert_triggers: row
+            .get_opt::<Option<u64>, _>(2)
+            .and_then(Result::ok)
+            .flatten()
+            .unwrap_or(u64::MAX),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_table;
+
+    #[test]
+    fn table_names_split() {
+        assert_eq!(split_table("t"), Some((None, "t".into())));
+        assert_eq!(
+            split_table("`db`.`T`"),
+            Some((Some("db".into()), "T".into()))
+        );
+        assert_eq!(split_table("db . t"), Some((Some("db".into()), "t".into())));
+        assert_eq!(split_table("`a``b`"), Some((None, "a`b".into())));
+        assert_eq!(split_table("`a.b`"), Some((None, "a.b".into())));
+        assert_eq!(split_table("a.b.c"), None);
+        assert_eq!(split_table("``"), None);
+        assert_eq!(split_table("`open"), None);
+        assert_eq!(split_table(""), None);
+    }
+}

@@ -1,0 +1,76 @@
+//! What one caller's statement did.
+
+/// The outcome of one caller's statement: its own affected-row count, its own
+/// `RETURNING` row and (MySQL) its own generated id.
+///
+/// `R` is the backend's row type: [`postgres::Outcome`](crate::postgres::Outcome)
+/// and [`mysql::Outcome`](crate::mysql::Outcome) name the two.
+#[derive(Debug)]
+pub struct Outcome<R> {
+    rows_affected: u64,
+    exact: bool,
+    last_insert_id: Option<u64>,
+    returned: Option<R>,
+}
+
+impl<R> Outcome<R> {
+    pub(crate) fn new(
+        rows_affected: u64,
+        exact: bool,
+        last_insert_id: Option<u64>,
+        returned: Option<R>,
+    ) -> Outcome<R> {
+        Outcome {
+            rows_affected,
+            exact,
+            last_insert_id,
+            returned,
+        }
+    }
+
+    /// Rows this caller's statement inserted, updated or deleted, as the
+    /// server counts them.
+    ///
+    /// For a coalesced `INSERT` this is the row's own count: 1 when written,
+    /// 0 when `ON CONFLICT DO NOTHING` skipped it (PostgreSQL); MySQL counts
+    /// 0, 1 or 2 per row for `INSERT IGNORE`, `REPLACE` and
+    /// `ON DUPLICATE KEY UPDATE`. See [`is_exact`](Outcome::is_exact) for the
+    /// cases where it is only an upper bound.
+    pub fn rows_affected(&self) -> u64 {
+        self.rows_affected
+    }
+
+    /// Whether [`rows_affected`](Outcome::rows_affected) is this row's own
+    /// count.
+    ///
+    /// Always `true` for statements that ran on their own. `false` when a
+    /// coalesced statement's total could not be split over its rows: on
+    /// PostgreSQL, it wrote fewer rows than it carried for a reason batchpool
+    /// cannot attribute to rows (a `BEFORE INSERT` trigger returning NULL, a
+    /// rule); on MySQL, see [`mysql::Outcome`](crate::mysql::Outcome)'s table
+    /// for `INSERT IGNORE`, `REPLACE` and `ON DUPLICATE KEY UPDATE`. Then
+    /// `rows_affected()` is the upper bound 1 and
+    /// [`returned`](Outcome::returned) is `None`.
+    pub fn is_exact(&self) -> bool {
+        self.exact
+    }
+
+    /// The row this caller's `RETURNING` clause produced (for a statement
+    /// that ran on its own and returned several rows, the first: use `query`
+    /// for all).
+    pub fn returned(&self) -> Option<&R> {
+        self.returned.as_ref()
+    }
+
+    /// Takes the returned row.
+    pub fn into_returned(self) -> Option<R> {
+        self.returned
+    }
+
+    /// The auto-increment id the server reported for this caller's row, when
+    /// it is known to be this row's own. Always `None` on PostgreSQL (use
+    /// `RETURNING id`); on MySQL see [`mysql::Outcome`](crate::mysql::Outcome).
+    pub fn last_insert_id(&self) -> Option<u64> {
+        self.last_insert_id
+    }
+}

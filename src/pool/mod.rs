@@ -1,0 +1,325 @@
+//! The pool, written once over the [`Backend`] trait: [`Pool`],
+//! [`PoolBuilder`], [`Transaction`] and `atomic` groups.
+//!
+//! Every call walks the same way: the SQL text is classified (cached per
+//! text, see [`Engine::route`]); a batchable row is encoded in the caller's
+//! task and queued in the engine; anything else runs on a pooled connection
+//! through the backend's [`Driver`]. The backend modules add only the
+//! methods whose parameters are the driver's own types (`execute`,
+//! `query`, ...), each a one-line call into the generic methods here.
+
+mod builder;
+mod guard;
+mod transaction;
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+pub use self::builder::PoolBuilder;
+pub use self::transaction::Transaction;
+use crate::backend::{self, Backend, Conn, Stmt};
+use crate::classify::{StatementKind, statement_kind};
+use crate::engine::{Engine, Route};
+use crate::error::{AtomicError, Error};
+use crate::explain::{Explain, NotCoalesced};
+use crate::stats::Stats;
+
+/// Connection pool sizes, from deadpool.
+pub type Status = deadpool::Status;
+
+/// A coalescing connection pool for backend `B`: use it as
+/// [`postgres::Pool`](crate::postgres::Pool) or
+/// [`mysql::Pool`](crate::mysql::Pool). Cheap to clone (an `Arc` inside): put
+/// it in axum `State` or actix `web::Data` as it is.
+///
+/// Single-row `INSERT ... VALUES (...)` statements run through `execute` from
+/// concurrent tasks are coalesced into multi-row INSERTs, and each caller gets
+/// its own outcome; everything else runs as it is on a pooled connection.
+/// The methods that take parameters (`execute`, `execute_many`, `query`,
+/// `query_one`, `query_opt`, `atomic`, `get`) are listed per backend below,
+/// with each driver's own parameter types.
+pub struct Pool<B: Backend> {
+    engine: Arc<Engine<B>>,
+}
+
+impl<B: Backend> Clone for Pool<B> {
+    fn clone(&self) -> Self {
+        Pool {
+            engine: self.engine.clone(),
+        }
+    }
+}
+
+impl<B: Backend> fmt::Debug for Pool<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("backend", &B::NAME)
+            .field("status", &self.status())
+            .field("closed", &self.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Pool<B> {
+    /// Starts building a pool from a connection string: libpq style
+    /// (`host=... user=...` or `postgresql://user@host/db`) for PostgreSQL,
+    /// `mysql://user:password@host:port/db` for MySQL. No connection is opened
+    /// until first use.
+    pub fn builder(config: &str) -> PoolBuilder<B> {
+        PoolBuilder::new(B::parse_config(config))
+    }
+
+    /// Starts a [`Transaction`] with a lazy `BEGIN`: no connection is taken
+    /// and nothing is sent until its first statement.
+    pub fn begin(&self) -> Transaction<B> {
+        Transaction::new(self.clone())
+    }
+
+    /// Whether rows of `sql` are coalesced, and if not, why not.
+    ///
+    /// Classifies the text as `execute` does (and caches the answer for it):
+    /// the first call for a new batchable text asks the server about it
+    /// (one round trip), so this can fail like `execute`.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: batchpool::postgres::Pool) -> Result<(), batchpool::Error> {
+    /// let why = pool.explain("INSERT INTO t (a) SELECT a FROM u").await?;
+    /// assert!(!why.is_coalesced());
+    /// println!("{why}"); // runs on its own: INSERT form not coalesced: no VALUES tuple ...
+    /// # Ok(()) }
+    /// ```
+    pub async fn explain(&self, sql: &str) -> Result<Explain, Error> {
+        self.engine.check_open()?;
+        Ok(self.engine.route(sql).await?.explain())
+    }
+
+    /// Batching counters since the pool was built.
+    pub fn stats(&self) -> Stats {
+        self.engine.stats()
+    }
+
+    /// Connection pool sizes (deadpool's status).
+    pub fn status(&self) -> Status {
+        self.engine.backend.connections().status()
+    }
+
+    /// Whether [`close`](Pool::close) has been called.
+    pub fn is_closed(&self) -> bool {
+        self.engine.is_closed()
+    }
+
+    /// Stops accepting work, flushes every queued row, waits for all
+    /// in-flight batches, then closes the connections. Calls made after this
+    /// began fail with an error for which [`is_closed`](Error::is_closed) is
+    /// true. Idempotent.
+    pub async fn close(&self) {
+        self.engine.close().await;
+        self.engine.backend.connections().close();
+    }
+
+    #[cfg(feature = "tower")]
+    pub(crate) fn engine(&self) -> &Arc<Engine<B>> {
+        &self.engine
+    }
+
+    /// A pooled connection for the user (`Pool::get`).
+    pub(crate) async fn lend(&self) -> Result<Conn<B>, Error> {
+        self.engine.check_open()?;
+        let mut conn = self.engine.backend.get().await?;
+        B::lend(&mut conn);
+        Ok(conn)
+    }
+
+    /// `execute`: coalesced when batchable, else run on its own. `reserved`
+    /// is a queue slot taken ahead of time (tower's `poll_ready`).
+    pub(crate) async fn execute_args(
+        &self,
+        sql: &str,
+        args: B::Args<'_>,
+        reserved: Option<OwnedSemaphorePermit>,
+    ) -> Result<B::Output, Error> {
+        self.engine.check_open()?;
+        match self.engine.route(sql).await? {
+            Route::Batch(q) => {
+                let (row, bytes) = self.engine.backend.encode_row(&q.shape, args)?;
+                self.engine.submit(&q, row, bytes, reserved).await
+            }
+            Route::Pass(reason) => {
+                refuse_control(&reason)?;
+                let mut conn = self.engine.backend.get().await?;
+                let (prepared, bound) = prepare_one::<B>(&mut conn, sql, args).await?;
+                self.engine.counters.passthrough();
+                let stmt = Stmt {
+                    sql,
+                    prepared: &prepared,
+                    bound,
+                    all_rows: false,
+                };
+                B::run(&mut conn, stmt).await.map(B::outcome)
+            }
+        }
+    }
+
+    /// `execute_many`: each row's own outcome, in order.
+    pub(crate) async fn execute_many_args(
+        &self,
+        sql: &str,
+        rows: Vec<B::Args<'_>>,
+    ) -> Result<Vec<Result<B::Output, Error>>, Error> {
+        self.engine.check_open()?;
+        match self.engine.route(sql).await? {
+            Route::Batch(q) => {
+                let mut results: Vec<Option<Result<B::Output, Error>>> = Vec::new();
+                let mut queued = Vec::new();
+                for args in rows {
+                    let checked =
+                        self.engine
+                            .backend
+                            .encode_row(&q.shape, args)
+                            .and_then(|(row, bytes)| {
+                                self.engine.check_row(&q, bytes).map(|()| (row, bytes))
+                            });
+                    match checked {
+                        Ok(row) => {
+                            queued.push(row);
+                            results.push(None);
+                        }
+                        Err(e) => results.push(Some(Err(e))),
+                    }
+                }
+                let mut done = self.engine.submit_many(&q, queued).await?.into_iter();
+                Ok(results
+                    .into_iter()
+                    .map(|slot| match slot {
+                        Some(failed) => failed,
+                        None => done.next().unwrap_or_else(|| Err(Error::lost())),
+                    })
+                    .collect())
+            }
+            Route::Pass(reason) => {
+                refuse_control(&reason)?;
+                let mut conn = self.engine.backend.get().await?;
+                let texts = [(sql, rows.iter().any(B::has_params))];
+                let prepared = single(B::prepare(&mut conn, &texts).await)?;
+                let bound: Vec<_> = rows.into_iter().map(|a| B::bind(&prepared, a)).collect();
+                self.engine.counters.passthrough();
+                let ran = B::run_many(&mut conn, sql, &prepared, bound).await;
+                Ok(ran.into_iter().map(|r| r.map(B::outcome)).collect())
+            }
+        }
+    }
+
+    /// `query`: every row of a statement that runs on its own.
+    pub(crate) async fn query_args(
+        &self,
+        sql: &str,
+        args: B::Args<'_>,
+    ) -> Result<Vec<B::QueryRow>, Error> {
+        self.engine.check_open()?;
+        refuse_statement::<B>(sql, false)?;
+        let mut conn = self.engine.backend.get().await?;
+        let (prepared, bound) = prepare_one::<B>(&mut conn, sql, args).await?;
+        let stmt = Stmt {
+            sql,
+            prepared: &prepared,
+            bound,
+            all_rows: true,
+        };
+        B::run(&mut conn, stmt).await.map(|ran| ran.rows)
+    }
+
+    /// `query_one`: exactly one row.
+    pub(crate) async fn query_one_args(
+        &self,
+        sql: &str,
+        args: B::Args<'_>,
+    ) -> Result<B::QueryRow, Error> {
+        exactly_one(self.query_args(sql, args).await?)
+    }
+
+    /// `query_opt`: zero or one row.
+    pub(crate) async fn query_opt_args(
+        &self,
+        sql: &str,
+        args: B::Args<'_>,
+    ) -> Result<Option<B::QueryRow>, Error> {
+        at_most_one(self.query_args(sql, args).await?)
+    }
+
+    /// `atomic`: see the backend's `Pool::atomic`.
+    pub(crate) async fn atomic_args(
+        &self,
+        statements: Vec<(&str, B::Args<'_>)>,
+    ) -> Result<Vec<B::Output>, AtomicError> {
+        transaction::atomic(self, statements).await
+    }
+}
+
+/// `query_one`'s rule.
+pub(crate) fn exactly_one<R>(mut rows: Vec<R>) -> Result<R, Error> {
+    match rows.len() {
+        1 => Ok(rows.remove(0)),
+        n => Err(Error::row_count("query_one", "1 row", n)),
+    }
+}
+
+/// `query_opt`'s rule.
+pub(crate) fn at_most_one<R>(mut rows: Vec<R>) -> Result<Option<R>, Error> {
+    match rows.len() {
+        0 => Ok(None),
+        1 => Ok(Some(rows.remove(0))),
+        n => Err(Error::row_count("query_opt", "at most 1 row", n)),
+    }
+}
+
+/// The one reply of a one-element call.
+fn single<T>(mut replies: Vec<Result<T, Error>>) -> Result<T, Error> {
+    match (replies.pop(), replies.is_empty()) {
+        (Some(reply), true) => reply,
+        _ => Err(Error::internal("expected exactly one reply")),
+    }
+}
+
+/// Prepares and binds one statement on `conn`.
+async fn prepare_one<B: Backend>(
+    conn: &mut Conn<B>,
+    sql: &str,
+    args: B::Args<'_>,
+) -> Result<(B::Prepared, B::Bound), Error> {
+    let texts = [(sql, B::has_params(&args))];
+    let prepared = single(B::prepare(conn, &texts).await)?;
+    let bound = B::bind(&prepared, args)?;
+    Ok((prepared, bound))
+}
+
+/// Transaction control through `execute` would run on an arbitrary pooled
+/// connection and leave it inside a transaction for some later caller.
+fn refuse_control(reason: &NotCoalesced) -> Result<(), Error> {
+    match reason {
+        NotCoalesced::TransactionControl(keyword) => Err(Error::refused(format!(
+            "{keyword} through Pool::execute would run on an arbitrary pooled connection; \
+             use Pool::begin / Pool::atomic, or Pool::get for manual transaction control"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses transaction control anywhere batchpool runs a statement for the
+/// caller, and (`in_transaction`) statements the server commits implicitly
+/// (MySQL DDL), which would end batchpool's transaction behind its back.
+pub(crate) fn refuse_statement<B: Backend>(sql: &str, in_transaction: bool) -> Result<(), Error> {
+    match statement_kind(backend::dialect::<B>(), sql) {
+        StatementKind::TransactionControl(keyword) => Err(Error::refused(format!(
+            "{keyword} is transaction control: batchpool sends BEGIN/COMMIT/ROLLBACK itself \
+             (use Pool::begin / Pool::atomic, or Pool::get for manual transaction control)"
+        ))),
+        StatementKind::ImplicitCommit(keyword) if in_transaction => Err(Error::refused(format!(
+            "{keyword} cannot run inside an atomic group or batchpool Transaction: {} commits \
+             implicitly around it (run it alone, or use Pool::get)",
+            B::NAME
+        ))),
+        _ => Ok(()),
+    }
+}

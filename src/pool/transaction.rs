@@ -1,0 +1,461 @@
+//! All-or-nothing statement groups (`Pool::atomic`) and transactions with a
+//! lazy `BEGIN` ([`Transaction`]), written once over the backend's
+//! [`Driver`](crate::backend::Driver): the backend decides how a group goes
+//! over the wire (PostgreSQL pipelines `BEGIN`, the statements and `COMMIT`
+//! in one round trip; MySQL sends one command at a time), this module what
+//! the replies mean for the caller.
+
+use std::fmt;
+
+use super::guard::TxConn;
+use super::{Pool, at_most_one, exactly_one, refuse_statement, single};
+use crate::backend::{Backend, End, Group, GroupReplies, Ran, Stmt};
+use crate::error::{AtomicError, Error, Kind};
+
+/// A transaction with a lazy `BEGIN`, from [`Pool::begin`].
+///
+/// Nothing happens until the first statement: then a connection is taken
+/// from the pool and `BEGIN` goes out with that statement (PostgreSQL writes
+/// both in one round trip; MySQL sends `START TRANSACTION` first).
+/// [`commit`](Transaction::commit) and [`rollback`](Transaction::rollback) of
+/// a transaction that ran nothing send nothing; `execute_and_commit` as the
+/// only statement runs it alone in autocommit (one round trip, no `BEGIN`, no
+/// `COMMIT`). The backend modules list the round trips of each call.
+///
+/// Statements inside a transaction are never coalesced with other callers'
+/// rows: they run as they are, on this transaction's own connection, which no
+/// one else uses until the transaction ends. Transaction control statements
+/// (`BEGIN`, `COMMIT`, `SAVEPOINT`, ...) and, on MySQL, statements that
+/// commit implicitly (DDL, `LOCK TABLES`...) are refused
+/// ([`Error::is_refused`]); use the backend's `Pool::get` for those.
+///
+/// If a statement fails, the transaction is over: [`commit`](Transaction::commit)
+/// sends `ROLLBACK` and returns the first failure. PostgreSQL itself answers
+/// later statements with `25P02`; on MySQL, which would keep running them
+/// (and in autocommit after rolling back a deadlock), later statements are
+/// refused with that first failure without being sent.
+///
+/// Dropping a transaction that sent `BEGIN` without `commit`/`rollback` rolls
+/// it back: a spawned task sends `ROLLBACK` and returns the connection to the
+/// pool once the server confirms no transaction is open (outside a tokio
+/// runtime, or on a broken connection, the connection is closed instead,
+/// which also rolls back). The same happens when a statement's future is
+/// cancelled mid-flight and the transaction is then dropped.
+pub struct Transaction<B: Backend> {
+    pool: Pool<B>,
+    conn: Option<TxConn<B>>,
+    /// First statement error: the transaction is aborted.
+    failed: Option<Error>,
+}
+
+impl<B: Backend> fmt::Debug for Transaction<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transaction")
+            .field("backend", &B::NAME)
+            .field("begun", &self.is_begun())
+            .field("failed", &self.failed.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Transaction<B> {
+    pub(crate) fn new(pool: Pool<B>) -> Transaction<B> {
+        Transaction {
+            pool,
+            conn: None,
+            failed: None,
+        }
+    }
+
+    /// Whether `BEGIN` was sent (a statement ran, or was attempted) and the
+    /// transaction is not over yet.
+    pub fn is_begun(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| c.open)
+    }
+
+    /// Commits: one round trip, or nothing at all if no statement ran.
+    ///
+    /// If a statement of this transaction failed, this sends `ROLLBACK`
+    /// instead and returns that statement's error. If the connection is lost
+    /// while `COMMIT` is in flight, the error says the outcome is unknown
+    /// ([`Error::is_outcome_unknown`]).
+    pub async fn commit(mut self) -> Result<(), Error> {
+        if !self.is_begun() {
+            return Ok(());
+        }
+        let Some(tx) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        if let Some(e) = self.failed.take() {
+            tx.end(End::Rollback).await?;
+            return Err(e);
+        }
+        tx.end(End::Commit).await
+    }
+
+    /// Rolls back: one round trip, or nothing at all if no statement ran.
+    pub async fn rollback(mut self) -> Result<(), Error> {
+        if !self.is_begun() {
+            return Ok(());
+        }
+        match self.conn.as_mut() {
+            Some(tx) => tx.end(End::Rollback).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The transaction's connection, taken from the pool on first use.
+    async fn connection<'a>(
+        pool: &Pool<B>,
+        conn: &'a mut Option<TxConn<B>>,
+    ) -> Result<&'a mut TxConn<B>, Error> {
+        if conn.is_none() {
+            pool.engine.check_open()?;
+            *conn = Some(TxConn::new(pool.engine.backend.get().await?));
+        }
+        conn.as_mut()
+            .ok_or_else(|| Error::internal("transaction connection missing"))
+    }
+
+    /// Runs one statement in the transaction, with `BEGIN` first if it is
+    /// the first.
+    async fn run(
+        &mut self,
+        sql: &str,
+        args: B::Args<'_>,
+        all_rows: bool,
+    ) -> Result<Ran<B::QueryRow>, Error> {
+        refuse_statement::<B>(sql, true)?;
+        let Transaction { pool, conn, failed } = self;
+        if let Some(e) = failed {
+            if !B::SERVER_ABORTS_FAILED_TRANSACTION {
+                return Err(e.clone());
+            }
+        }
+        let tx = Self::connection(pool, conn).await?;
+        let c = TxConn::<B>::conn(&mut tx.conn)?;
+        let texts = [(sql, B::has_params(&args))];
+        let prepared = match single(B::prepare(c, &texts).await) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                // Inside a transaction block a failed prepare may abort it.
+                if tx.open && failed.is_none() && !e.is_params() {
+                    *failed = Some(e.clone());
+                }
+                return Err(e);
+            }
+        };
+        let bound = B::bind(&prepared, args)?;
+        let begin = !tx.open;
+        if begin && B::is_broken(c) {
+            return Err(closed_before_sending());
+        }
+        tx.open = true;
+        let group = Group {
+            begin,
+            statements: vec![Stmt {
+                sql,
+                prepared: &prepared,
+                bound,
+                all_rows,
+            }],
+            commit: false,
+        };
+        let mut replies = B::run_group(c, group).await;
+        pool.engine.counters.passthrough();
+        if let Some(Err(e)) = replies.begin {
+            if e.is_db() {
+                // Not a lost connection: never reported as rolled back.
+                let e = begin_failed(e, !replies.statements.is_empty());
+                failed.get_or_insert_with(|| e.clone());
+                return Err(e);
+            }
+            return Err(lost_inside(e));
+        }
+        let result = replies
+            .statements
+            .pop()
+            .unwrap_or_else(|| Err(missing_reply()));
+        result.map_err(|e| {
+            let e = lost_inside(e);
+            if !e.is_params() {
+                failed.get_or_insert_with(|| e.clone());
+            }
+            e
+        })
+    }
+
+    pub(crate) async fn execute_args(
+        &mut self,
+        sql: &str,
+        args: B::Args<'_>,
+    ) -> Result<B::Output, Error> {
+        self.run(sql, args, false).await.map(B::outcome)
+    }
+
+    pub(crate) async fn query_args(
+        &mut self,
+        sql: &str,
+        args: B::Args<'_>,
+    ) -> Result<Vec<B::QueryRow>, Error> {
+        self.run(sql, args, true).await.map(|ran| ran.rows)
+    }
+
+    pub(crate) async fn query_one_args(
+        &mut self,
+        sql: &str,
+        args: B::Args<'_>,
+    ) -> Result<B::QueryRow, Error> {
+        exactly_one(self.query_args(sql, args).await?)
+    }
+
+    pub(crate) async fn query_opt_args(
+        &mut self,
+        sql: &str,
+        args: B::Args<'_>,
+    ) -> Result<Option<B::QueryRow>, Error> {
+        at_most_one(self.query_args(sql, args).await?)
+    }
+
+    /// Runs a last statement and commits (see the backend's
+    /// `Transaction::execute_and_commit`).
+    pub(crate) async fn execute_and_commit_args(
+        mut self,
+        sql: &str,
+        args: B::Args<'_>,
+    ) -> Result<B::Output, Error> {
+        let begun = self.is_begun();
+        refuse_statement::<B>(sql, begun)?;
+        if !begun {
+            // The transaction's only statement is its own transaction.
+            let tx = Self::connection(&self.pool, &mut self.conn).await?;
+            let c = TxConn::<B>::conn(&mut tx.conn)?;
+            let (prepared, bound) = super::prepare_one::<B>(c, sql, args).await?;
+            self.pool.engine.counters.passthrough();
+            let stmt = Stmt {
+                sql,
+                prepared: &prepared,
+                bound,
+                all_rows: false,
+            };
+            return B::run(c, stmt).await.map(B::outcome);
+        }
+        let Transaction { pool, conn, failed } = &mut self;
+        let tx = conn
+            .as_mut()
+            .ok_or_else(|| Error::internal("begun transaction without a connection"))?;
+        if let Some(e) = failed.take() {
+            tx.end(End::Rollback).await?;
+            return Err(e);
+        }
+        let c = TxConn::<B>::conn(&mut tx.conn)?;
+        let (prepared, bound) = super::prepare_one::<B>(c, sql, args).await?;
+        pool.engine.counters.passthrough();
+        if B::is_broken(c) {
+            return Err(Error::new(
+                Kind::ConnectionClosed,
+                "connection lost before the last statement; the transaction was rolled back",
+            ));
+        }
+        let group = Group {
+            begin: false,
+            statements: vec![Stmt {
+                sql,
+                prepared: &prepared,
+                bound,
+                all_rows: false,
+            }],
+            commit: true,
+        };
+        let mut replies = B::run_group(c, group).await;
+        if matches!(replies.end, Some((_, true))) {
+            tx.open = false;
+        }
+        let result = replies.statements.pop();
+        match (result, replies.end) {
+            (Some(Ok(ran)), Some((Ok(()), _))) => Ok(B::outcome(ran)),
+            // The statement failed: nothing committed (PostgreSQL's COMMIT
+            // answered ROLLBACK; the MySQL backend sent ROLLBACK).
+            (Some(Err(e)), Some((Ok(()), _))) => Err(e),
+            (Some(Err(e)), Some((Err(_), _))) if e.is_db() => Err(e),
+            (_, Some((Err(e), _))) => Err(e),
+            // Nothing was sent to end the transaction: a lost connection
+            // took it down with the session.
+            (Some(Err(e)), None) => Err(lost_inside(e)),
+            (_, None) | (None, _) => Err(missing_reply()),
+        }
+    }
+}
+
+/// `Pool::atomic`.
+pub(super) async fn atomic<B: Backend>(
+    pool: &Pool<B>,
+    statements: Vec<(&str, B::Args<'_>)>,
+) -> Result<Vec<B::Output>, AtomicError> {
+    let engine = &pool.engine;
+    engine.check_open().map_err(AtomicError::group)?;
+    let n = statements.len();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    for (i, (sql, _)) in statements.iter().enumerate() {
+        // One statement is its own transaction: DDL is fine alone.
+        refuse_statement::<B>(sql, n > 1).map_err(|e| AtomicError::at(i, e))?;
+    }
+    let conn = engine.backend.get().await.map_err(AtomicError::group)?;
+    let mut guard = TxConn::<B>::new(conn);
+    let c = TxConn::<B>::conn(&mut guard.conn).map_err(AtomicError::group)?;
+
+    // Texts the connection has not prepared yet are prepared together (one
+    // round trip on PostgreSQL), only the first time.
+    let texts: Vec<(&str, bool)> = statements
+        .iter()
+        .map(|(sql, args)| (*sql, B::has_params(args)))
+        .collect();
+    let mut prepared = Vec::with_capacity(n);
+    for (i, stmt) in B::prepare(c, &texts).await.into_iter().enumerate() {
+        prepared.push(stmt.map_err(|e| AtomicError::at(i, e))?);
+    }
+    if prepared.len() != n {
+        return Err(AtomicError::group(missing_reply()));
+    }
+    let mut bound = Vec::with_capacity(n);
+    for (i, ((_, args), stmt)) in statements.into_iter().zip(&prepared).enumerate() {
+        bound.push(B::bind(stmt, args).map_err(|e| AtomicError::at(i, e))?);
+    }
+    for _ in 0..n {
+        engine.counters.passthrough();
+    }
+    let stmts: Vec<Stmt<'_, B>> = texts
+        .iter()
+        .zip(prepared.iter().zip(bound))
+        .map(|((sql, _), (prepared, bound))| Stmt {
+            sql,
+            prepared,
+            bound,
+            all_rows: false,
+        })
+        .collect();
+
+    if n == 1 {
+        // One statement is its own transaction: autocommit, no BEGIN/COMMIT.
+        let stmt = stmts
+            .into_iter()
+            .next()
+            .ok_or_else(|| AtomicError::group(Error::internal("one statement expected")))?;
+        return B::run(c, stmt)
+            .await
+            .map(|ran| vec![B::outcome(ran)])
+            .map_err(|e| AtomicError::at(0, e));
+    }
+    if B::is_broken(c) {
+        return Err(AtomicError::group(closed_before_sending()));
+    }
+    // From here on BEGIN may be on the wire without its COMMIT answered: if
+    // this future is dropped now, the guard cleans up.
+    guard.open = true;
+    let c = TxConn::<B>::conn(&mut guard.conn).map_err(AtomicError::group)?;
+    let group = Group {
+        begin: true,
+        statements: stmts,
+        commit: true,
+    };
+    let replies = B::run_group(c, group).await;
+    settle(&mut guard, &replies);
+    interpret_group::<B>(replies, n)
+}
+
+/// After a group: a connection whose session state is unknown (a reply was
+/// lost) is never reused; one whose transaction is known to be over is
+/// clean.
+fn settle<B: Backend>(guard: &mut TxConn<B>, replies: &GroupReplies<B::QueryRow>) {
+    let lost = |r: Option<&Error>| r.is_some_and(|e| !e.is_db());
+    let any_lost = lost(replies.begin.as_ref().and_then(|r| r.as_ref().err()))
+        || replies.statements.iter().any(|r| lost(r.as_ref().err()))
+        || lost(replies.end.as_ref().and_then(|(r, _)| r.as_ref().err()));
+    if any_lost {
+        guard.discard();
+    } else if matches!(replies.end, Some((_, true))) {
+        guard.open = false;
+    }
+}
+
+/// What an atomic group's replies mean for the caller.
+fn interpret_group<B: Backend>(
+    replies: GroupReplies<B::QueryRow>,
+    n: usize,
+) -> Result<Vec<B::Output>, AtomicError> {
+    let end_sent = replies.end.is_some();
+    if let Some(Err(e)) = replies.begin {
+        let e = if e.is_db() {
+            begin_failed(e, !replies.statements.is_empty())
+        } else if end_sent {
+            e
+        } else {
+            lost_inside(e)
+        };
+        return Err(AtomicError::group(e));
+    }
+    let mut outcomes = Vec::with_capacity(n);
+    for (i, reply) in replies.statements.into_iter().enumerate() {
+        match reply {
+            Ok(ran) => outcomes.push(B::outcome(ran)),
+            // A statement failed: the transaction is aborted and nothing of
+            // it committed.
+            Err(e) if e.is_db() || e.is_params() => return Err(AtomicError::at(i, e)),
+            // Connection lost before this reply. If COMMIT was sent, whether
+            // it ran is unknown (its own reply says so); if not, the session
+            // took the transaction down with it.
+            Err(e) if !end_sent => return Err(AtomicError::at(i, lost_inside(e))),
+            Err(_) => break,
+        }
+    }
+    match replies.end {
+        Some((Ok(()), _)) if outcomes.len() == n => Ok(outcomes),
+        Some((Ok(()), _)) | None => Err(AtomicError::group(missing_reply())),
+        Some((Err(e), _)) => Err(AtomicError::group(e)),
+    }
+}
+
+fn closed_before_sending() -> Error {
+    Error::new(
+        Kind::ConnectionClosed,
+        "connection closed before the statement was sent",
+    )
+}
+
+fn missing_reply() -> Error {
+    Error::new(
+        Kind::OutcomeUnknown,
+        "a statement of the group gave no reply",
+    )
+}
+
+/// `BEGIN` cannot fail with a server error on a healthy session; if it ever
+/// did and statements were sent after it (pipelined), they ran in
+/// autocommit.
+fn begin_failed(e: Error, statements_sent: bool) -> Error {
+    if e.is_db() && statements_sent {
+        Error::with_source(
+            Kind::OutcomeUnknown,
+            "BEGIN failed; the statements sent after it may have run in autocommit",
+            e,
+        )
+    } else {
+        e
+    }
+}
+
+/// A connection lost inside a transaction before anything ended it: the
+/// server rolled the transaction back with the session.
+fn lost_inside(e: Error) -> Error {
+    if e.is_outcome_unknown() && !e.is_db() {
+        Error::with_source(
+            Kind::ConnectionClosed,
+            "connection lost inside the transaction; it was rolled back",
+            e,
+        )
+    } else {
+        e
+    }
+}

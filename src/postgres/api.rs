@@ -1,0 +1,163 @@
+//! The methods of [`Pool`] and [`Transaction`] that take tokio-postgres'
+//! parameters: each hands them to the generic pool.
+
+use tokio_postgres::Row;
+
+use super::encode::PgArgs;
+use super::{Client, Outcome, Params, Pool, PoolBuilder, Transaction};
+use crate::error::{AtomicError, Error};
+
+impl Pool {
+    /// Starts building a pool from a parsed tokio-postgres config.
+    pub fn from_config(config: tokio_postgres::Config) -> PoolBuilder {
+        crate::PoolBuilder::new(Ok(config))
+    }
+
+    /// Runs one statement and returns this caller's own outcome.
+    ///
+    /// A single-row `INSERT ... VALUES (...)` (optionally `ON CONFLICT`,
+    /// `RETURNING`) waits in the queue of its SQL text and is sent with other
+    /// callers' rows as one multi-row INSERT; the future resolves once that
+    /// statement has committed, with this row's own count and `RETURNING`
+    /// row, or this row's own error. Other statements run as they are;
+    /// transaction control (`BEGIN`, `COMMIT`...) is refused
+    /// ([`Error::is_refused`]).
+    ///
+    /// Parameter count and types are checked here, before the row is queued.
+    /// Dropping the future before its row was taken by a flush means the row
+    /// is never sent; after that, the row is written anyway.
+    pub async fn execute(&self, sql: &str, params: &Params<'_>) -> Result<Outcome, Error> {
+        self.execute_args(sql, PgArgs::Refs(params), None).await
+    }
+
+    /// Runs one statement once per parameter row, like JDBC
+    /// `addBatch`/`executeBatch`, and returns each row's own outcome in order.
+    ///
+    /// Batchable rows run in order on one connection, in as few multi-row
+    /// statements as the limits allow; other statements are pipelined on one
+    /// connection. A row with bad parameters fails alone. The outer error is
+    /// for the statement as a whole (it cannot be prepared, the pool is
+    /// closed).
+    pub async fn execute_many<'p, I, P>(
+        &self,
+        sql: &str,
+        rows: I,
+    ) -> Result<Vec<Result<Outcome, Error>>, Error>
+    where
+        I: IntoIterator<Item = P>,
+        P: AsRef<Params<'p>>,
+    {
+        let rows: Vec<P> = rows.into_iter().collect();
+        let args = rows.iter().map(|p| PgArgs::Refs(p.as_ref())).collect();
+        self.execute_many_args(sql, args).await
+    }
+
+    /// Runs a query (never coalesced) and returns all its rows.
+    pub async fn query(&self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Error> {
+        self.query_args(sql, PgArgs::Refs(params)).await
+    }
+
+    /// Runs a query expected to return exactly one row
+    /// ([`Error::is_row_count`] otherwise).
+    pub async fn query_one(&self, sql: &str, params: &Params<'_>) -> Result<Row, Error> {
+        self.query_one_args(sql, PgArgs::Refs(params)).await
+    }
+
+    /// Runs a query returning zero or one row.
+    pub async fn query_opt(&self, sql: &str, params: &Params<'_>) -> Result<Option<Row>, Error> {
+        self.query_opt_args(sql, PgArgs::Refs(params)).await
+    }
+
+    /// Runs `statements` as one all-or-nothing group and returns each
+    /// statement's outcome, in order.
+    ///
+    /// * One statement is sent alone in autocommit: no `BEGIN`, no `COMMIT`
+    ///   reach the server. One round trip.
+    /// * Several are written as `BEGIN`, the statements and `COMMIT` in one
+    ///   flush (pipelined): one round trip. If statement *k* fails, nothing of
+    ///   the group committed; the error says which ([`AtomicError::index`])
+    ///   and why ([`AtomicError::error`], with its SQLSTATE).
+    /// * No statements: nothing is sent and no connection is taken.
+    ///
+    /// The statements run as they are on one pooled connection, never
+    /// coalesced with other callers' rows. Transaction control statements are
+    /// refused. Parameters are checked before anything is sent.
+    ///
+    /// Cancellation: dropping the future before the group was written sends
+    /// nothing; once written, the server runs the whole group to its
+    /// `COMMIT`, and the connection goes back to the pool only after a
+    /// `ROLLBACK` sent after it was answered (so never inside a transaction).
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: batchpool::postgres::Pool) -> Result<(), batchpool::Error> {
+    /// let (from, to, amount) = (1i64, 2i64, 50i64);
+    /// let outcomes = pool
+    ///     .atomic(&[
+    ///         ("UPDATE account SET balance = balance - $2 WHERE id = $1", &[&from, &amount]),
+    ///         ("UPDATE account SET balance = balance + $2 WHERE id = $1", &[&to, &amount]),
+    ///         ("INSERT INTO transfer (src, dst, amount) VALUES ($1, $2, $3)", &[&from, &to, &amount]),
+    ///     ])
+    ///     .await?;
+    /// assert_eq!(outcomes.len(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub async fn atomic(
+        &self,
+        statements: &[(&str, &Params<'_>)],
+    ) -> Result<Vec<Outcome>, AtomicError> {
+        let statements = statements
+            .iter()
+            .map(|(sql, params)| (*sql, PgArgs::Refs(params)))
+            .collect();
+        self.atomic_args(statements).await
+    }
+
+    /// A pooled connection, for anything batchpool does not wrap
+    /// (savepoints, COPY, LISTEN). It is never used for coalesced rows while
+    /// you hold it.
+    pub async fn get(&self) -> Result<Client, Error> {
+        self.lend().await
+    }
+}
+
+impl Transaction {
+    /// Runs a statement in the transaction and returns its outcome (its row
+    /// count and first `RETURNING` row). Never coalesced.
+    pub async fn execute(&mut self, sql: &str, params: &Params<'_>) -> Result<Outcome, Error> {
+        self.execute_args(sql, PgArgs::Refs(params)).await
+    }
+
+    /// Runs a query in the transaction and returns all its rows.
+    pub async fn query(&mut self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Error> {
+        self.query_args(sql, PgArgs::Refs(params)).await
+    }
+
+    /// Runs a query expected to return exactly one row.
+    pub async fn query_one(&mut self, sql: &str, params: &Params<'_>) -> Result<Row, Error> {
+        self.query_one_args(sql, PgArgs::Refs(params)).await
+    }
+
+    /// Runs a query returning zero or one row.
+    pub async fn query_opt(
+        &mut self,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Option<Row>, Error> {
+        self.query_opt_args(sql, PgArgs::Refs(params)).await
+    }
+
+    /// Runs a last statement and commits, in one round trip.
+    ///
+    /// If it is the transaction's only statement it is sent alone, in
+    /// autocommit: no `BEGIN`, no `COMMIT`. Otherwise the statement and
+    /// `COMMIT` are written together; if the statement fails, nothing
+    /// commits and its error is returned.
+    pub async fn execute_and_commit(
+        self,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Outcome, Error> {
+        self.execute_and_commit_args(sql, PgArgs::Refs(params))
+            .await
+    }
+}

@@ -1,0 +1,229 @@
+//! The PostgreSQL backend of the engine: builds and runs one multi-row
+//! INSERT of a batchable shape on a pooled tokio-postgres connection, and
+//! maps the statement's result back to each row.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures_util::TryStreamExt;
+use tokio_postgres::types::Type;
+use tokio_postgres::{Row, Statement};
+
+use super::encode::{MAX_PARAMS, PgRow, RawValue};
+use super::errors::{closed_before_sending, row_specific, sent_error, unsent_error};
+use super::{Client, Outcome, Postgres};
+use crate::backend::try_get_now;
+use crate::classify::{Conflict, Dialect, InsertShape};
+use crate::engine::{Backend, ChunkError, ChunkResult};
+use crate::error::Error;
+use crate::explain::NotCoalesced;
+
+static NEXT_SHAPE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A batchable statement shape, prepared once.
+pub(crate) struct PgShape {
+    id: u64,
+    shape: Arc<InsertShape>,
+    /// Parameter types of the one-row statement, as the server inferred them.
+    pub(crate) types: Vec<Type>,
+    /// ON CONFLICT with a row filter: RETURNING these quoted target columns
+    /// and match them against these parameter indexes to learn which rows
+    /// were written.
+    key_match: Option<(String, Vec<usize>)>,
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+impl Postgres {
+    fn key_match(shape: &InsertShape) -> Result<Option<(String, Vec<usize>)>, ()> {
+        let target = match &shape.conflict {
+            Conflict::None | Conflict::DuplicateKeyUpdate => return Ok(None),
+            // Every row is inserted or updated: one row affected each.
+            Conflict::DoUpdate {
+                has_where: false, ..
+            } => return Ok(None),
+            Conflict::DoNothing { target } | Conflict::DoUpdate { target, .. } => target,
+        };
+        // Rows may be skipped: which ones is learned by returning the
+        // conflict key, which needs a plain column target bound to bare
+        // parameters, and no RETURNING of the caller's own.
+        let (Some(target), Some(columns), false) = (target, &shape.columns, shape.returning) else {
+            return Err(());
+        };
+        let mut params = Vec::with_capacity(target.len());
+        for col in target {
+            let pos = columns.iter().position(|c| c == col).ok_or(())?;
+            let param = shape.tuple_params.get(pos).copied().flatten().ok_or(())?;
+            params.push(param);
+        }
+        let list = target
+            .iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Ok(Some((list, params)))
+    }
+
+    fn outputs(shape: &PgShape, rows: &[PgRow], result: Written) -> Vec<Outcome> {
+        let n = rows.len();
+        match result {
+            Written::Count(count) => {
+                // Without triggers that skip rows, a plain or DO UPDATE
+                // insert writes every row once.
+                let exact = count == n as u64;
+                (0..n).map(|_| Outcome::new(1, exact, None, None)).collect()
+            }
+            Written::Rows(returned) if shape.key_match.is_none() => {
+                let exact = returned.len() == n;
+                if exact {
+                    returned
+                        .into_iter()
+                        .map(|r| Outcome::new(1, true, None, Some(r)))
+                        .collect()
+                } else {
+                    (0..n).map(|_| Outcome::new(1, false, None, None)).collect()
+                }
+            }
+            Written::Rows(returned) => {
+                let params = shape
+                    .key_match
+                    .as_ref()
+                    .map(|(_, p)| p.as_slice())
+                    .unwrap_or_default();
+                // Returned keys are a subsequence of the rows, in VALUES
+                // order: walk both.
+                let mut next = 0;
+                rows.iter()
+                    .map(|row| {
+                        let written = returned.get(next).is_some_and(|r| {
+                            params.iter().enumerate().all(|(col, &p)| {
+                                let mine = row.param(p);
+                                r.try_get::<_, RawValue<'_>>(col).ok().map(|v| v.0) == Some(mine)
+                            })
+                        });
+                        if written {
+                            next += 1;
+                        }
+                        Outcome::new(u64::from(written), true, None, None)
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+enum Written {
+    Count(u64),
+    Rows(Vec<Row>),
+}
+
+impl Backend for Postgres {
+    type Conn = Client;
+    type Row = PgRow;
+    type Output = Outcome;
+    type Shape = PgShape;
+
+    const DIALECT: Dialect = Dialect::Postgres;
+
+    fn max_params(&self) -> usize {
+        MAX_PARAMS
+    }
+
+    fn max_statement_bytes(&self) -> usize {
+        // The protocol's message length is an Int32.
+        (i32::MAX as usize) - 4096
+    }
+
+    fn params_per_row(shape: &PgShape) -> usize {
+        shape.types.len()
+    }
+
+    fn label(shape: &PgShape) -> &str {
+        &shape.shape.table
+    }
+
+    async fn prepare_shape(
+        &self,
+        sql: &str,
+        shape: Arc<InsertShape>,
+    ) -> Result<Result<PgShape, NotCoalesced>, Error> {
+        let Ok(key_match) = Self::key_match(&shape) else {
+            return Ok(Err(NotCoalesced::Declined(
+                "ON CONFLICT that may skip rows is coalesced only with a plain column \
+                 conflict target bound to bare parameters and no RETURNING of its own \
+                 (otherwise the skipped rows cannot be told apart)"
+                    .into(),
+            )));
+        };
+        let conn = self.get().await?;
+        let stmt = conn.prepare_cached(sql).await.map_err(unsent_error)?;
+        if stmt.params().len() != shape.params_per_row {
+            // The server sees the parameters differently from the classifier:
+            // do not rewrite what we do not understand.
+            return Ok(Err(NotCoalesced::Declined(format!(
+                "the server counts {} parameters where the text shows {}",
+                stmt.params().len(),
+                shape.params_per_row
+            ))));
+        }
+        Ok(Ok(PgShape {
+            id: NEXT_SHAPE_ID.fetch_add(1, Ordering::Relaxed),
+            types: stmt.params().to_vec(),
+            shape,
+            key_match,
+        }))
+    }
+
+    async fn get(&self) -> Result<Client, Error> {
+        Ok(self.pool.get().await?)
+    }
+
+    async fn try_get(&self) -> Option<Client> {
+        try_get_now(&self.pool).await
+    }
+
+    async fn execute<'a>(
+        &'a self,
+        conn: &'a mut Client,
+        shape: &'a PgShape,
+        rows: &'a [PgRow],
+    ) -> ChunkResult<Outcome> {
+        let n = rows.len();
+        let extra = shape.key_match.as_ref().map(|(list, _)| list.as_str());
+        let stmt: Statement = conn
+            .prepare_batch(shape.id, n, || shape.shape.render(n, extra), &shape.types)
+            .await
+            .map_err(|e| ChunkError::Statement(unsent_error(e)))?;
+        if conn.is_closed() {
+            return Err(ChunkError::Statement(closed_before_sending()));
+        }
+        let mut params = Vec::with_capacity(rows.len() * shape.types.len());
+        for row in rows {
+            params.extend(row.raw());
+        }
+        let written = if stmt.columns().is_empty() {
+            conn.execute_raw(&stmt, params).await.map(Written::Count)
+        } else {
+            match conn.query_raw(&stmt, params).await {
+                Ok(stream) => stream.try_collect::<Vec<Row>>().await.map(Written::Rows),
+                Err(e) => Err(e),
+            }
+        };
+        match written {
+            Ok(w) => Ok(Self::outputs(shape, rows, w)),
+            Err(e) => {
+                let row = e
+                    .as_db_error()
+                    .is_some_and(|db| row_specific(db.code().code()));
+                let err = sent_error(e);
+                Err(if row {
+                    ChunkError::Row(err)
+                } else {
+                    ChunkError::Statement(err)
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The PostgreSQL [`Driver`]: statements that run on their own, and groups
+//! pipelined in one round trip (see the module docs of
+//! [`postgres`](super)).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use futures_util::TryStreamExt;
+use tokio_postgres::{Row, Statement};
+
+use super::encode::{PgArgs, PgRow, encode};
+use super::errors::{closed_before_sending, sent_error, unsent_error};
+use super::manager::{ClientWrapper, Manager};
+use super::{Client, Outcome, Postgres};
+use crate::backend::{Driver, End, Group, GroupReplies, Ran, Stmt};
+use crate::config::PoolSettings;
+use crate::error::{Error, Kind};
+
+type Step<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Polls every future, always in the given order, until all are done, and
+/// returns their outputs in that order.
+///
+/// The first poll polls each future once, in order, without yielding in
+/// between: with tokio-postgres every request is queued on the connection,
+/// in order, before its task can run and flush, so they leave in one write.
+async fn in_order<T>(steps: Vec<Step<'_, T>>) -> Vec<T> {
+    enum Slot<'a, T> {
+        Running(Step<'a, T>),
+        Done(T),
+    }
+    let mut slots: Vec<Slot<'_, T>> = steps.into_iter().map(Slot::Running).collect();
+    std::future::poll_fn(|cx| {
+        let mut all_done = true;
+        for slot in slots.iter_mut() {
+            if let Slot::Running(fut) = slot {
+                match fut.as_mut().poll(cx) {
+                    Poll::Ready(out) => *slot = Slot::Done(out),
+                    Poll::Pending => all_done = false,
+                }
+            }
+        }
+        if all_done {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    slots
+        .into_iter()
+        .filter_map(|slot| match slot {
+            Slot::Done(out) => Some(out),
+            Slot::Running(_) => None,
+        })
+        .collect()
+}
+
+/// Runs one prepared statement with an encoded row on `conn`: every
+/// returned row, or only the first and the count.
+async fn run_statement(
+    conn: &ClientWrapper,
+    stmt: &Statement,
+    row: &PgRow,
+    all_rows: bool,
+) -> Result<Ran<Row>, Error> {
+    if conn.is_closed() {
+        return Err(closed_before_sending());
+    }
+    if stmt.columns().is_empty() {
+        let affected = conn
+            .execute_raw(stmt, row.raw())
+            .await
+            .map_err(sent_error)?;
+        return Ok(Ran {
+            affected,
+            last_insert_id: None,
+            rows: Vec::new(),
+        });
+    }
+    let stream = conn.query_raw(stmt, row.raw()).await.map_err(sent_error)?;
+    futures_util::pin_mut!(stream);
+    let mut rows = Vec::new();
+    let mut count = 0u64;
+    while let Some(r) = stream.try_next().await.map_err(sent_error)? {
+        count += 1;
+        if all_rows || rows.is_empty() {
+            rows.push(r);
+        }
+    }
+    Ok(Ran {
+        affected: stream.rows_affected().unwrap_or(count),
+        last_insert_id: None,
+        rows,
+    })
+}
+
+/// `BEGIN` / `COMMIT` / `ROLLBACK` as a pipeline step.
+fn control<'a>(conn: &'a ClientWrapper, sql: &'static str) -> Step<'a, Result<Ran<Row>, Error>> {
+    Box::pin(async move {
+        conn.batch_execute(sql).await.map_err(sent_error)?;
+        Ok(Ran {
+            affected: 0,
+            last_insert_id: None,
+            rows: Vec::new(),
+        })
+    })
+}
+
+/// Whether a transaction is over after `COMMIT` / `ROLLBACK` answered
+/// `reply`: a server error ends the transaction block too.
+fn ended(reply: &Result<(), Error>) -> bool {
+    reply.as_ref().err().is_none_or(Error::is_db)
+}
+
+impl Driver for Postgres {
+    type Manager = Manager;
+    type Config = tokio_postgres::Config;
+    type Options = ();
+    type QueryRow = Row;
+    type Args<'a> = PgArgs<'a>;
+    type Prepared = Statement;
+    type Bound = PgRow;
+
+    const NAME: &'static str = "PostgreSQL";
+    const SERVER_ABORTS_FAILED_TRANSACTION: bool = true;
+
+    fn parse_config(config: &str) -> Result<tokio_postgres::Config, Error> {
+        config
+            .parse()
+            .map_err(|e| Error::with_source(Kind::Config, "invalid connection string", e))
+    }
+
+    fn fmt_config(config: &tokio_postgres::Config, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // tokio-postgres prints the password as `_`.
+        fmt::Debug::fmt(config, f)
+    }
+
+    fn open(
+        config: tokio_postgres::Config,
+        settings: &PoolSettings,
+        (): (),
+    ) -> Result<Postgres, Error> {
+        let manager = Manager::new(config, settings.statement_cache);
+        Ok(Postgres {
+            pool: settings.build_pool(manager)?,
+        })
+    }
+
+    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
+        &self.pool
+    }
+
+    fn encode_row(
+        &self,
+        shape: &super::batch::PgShape,
+        args: PgArgs<'_>,
+    ) -> Result<(PgRow, usize), Error> {
+        let row = encode(&shape.types, args)?;
+        let bytes = row.bytes();
+        Ok((row, bytes))
+    }
+
+    fn has_params(args: &PgArgs<'_>) -> bool {
+        args.len() > 0
+    }
+
+    async fn prepare<'a>(
+        conn: &'a mut Client,
+        texts: &'a [(&'a str, bool)],
+    ) -> Vec<Result<Statement, Error>> {
+        let client: &ClientWrapper = conn;
+        let prepared = if let [(sql, _)] = texts {
+            vec![client.prepare_cached(sql).await]
+        } else {
+            // Texts this connection has not prepared yet go out together.
+            let steps = texts
+                .iter()
+                .map(|(sql, _)| -> Step<'_, _> { Box::pin(client.prepare_cached(sql)) })
+                .collect();
+            in_order(steps).await
+        };
+        prepared
+            .into_iter()
+            .map(|r| r.map_err(unsent_error))
+            .collect()
+    }
+
+    fn bind(prepared: &Statement, args: PgArgs<'_>) -> Result<PgRow, Error> {
+        encode(prepared.params(), args)
+    }
+
+    async fn run<'a>(conn: &'a mut Client, stmt: Stmt<'a, Postgres>) -> Result<Ran<Row>, Error> {
+        run_statement(conn, stmt.prepared, &stmt.bound, stmt.all_rows).await
+    }
+
+    async fn run_many<'a>(
+        conn: &'a mut Client,
+        _sql: &'a str,
+        prepared: &'a Statement,
+        rows: Vec<Result<PgRow, Error>>,
+    ) -> Vec<Result<Ran<Row>, Error>> {
+        let client: &ClientWrapper = conn;
+        // Pipelined: each is its own autocommit statement, sent without
+        // waiting for the previous reply.
+        let runs = rows
+            .into_iter()
+            .map(|row| async move { run_statement(client, prepared, &row?, false).await });
+        futures_util::future::join_all(runs).await
+    }
+
+    async fn run_group<'a>(conn: &'a mut Client, group: Group<'a, Postgres>) -> GroupReplies<Row> {
+        let client: &ClientWrapper = conn;
+        let n = group.statements.len();
+        let mut steps = Vec::with_capacity(n + 2);
+        if group.begin {
+            steps.push(control(client, "BEGIN"));
+        }
+        for stmt in group.statements {
+            steps.push(Box::pin(async move {
+                run_statement(client, stmt.prepared, &stmt.bound, stmt.all_rows).await
+            }));
+        }
+        if group.commit {
+            steps.push(control(client, "COMMIT"));
+        }
+        let mut replies = in_order(steps).await.into_iter();
+        let begin = group.begin.then(|| {
+            replies
+                .next()
+                .map_or_else(|| Err(missing()), |r| r.map(drop))
+        });
+        let statements = replies.by_ref().take(n).collect();
+        let end = group.commit.then(|| {
+            let reply = replies
+                .next()
+                .map_or_else(|| Err(missing()), |r| r.map(drop));
+            let over = ended(&reply);
+            (reply, over)
+        });
+        GroupReplies {
+            begin,
+            statements,
+            end,
+        }
+    }
+
+    async fn end<'a>(conn: &'a mut Client, end: End) -> (Result<(), Error>, bool) {
+        let reply = conn.batch_execute(end.sql()).await.map_err(sent_error);
+        let over = ended(&reply);
+        (reply, over)
+    }
+
+    fn is_broken(conn: &Client) -> bool {
+        conn.is_closed()
+    }
+
+    fn lend(_: &mut Client) {}
+
+    fn outcome(ran: Ran<Row>) -> Outcome {
+        Outcome::new(
+            ran.affected,
+            true,
+            ran.last_insert_id,
+            ran.rows.into_iter().next(),
+        )
+    }
+}
+
+fn missing() -> Error {
+    Error::new(Kind::OutcomeUnknown, "a pipelined statement gave no reply")
+}
