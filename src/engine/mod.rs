@@ -11,6 +11,8 @@
 pub(crate) mod backend;
 mod flush;
 pub(crate) mod queue;
+#[cfg(test)]
+mod tests;
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
