@@ -3,8 +3,8 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
 
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::queue::{ShapeQueue, decompose};
@@ -193,7 +193,7 @@ async fn wait_for_deadline<B: Backend>(
             }
         };
         tokio::select! {
-            _ = tokio::time::sleep_until(deadline.into()) => return FlushReason::Timer,
+            _ = tokio::time::sleep_until(deadline) => return FlushReason::Timer,
             _ = &mut woken => {}
             _ = &mut closing => {}
         }
