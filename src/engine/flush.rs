@@ -213,7 +213,6 @@ pub(super) async fn execute_rows<B: Backend>(
 ) -> Vec<Result<B::Output, Error>> {
     let n = rows.len();
     let mut results: Vec<Option<Result<B::Output, Error>>> = (0..n).map(|_| None).collect();
-    let mut statements = 0usize;
     let mut splits = 0usize;
     let mut work: VecDeque<(usize, usize)> = VecDeque::new();
     let mut at = 0;
@@ -222,7 +221,10 @@ pub(super) async fn execute_rows<B: Backend>(
         at += size;
     }
     while let Some((start, len)) = work.pop_front() {
-        statements += 1;
+        // Counted as it is sent: the inline path runs in the caller's task,
+        // and a caller dropped mid-statement must not hide a statement whose
+        // rows `Stats::rows` already counts.
+        engine.counters.statements(1);
         let chunk = &rows[start..start + len];
         match engine.backend.execute(conn, &q.shape, chunk).await {
             Ok(outs) => {
@@ -253,7 +255,6 @@ pub(super) async fn execute_rows<B: Backend>(
             }
         }
     }
-    engine.counters.statements(statements);
     engine.counters.split(splits);
     results
         .into_iter()
