@@ -3,11 +3,11 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
 
+use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::queue::{ShapeQueue, decompose};
+use super::queue::{ShapeQueue, Taken, decompose};
 use super::{Backend, ChunkError, Engine};
 use crate::error::Error;
 use crate::stats::FlushReason;
@@ -24,31 +24,22 @@ impl<B: Backend> Drop for ActiveGuard<'_, B> {
 
 /// One flusher task. It was counted in the queue's `waiting` when spawned;
 /// it waits (timed batching only), takes a connection, then takes the rows
-/// of one statement and runs them. Rows still queued after that are claimed
+/// of one statement and runs them (timed batching: waits again instead if
+/// the queue is no longer due, see [`take_if_due`]). Rows still queued after that are claimed
 /// by further flushers (spawned by `enqueue`, or here).
 pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueue<B>>) {
     let _active = ActiveGuard(&engine);
-    let mut reason = FlushReason::Natural;
-    if let Some(delay) = engine.config.max_delay {
-        reason = wait_for_deadline(&engine, &q, delay).await;
-    }
-
-    let _slot = engine.flush_slot().await;
-    let conn = engine.backend.get().await;
-    let (taken, waited) = {
-        let mut st = q.lock();
-        st.waiting -= 1;
-        let (taken, waited) = q.take(&mut st);
-        // Rows left over (more than one statement's worth, or rows that came
-        // in meanwhile) need flushers of their own.
-        let needed = st.rows.len().div_ceil(q.cap_rows);
-        let spawn = needed.saturating_sub(st.waiting);
-        st.waiting += spawn;
-        drop(st);
-        for _ in 0..spawn {
-            engine.spawn_flusher(q.clone());
+    let mut reason;
+    let (_slot, conn, taken, waited) = loop {
+        reason = FlushReason::Natural;
+        if let Some(delay) = engine.config.max_delay {
+            reason = wait_for_deadline(&engine, &q, delay).await;
         }
-        (taken, waited)
+        let slot = engine.flush_slot().await;
+        let conn = engine.backend.get().await;
+        if let Some((taken, waited)) = take_if_due(&engine, &q) {
+            break (slot, conn, taken, waited);
+        }
     };
     engine.release(taken.rows.len() + taken.cancelled);
     engine.counters.cancelled(taken.cancelled);
@@ -91,6 +82,41 @@ pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueu
             fan_out(&engine, taken.replies, results);
         }
     }
+}
+
+/// Takes the rows of a flusher's statement and spawns flushers for the rows
+/// left over. Timed batching: takes nothing (`None`) when the queue is no
+/// longer due; while this flusher waited for a connection, another one took
+/// the rows that made it due (a full statement, the oldest row's deadline),
+/// and the rest waits for its own deadline instead of going early.
+fn take_if_due<B: Backend>(
+    engine: &Arc<Engine<B>>,
+    q: &Arc<ShapeQueue<B>>,
+) -> Option<(Taken<B>, Vec<Instant>)> {
+    let mut st = q.lock();
+    if let Some(delay) = engine.config.max_delay {
+        let due = engine.is_closed()
+            || q.is_full(&st)
+            || st
+                .rows
+                .front()
+                .is_none_or(|p| p.queued_at + delay <= Instant::now());
+        if !due {
+            return None;
+        }
+    }
+    st.waiting -= 1;
+    let (taken, waited) = q.take(&mut st);
+    // Rows left over (more than one statement's worth, or rows that came in
+    // meanwhile) need flushers of their own.
+    let needed = st.rows.len().div_ceil(q.cap_rows);
+    let spawn = needed.saturating_sub(st.waiting);
+    st.waiting += spawn;
+    drop(st);
+    for _ in 0..spawn {
+        engine.spawn_flusher(q.clone());
+    }
+    Some((taken, waited))
 }
 
 /// Sends every caller its own result. A caller that has gone after its row
@@ -193,7 +219,7 @@ async fn wait_for_deadline<B: Backend>(
             }
         };
         tokio::select! {
-            _ = tokio::time::sleep_until(deadline.into()) => return FlushReason::Timer,
+            _ = tokio::time::sleep_until(deadline) => return FlushReason::Timer,
             _ = &mut woken => {}
             _ = &mut closing => {}
         }
@@ -213,7 +239,6 @@ pub(super) async fn execute_rows<B: Backend>(
 ) -> Vec<Result<B::Output, Error>> {
     let n = rows.len();
     let mut results: Vec<Option<Result<B::Output, Error>>> = (0..n).map(|_| None).collect();
-    let mut statements = 0usize;
     let mut splits = 0usize;
     let mut work: VecDeque<(usize, usize)> = VecDeque::new();
     let mut at = 0;
@@ -222,7 +247,10 @@ pub(super) async fn execute_rows<B: Backend>(
         at += size;
     }
     while let Some((start, len)) = work.pop_front() {
-        statements += 1;
+        // Counted as it is sent: the inline path runs in the caller's task,
+        // and a caller dropped mid-statement must not hide a statement whose
+        // rows `Stats::rows` already counts.
+        engine.counters.statements(1);
         let chunk = &rows[start..start + len];
         match engine.backend.execute(conn, &q.shape, chunk).await {
             Ok(outs) => {
@@ -253,7 +281,6 @@ pub(super) async fn execute_rows<B: Backend>(
             }
         }
     }
-    engine.counters.statements(statements);
     engine.counters.split(splits);
     results
         .into_iter()

@@ -11,14 +11,16 @@
 pub(crate) mod backend;
 mod flush;
 pub(crate) mod queue;
+#[cfg(test)]
+mod tests;
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
 
 use lru::LruCache;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::time::Instant;
 
 pub(crate) use self::backend::{Backend, ChunkError, ChunkResult};
 use self::queue::{Pending, ShapeQueue};

@@ -3,9 +3,9 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::time::Instant;
 
 use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 
 use super::backend::Backend;
 use crate::error::Error;
@@ -18,6 +18,7 @@ pub(crate) struct Pending<B: Backend> {
     pub(crate) row: B::Row,
     pub(crate) bytes: usize,
     pub(crate) reply: Reply<B>,
+    /// On the runtime's clock, the one `max_delay` timers run on.
     pub(crate) queued_at: Instant,
 }
 

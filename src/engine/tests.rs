@@ -1,0 +1,1198 @@
+//! Engine tests against an in-memory backend: no database.
+//!
+//! [`Mem`] stands in for a server with a fixed number of connections. Rows
+//! are integers; a statement is received (logged, and applied atomically to
+//! the table) on the first poll of `execute`, and its reply waits until the
+//! test opens the statement's gate. A negative row violates a constraint
+//! (the statement fails with `ChunkError::Row`); a row at or above
+//! [`BREAKS_STATEMENT`] fails the whole statement (`ChunkError::Statement`,
+//! like a lost connection); the first offending row of a statement decides.
+//!
+//! Determinism: every test runs on the current-thread runtime with the clock
+//! paused. [`settle`] sleeps 1 ms of virtual time, and a paused clock only
+//! moves when no task can make progress, so when `settle` returns every task
+//! has run until it waits on something the test controls (a statement's
+//! gate, a connection the test holds, a later timer). A test that jumps to a
+//! timer's deadline (`sleep_until`) settles afterwards, so the work that
+//! timer starts has run too. Futures under test are polled by hand with a
+//! no-op waker, and rows that must queue in a given order are queued by
+//! polling their callers in that order. Nothing depends on wall-clock speed
+//! or on the order in which ready tasks happen to run.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::queue::{ShapeQueue, statement_size};
+use super::{Backend, ChunkError, ChunkResult, Engine, Route};
+use crate::classify::{Dialect, InsertShape};
+use crate::config::{BatchConfig, QueueFull};
+use crate::error::{Error, Kind};
+use crate::explain::NotCoalesced;
+use crate::stats::Stats;
+
+const SQL: &str = "INSERT INTO t (v) VALUES ($1)";
+/// Encoded parameter bytes of every test row.
+const ROW_BYTES: usize = 8;
+/// Rows at or above this value fail their whole statement.
+const BREAKS_STATEMENT: i64 = 1_000_000;
+/// Rows the leak check queues (and abandons).
+const FILLER: i64 = 500_000;
+
+// ---------------------------------------------------------------------------
+// The in-memory backend
+// ---------------------------------------------------------------------------
+
+/// An in-memory server and its connection pool.
+struct Mem {
+    /// One permit per free connection.
+    conns: Arc<Semaphore>,
+    size: usize,
+    max_params: usize,
+    max_statement_bytes: usize,
+    /// While set, a statement's reply waits for the test to open its gate.
+    gated: AtomicBool,
+    server: Mutex<Server>,
+}
+
+#[derive(Default)]
+struct Server {
+    /// Every statement received, in order.
+    log: Vec<Received>,
+    /// Row → times written.
+    table: BTreeMap<i64, usize>,
+    /// Statements received whose `execute` has not returned (or been dropped).
+    open: usize,
+    max_open: usize,
+}
+
+struct Received {
+    rows: Vec<i64>,
+    at: Instant,
+    /// `Some` until the test releases the reply.
+    gate: Option<Arc<Notify>>,
+}
+
+/// A pooled connection: back in the pool when dropped.
+struct Conn {
+    _permit: OwnedSemaphorePermit,
+}
+
+/// Counts a statement as open until its `execute` future ends.
+struct Open<'a>(&'a Mem);
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.server().open -= 1;
+    }
+}
+
+impl Mem {
+    fn new(size: usize) -> Mem {
+        Mem {
+            conns: Arc::new(Semaphore::new(size)),
+            size,
+            max_params: 65535,
+            max_statement_bytes: usize::MAX,
+            gated: AtomicBool::new(true),
+            server: Mutex::default(),
+        }
+    }
+
+    fn server(&self) -> MutexGuard<'_, Server> {
+        self.server.lock().unwrap()
+    }
+
+    /// The server receives a statement: logs it and runs it atomically (all
+    /// rows written, or none and an error). Returns the reply and the gate
+    /// it waits for.
+    fn receive(&self, rows: &[i64]) -> (Option<Arc<Notify>>, ChunkResult<i64>) {
+        let mut s = self.server();
+        let offender = rows.iter().find(|&&v| !(0..BREAKS_STATEMENT).contains(&v));
+        let reply = match offender {
+            Some(&v) if v < 0 => Err(ChunkError::Row(Error::new(
+                Kind::Db,
+                format!("bad row {v}"),
+            ))),
+            Some(&v) => Err(ChunkError::Statement(Error::new(
+                Kind::OutcomeUnknown,
+                format!("statement broken by row {v}"),
+            ))),
+            None => {
+                for &v in rows {
+                    *s.table.entry(v).or_default() += 1;
+                }
+                Ok(rows.to_vec())
+            }
+        };
+        let gate = self.gated.load(SeqCst).then(|| Arc::new(Notify::new()));
+        s.log.push(Received {
+            rows: rows.to_vec(),
+            at: Instant::now(),
+            gate: gate.clone(),
+        });
+        s.open += 1;
+        s.max_open = s.max_open.max(s.open);
+        (gate, reply)
+    }
+
+    /// Lets the oldest statement still waiting reply; false if none waits.
+    fn release_next(&self) -> bool {
+        let mut s = self.server();
+        match s.log.iter_mut().find_map(|r| r.gate.take()) {
+            Some(gate) => {
+                gate.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// From now on statements reply at once; those waiting reply now.
+    fn open_gates(&self) {
+        self.gated.store(false, SeqCst);
+        while self.release_next() {}
+    }
+
+    /// Rows of every statement received, in order.
+    fn log(&self) -> Vec<Vec<i64>> {
+        self.server().log.iter().map(|r| r.rows.clone()).collect()
+    }
+
+    /// When each statement was received (virtual time).
+    fn received_at(&self) -> Vec<Instant> {
+        self.server().log.iter().map(|r| r.at).collect()
+    }
+
+    /// Statements that carried row `v`.
+    fn times_sent(&self, v: i64) -> usize {
+        self.server()
+            .log
+            .iter()
+            .filter(|r| r.rows.contains(&v))
+            .count()
+    }
+
+    fn written(&self, v: i64) -> usize {
+        self.server().table.get(&v).copied().unwrap_or(0)
+    }
+
+    fn max_open(&self) -> usize {
+        self.server().max_open
+    }
+
+    fn in_use(&self) -> usize {
+        self.size - self.conns.available_permits()
+    }
+
+    /// Takes every connection (they must all be free).
+    fn hold_all(&self) -> OwnedSemaphorePermit {
+        let n = u32::try_from(self.size).unwrap();
+        self.conns.clone().try_acquire_many_owned(n).unwrap()
+    }
+}
+
+impl Backend for Mem {
+    type Conn = Conn;
+    type Row = i64;
+    type Output = i64;
+    type Shape = ();
+
+    const DIALECT: Dialect = Dialect::Postgres;
+
+    fn max_params(&self) -> usize {
+        self.max_params
+    }
+
+    fn max_statement_bytes(&self) -> usize {
+        self.max_statement_bytes
+    }
+
+    fn params_per_row(_: &()) -> usize {
+        1
+    }
+
+    fn label(_: &()) -> &str {
+        "t"
+    }
+
+    async fn prepare_shape(
+        &self,
+        _sql: &str,
+        _shape: Arc<InsertShape>,
+    ) -> Result<Result<(), NotCoalesced>, Error> {
+        Ok(Ok(()))
+    }
+
+    async fn get(&self) -> Result<Conn, Error> {
+        let permit = self.conns.clone().acquire_owned().await;
+        let permit = permit.map_err(|_| Error::pool_closed())?;
+        // Checking a connection out takes a round trip (deadpool recycles
+        // it): one more point where the caller may be dropped.
+        tokio::task::yield_now().await;
+        Ok(Conn { _permit: permit })
+    }
+
+    async fn try_get(&self) -> Option<Conn> {
+        let permit = self.conns.clone().try_acquire_owned().ok()?;
+        tokio::task::yield_now().await;
+        Some(Conn { _permit: permit })
+    }
+
+    async fn execute(&self, _conn: &mut Conn, _shape: &(), rows: &[i64]) -> ChunkResult<i64> {
+        // Sent on the first poll; the server runs it whether or not anyone
+        // waits for the reply.
+        let (gate, reply) = self.receive(rows);
+        let _open = Open(self);
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
+        reply
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------
+
+type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+type Many = Result<Vec<Result<i64, Error>>, Error>;
+/// A caller's row and its `submit` future, polled by the test.
+type Caller = (i64, BoxFut<Result<i64, Error>>);
+
+/// Lets every task run until it waits on something the test controls (see
+/// the module docs). Advances the paused clock by 1 ms.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+/// Polls once with a no-op waker, outside tokio's cooperative budget (so a
+/// ready resource is never reported pending for budget reasons).
+fn poll<T>(f: &mut BoxFut<T>) -> Poll<T> {
+    let mut f = tokio::task::unconstrained(f);
+    Pin::new(&mut f).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// The default configuration with a small queue, so the leak check can fill it.
+fn config() -> BatchConfig {
+    BatchConfig::default().queue_capacity(16)
+}
+
+/// The outcome of a caller whose reply must have arrived.
+fn outcome<T>(f: &mut BoxFut<T>) -> T {
+    match poll(f) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("no outcome yet"),
+    }
+}
+
+/// The output of a task that must have finished.
+async fn finished<T>(task: JoinHandle<T>) -> T {
+    assert!(task.is_finished(), "task still running");
+    task.await.unwrap()
+}
+
+/// An engine over a [`Mem`] and the queue of [`SQL`].
+struct H {
+    e: Arc<Engine<Mem>>,
+    q: Arc<ShapeQueue<Mem>>,
+}
+
+impl H {
+    /// `conns` gated connections.
+    async fn new(conns: usize, config: BatchConfig) -> H {
+        H::with(Mem::new(conns), config).await
+    }
+
+    async fn with(mem: Mem, config: BatchConfig) -> H {
+        let e = Engine::new(mem, config).unwrap();
+        let Route::Batch(q) = e.route(SQL).await.unwrap() else {
+            panic!("{SQL} should be batchable");
+        };
+        H { e, q }
+    }
+
+    fn mem(&self) -> &Mem {
+        &self.e.backend
+    }
+
+    fn stats(&self) -> Stats {
+        self.e.stats()
+    }
+
+    /// One caller's `execute` of row `v` (the one place rows enter).
+    fn submit(&self, v: i64) -> BoxFut<Result<i64, Error>> {
+        let (e, q) = (self.e.clone(), self.q.clone());
+        Box::pin(async move { e.submit(&q, v, ROW_BYTES, None).await })
+    }
+
+    fn spawn(&self, v: i64) -> JoinHandle<Result<i64, Error>> {
+        tokio::spawn(self.submit(v))
+    }
+
+    /// Callers of `rows`, each polled once, in order: with no connection
+    /// free (or with timed batching) each has queued its row, in this order.
+    fn queue_all(&self, rows: &[i64]) -> Vec<Caller> {
+        let mut callers: Vec<Caller> = rows.iter().map(|&v| (v, self.submit(v))).collect();
+        for (v, f) in &mut callers {
+            assert!(poll(f).is_pending(), "row {v} did not queue");
+        }
+        callers
+    }
+
+    fn submit_many(&self, rows: &[i64]) -> BoxFut<Many> {
+        let (e, q) = (self.e.clone(), self.q.clone());
+        let rows = rows.iter().map(|&v| (v, ROW_BYTES)).collect();
+        Box::pin(async move { e.submit_many(&q, rows).await })
+    }
+
+    fn close(&self) -> JoinHandle<()> {
+        let e = self.e.clone();
+        tokio::spawn(async move { e.close().await })
+    }
+
+    /// Rows waiting in the queue, in order.
+    fn queued(&self) -> Vec<i64> {
+        self.q.lock().rows.iter().map(|p| p.row).collect()
+    }
+
+    fn queue_is_idle(&self) -> bool {
+        self.q.is_idle()
+    }
+
+    /// Opens every gate and lets all work finish (timers included).
+    async fn drain(&self) {
+        self.mem().open_gates();
+        if let Some(delay) = self.e.config.max_delay {
+            tokio::time::sleep(delay).await;
+        }
+        settle().await;
+    }
+
+    /// Nothing running, queued or held; every queue slot free: with every
+    /// connection busy, `queue_capacity` new rows all queue without waiting.
+    async fn assert_no_leaks(&self) {
+        let cap = self.e.config.queue_capacity;
+        let st = self.stats();
+        assert_eq!(self.e.active.load(SeqCst), 0, "flushers still running");
+        assert_eq!(self.mem().in_use(), 0, "connection leaked");
+        assert_eq!((st.queued, st.in_flight), (0, 0), "{st:?}");
+        assert!(self.queue_is_idle(), "queue not idle");
+        assert_eq!(self.e.permits.available_permits(), cap, "queue slot leaked");
+        if let (Some(slots), Some(limit)) = (&self.e.flush_slots, self.e.config.max_in_flight) {
+            assert_eq!(slots.available_permits(), limit, "flush slot leaked");
+        }
+        if self.e.is_closed() {
+            return;
+        }
+        let hold = self.mem().hold_all();
+        let mut fillers: Vec<_> = (0..cap as i64).map(|i| self.submit(FILLER + i)).collect();
+        for f in &mut fillers {
+            assert!(poll(f).is_pending());
+        }
+        assert_eq!(self.stats().queued, cap as u64, "a queue slot leaked");
+        drop(fillers);
+        drop(hold);
+        self.drain().await;
+        let after = self.stats();
+        assert_eq!(after.rows_cancelled, st.rows_cancelled + cap as u64);
+        assert_eq!((after.queued, after.rows), (0, st.rows));
+        assert_eq!(self.e.permits.available_permits(), cap);
+        assert_eq!(self.e.active.load(SeqCst), 0);
+    }
+}
+
+fn assert_ok_own(v: i64, r: Result<i64, Error>) {
+    match r {
+        Ok(out) => assert_eq!(out, v, "row {v} got another row's outcome"),
+        Err(e) => panic!("row {v} failed: {e}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 1. Cancellation at every poll point
+// ---------------------------------------------------------------------------
+
+/// Where the row under test was when its caller's future was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    /// Neither queued nor sent (not polled yet, waiting for a queue slot,
+    /// or holding a connection not yet used).
+    NotQueued,
+    Queued,
+    /// Taken by a flush and sent; the reply had not reached the caller.
+    Sent,
+    /// The future completed by itself.
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    /// A lone row at idle: sent from the caller's task (with a flush slot,
+    /// `max_in_flight` 1).
+    Inline,
+    /// The one connection is busy and another row is queued: the row under
+    /// test joins it in the next statement.
+    Queued,
+    /// The queue (capacity 1) is full: the row first waits for a slot.
+    SlotWait,
+    /// Timed batching: the row waits for the deadline of a queued row.
+    Timed,
+}
+
+/// The row under test.
+const ROW: i64 = 100;
+
+/// The world of `s` before the row under test is submitted; returns the
+/// harness and the other callers.
+async fn scenario(s: Scenario) -> (H, Vec<(i64, JoinHandle<Result<i64, Error>>)>) {
+    let config = config().queue_capacity(4);
+    let (h, others) = match s {
+        Scenario::Inline => (H::new(1, config.max_in_flight(1)).await, vec![]),
+        Scenario::Queued | Scenario::SlotWait => {
+            let cap = if s == Scenario::SlotWait { 1 } else { 4 };
+            let h = H::new(1, config.queue_capacity(cap)).await;
+            let a = h.spawn(1);
+            settle().await;
+            let b = h.spawn(2);
+            settle().await;
+            assert_eq!((h.mem().log(), h.queued()), (vec![vec![1]], vec![2]));
+            (h, vec![(1, a), (2, b)])
+        }
+        Scenario::Timed => {
+            let h = H::new(1, config.max_delay(Duration::from_millis(10))).await;
+            let b = h.spawn(2);
+            settle().await;
+            assert_eq!(h.queued(), [2]);
+            (h, vec![(2, b)])
+        }
+    };
+    (h, others)
+}
+
+/// Drops the row's future after `k` polls (opening the oldest waiting gate
+/// and settling between polls), finishes all work, checks that nothing
+/// leaked and the row ran once or not at all. Returns where it was dropped.
+async fn cancel_after(s: Scenario, k: usize) -> Stage {
+    let (h, others) = scenario(s).await;
+    let mut fut = h.submit(ROW);
+    let mut stage = Stage::NotQueued;
+    let mut output = None;
+    for i in 0..k {
+        if i > 0 {
+            h.mem().release_next();
+            settle().await;
+        }
+        if let Poll::Ready(r) = poll(&mut fut) {
+            output = Some(r);
+            stage = Stage::Done;
+            break;
+        }
+        stage = if h.mem().times_sent(ROW) > 0 {
+            Stage::Sent
+        } else if h.queued().contains(&ROW) {
+            Stage::Queued
+        } else {
+            Stage::NotQueued
+        };
+        if s == Scenario::Inline {
+            // Never through the queue: sent from this task.
+            assert!(h.queue_is_idle() && h.stats().queued == 0);
+        }
+    }
+    drop(fut);
+    h.drain().await;
+
+    let ctx = format!("{s:?}, dropped after {k} polls at {stage:?}");
+    let once = usize::from(stage >= Stage::Sent);
+    assert_eq!(h.mem().times_sent(ROW), once, "{ctx}");
+    assert_eq!(h.mem().written(ROW), once, "{ctx}");
+    if let Some(r) = output {
+        assert_ok_own(ROW, r);
+    }
+    for (v, task) in others {
+        assert_ok_own(v, finished(task).await);
+        assert_eq!((h.mem().times_sent(v), h.mem().written(v)), (1, 1), "{ctx}");
+    }
+    let log = h.mem().log();
+    let st = h.stats();
+    assert_eq!(
+        st.rows_cancelled,
+        u64::from(stage == Stage::Queued),
+        "{ctx}"
+    );
+    assert_eq!(
+        st.rows,
+        log.iter().map(Vec::len).sum::<usize>() as u64,
+        "{ctx}"
+    );
+    assert_eq!(
+        (st.batches, st.statements),
+        (log.len() as u64, log.len() as u64)
+    );
+    assert_eq!(st.rows_failed, 0, "{ctx}");
+    h.assert_no_leaks().await;
+    stage
+}
+
+/// Runs [`cancel_after`] for k = 0, 1, 2, … until the future completes by
+/// itself; returns the stage of each k.
+async fn cancel_at_every_poll_point(s: Scenario) -> Vec<Stage> {
+    let mut stages = Vec::new();
+    for k in 0.. {
+        assert!(k < 100, "{s:?}: the future never completes");
+        let stage = cancel_after(s, k).await;
+        stages.push(stage);
+        if stage == Stage::Done {
+            break;
+        }
+    }
+    assert!(stages.is_sorted(), "{s:?}: {stages:?}");
+    stages
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_inline_at_every_poll_point() {
+    let stages = cancel_at_every_poll_point(Scenario::Inline).await;
+    // Polled once, the row holds a connection not used yet.
+    assert_eq!(stages[..2], [Stage::NotQueued; 2]);
+    assert!(stages.contains(&Stage::Sent) && !stages.contains(&Stage::Queued));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_queued_at_every_poll_point() {
+    let stages = cancel_at_every_poll_point(Scenario::Queued).await;
+    assert!(stages.contains(&Stage::Queued) && stages.contains(&Stage::Sent));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_while_waiting_for_a_queue_slot_at_every_poll_point() {
+    let stages = cancel_at_every_poll_point(Scenario::SlotWait).await;
+    // Polled once, the row waits for a slot.
+    assert_eq!(stages[..2], [Stage::NotQueued; 2]);
+    assert!(stages.contains(&Stage::Queued) && stages.contains(&Stage::Sent));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_timed_at_every_poll_point() {
+    let stages = cancel_at_every_poll_point(Scenario::Timed).await;
+    assert!(stages.contains(&Stage::Queued) && stages.contains(&Stage::Sent));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_submit_many_at_every_poll_point() {
+    let rows = [1, 2, 3, 4, 5, 6];
+    for k in 0.. {
+        assert!(k < 100, "submit_many never completes");
+        let h = H::new(1, config().max_rows(2)).await;
+        let mut fut = h.submit_many(&rows);
+        let mut output = None;
+        for i in 0..k {
+            if i > 0 {
+                h.mem().release_next();
+                settle().await;
+            }
+            if let Poll::Ready(r) = poll(&mut fut) {
+                output = Some(r);
+                break;
+            }
+        }
+        let sent_at_drop = h.mem().log();
+        drop(fut);
+        h.drain().await;
+        // Statements sent before the caller left complete; no new one starts.
+        let log = h.mem().log();
+        assert_eq!(log, sent_at_drop, "k={k}");
+        let sent: Vec<i64> = log.concat();
+        assert_eq!(sent, rows[..sent.len()], "in order");
+        for v in rows {
+            assert_eq!(h.mem().written(v), usize::from(sent.contains(&v)));
+        }
+        let st = h.stats();
+        assert_eq!(st.rows, sent.len() as u64);
+        h.assert_no_leaks().await;
+        if let Some(out) = output {
+            let out = out.unwrap();
+            assert_eq!(log, [[1, 2], [3, 4], [5, 6]]);
+            for (v, r) in rows.into_iter().zip(out) {
+                assert_ok_own(v, r);
+            }
+            break;
+        }
+        // Rows not sent are counted cancelled once the batch task ran (it
+        // is spawned by the first poll).
+        let unsent = if k == 0 { 0 } else { rows.len() - sent.len() };
+        assert_eq!(st.rows_cancelled, unsent as u64, "k={k}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 2. close()
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn close_flushes_queued_rows_and_waits_for_in_flight() {
+    let h = H::new(1, config().queue_capacity(3)).await;
+    let a = h.spawn(1);
+    settle().await;
+    let queued = h.queue_all(&[2, 3, 4]);
+    settle().await;
+    assert_eq!(h.queued(), [2, 3, 4]);
+    let mut waiting = h.submit(5); // the queue is full
+    assert!(poll(&mut waiting).is_pending());
+
+    let closer = h.close();
+    settle().await;
+    assert!(!closer.is_finished());
+    // Closed to new rows at once, including a caller still waiting for a slot.
+    let closed =
+        |r: Poll<Result<i64, Error>>| matches!(r, Poll::Ready(Err(e)) if e.is_pool_closed());
+    assert!(closed(poll(&mut waiting)));
+    assert!(closed(poll(&mut h.submit(6))));
+    assert!(matches!(poll(&mut h.submit_many(&[7])), Poll::Ready(Err(e)) if e.is_pool_closed()));
+
+    // The queued rows go with the next free connection; close waits for them.
+    assert!(h.mem().release_next());
+    settle().await;
+    assert_eq!(h.mem().log(), [vec![1], vec![2, 3, 4]]);
+    assert!(!closer.is_finished());
+    assert!(h.mem().release_next());
+    settle().await;
+    finished(closer).await;
+
+    assert_ok_own(1, finished(a).await);
+    for (v, mut caller) in queued {
+        assert_ok_own(v, outcome(&mut caller));
+        assert_eq!(h.mem().written(v), 1);
+    }
+    assert_eq!(h.mem().times_sent(5), 0);
+    let st = h.stats();
+    assert_eq!((st.flush_close, st.rows, st.rows_cancelled), (1, 4, 0));
+    assert!(closed(poll(&mut h.submit(8))));
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_cuts_timers_short() {
+    let h = H::new(2, config().max_delay(Duration::from_secs(3600))).await;
+    h.mem().open_gates();
+    let tasks = h.queue_all(&[1, 2, 3]);
+    settle().await;
+    assert!(h.mem().log().is_empty());
+    let t = Instant::now();
+    let closer = h.close();
+    settle().await;
+    finished(closer).await;
+    assert_eq!(h.mem().log(), [[1, 2, 3]]);
+    assert_eq!(h.mem().received_at(), [t]);
+    for (v, mut caller) in tasks {
+        assert_ok_own(v, outcome(&mut caller));
+    }
+    let st = h.stats();
+    assert_eq!((st.flush_close, st.flush_timer), (1, 0));
+    assert!(matches!(poll(&mut h.submit(4)), Poll::Ready(Err(e)) if e.is_pool_closed()));
+    h.assert_no_leaks().await;
+}
+
+// ---------------------------------------------------------------------------
+// 3. Queue bounds
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn queue_full_wait_blocks_until_a_flush_takes_rows() {
+    let h = H::new(1, config().queue_capacity(2)).await;
+    let a = h.spawn(1);
+    settle().await;
+    let queued = h.queue_all(&[2, 3]);
+    settle().await;
+    let mut d = h.submit(4);
+    assert!(poll(&mut d).is_pending());
+    settle().await;
+    assert!(poll(&mut d).is_pending());
+    assert_eq!((h.queued(), h.stats().queued), (vec![2, 3], 2));
+
+    // A flush takes [2, 3] (its statement still in flight): a slot is free.
+    assert!(h.mem().release_next());
+    settle().await;
+    assert_eq!(h.mem().log(), [vec![1], vec![2, 3]]);
+    assert!(poll(&mut d).is_pending());
+    assert_eq!(h.queued(), [4]);
+
+    h.drain().await;
+    assert!(matches!(poll(&mut d), Poll::Ready(Ok(4))));
+    assert_ok_own(1, finished(a).await);
+    for (v, mut caller) in queued {
+        assert_ok_own(v, outcome(&mut caller));
+    }
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn queue_full_reject_fails_at_once() {
+    let config = config().queue_capacity(2).queue_full(QueueFull::Reject);
+    let h = H::new(1, config).await;
+    let a = h.spawn(1);
+    settle().await;
+    let queued = h.queue_all(&[2, 3]);
+    settle().await;
+    assert!(matches!(poll(&mut h.submit(4)), Poll::Ready(Err(e)) if e.is_overloaded()));
+    assert_eq!(h.queued(), [2, 3]);
+
+    assert!(h.mem().release_next());
+    settle().await;
+    let mut e = h.submit(5);
+    assert!(poll(&mut e).is_pending());
+    assert_eq!(h.queued(), [5]);
+
+    h.drain().await;
+    assert!(matches!(poll(&mut e), Poll::Ready(Ok(5))));
+    assert_ok_own(1, finished(a).await);
+    for (v, mut caller) in queued {
+        assert_ok_own(v, outcome(&mut caller));
+    }
+    assert_eq!(h.mem().times_sent(4), 0);
+    h.assert_no_leaks().await;
+}
+
+// ---------------------------------------------------------------------------
+// 4. Natural flushing
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn lone_row_at_idle_is_sent_inline() {
+    let h = H::new(1, config()).await;
+    let mut f = h.submit(7);
+    // Polled twice (the connection check-out yields once), without this task
+    // ever yielding to another: the statement went out from the caller.
+    assert!(poll(&mut f).is_pending());
+    assert!(poll(&mut f).is_pending());
+    assert_eq!(h.mem().log(), [[7]]);
+    assert!(h.queue_is_idle());
+    assert_eq!(h.stats().in_flight, 1);
+    assert!(h.mem().release_next());
+    assert!(matches!(poll(&mut f), Poll::Ready(Ok(7))));
+    let st = h.stats();
+    assert_eq!(
+        (st.flush_natural, st.rows, st.queued, st.in_flight),
+        (1, 1, 0, 0)
+    );
+    assert_eq!(st.queue_wait_max, Duration::ZERO);
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn busy_connections_accumulate_rows_into_allowed_statement_sizes() {
+    // (backend max_params, config max_rows, rows queued)
+    let cases = [(65535, 1000, 1..=40), (65535, 5, 1..=25), (4, 1000, 1..=10)];
+    for (max_params, max_rows, counts) in cases {
+        for n in counts {
+            let mut mem = Mem::new(1);
+            mem.max_params = max_params;
+            let config = config().max_rows(max_rows).queue_capacity(64);
+            let h = H::with(mem, config).await;
+            let cap = h.q.cap_rows;
+            assert_eq!(cap, max_rows.min(max_params));
+            h.mem().open_gates();
+            let hold = h.mem().hold_all();
+            let rows: Vec<i64> = (0..n as i64).collect();
+            let tasks = h.queue_all(&rows);
+            settle().await;
+            assert!(h.mem().log().is_empty());
+            assert_eq!((h.queued(), h.stats().queued), (rows.clone(), n as u64));
+
+            drop(hold);
+            settle().await;
+            let log = h.mem().log();
+            let mut left = n;
+            for s in &log {
+                assert_eq!(
+                    s.len(),
+                    statement_size(left, cap),
+                    "n={n} cap={cap} {log:?}"
+                );
+                left -= s.len();
+            }
+            assert_eq!(left, 0);
+            assert_eq!(log.concat(), rows, "rows go in queue order");
+            for (v, mut caller) in tasks {
+                assert_ok_own(v, outcome(&mut caller));
+                assert_eq!(h.mem().written(v), 1);
+            }
+            let st = h.stats();
+            assert_eq!(
+                (st.batches, st.statements),
+                (log.len() as u64, log.len() as u64)
+            );
+            assert_eq!(st.flush_natural + st.flush_full, log.len() as u64);
+            h.assert_no_leaks().await;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 5. Timed flushing
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn timed_batch_goes_at_the_deadline() {
+    let delay = Duration::from_millis(100);
+    let h = H::new(2, config().max_delay(delay)).await;
+    h.mem().open_gates();
+    let t0 = Instant::now();
+    let tasks = h.queue_all(&[1, 2, 3]);
+    settle().await;
+    // Connections are free, yet nothing goes before the deadline.
+    assert!(h.mem().log().is_empty());
+    tokio::time::sleep_until(t0 + delay - Duration::from_millis(2)).await;
+    settle().await;
+    assert!(h.mem().log().is_empty());
+    assert_eq!(h.queued(), [1, 2, 3]);
+
+    tokio::time::sleep_until(t0 + delay).await;
+    settle().await;
+    assert_eq!(h.mem().log(), [[1, 2, 3]]);
+    assert_eq!(h.mem().received_at(), [t0 + delay]);
+    for (v, mut caller) in tasks {
+        assert_ok_own(v, outcome(&mut caller));
+    }
+    let st = h.stats();
+    assert_eq!((st.flush_timer, st.batches), (1, 1));
+    assert_eq!(st.queue_wait_max, delay);
+    h.assert_no_leaks().await;
+}
+
+/// The deadline is measured on the runtime's clock, the one its timers use:
+/// with the clock paused and moved ahead of the wall clock (as in an
+/// application's tests), a row still waits `max_delay`.
+#[tokio::test(start_paused = true)]
+async fn timed_batching_follows_the_runtime_clock() {
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    let delay = Duration::from_millis(100);
+    let h = H::new(1, config().max_delay(delay)).await;
+    h.mem().open_gates();
+    let t0 = Instant::now();
+    let task = h.spawn(1);
+    settle().await;
+    assert!(h.mem().log().is_empty(), "sent before its deadline");
+    tokio::time::sleep_until(t0 + delay).await;
+    settle().await;
+    assert_eq!(h.mem().received_at(), [t0 + delay]);
+    assert_ok_own(1, finished(task).await);
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn timed_full_statement_goes_early() {
+    let delay = Duration::from_secs(3600);
+    let config = config().max_delay(delay).max_rows(4);
+    let h = H::new(2, config).await;
+    h.mem().open_gates();
+    let t0 = Instant::now();
+    let tasks = h.queue_all(&[1, 2, 3, 4, 5, 6]);
+    settle().await;
+    assert_eq!(h.mem().log(), [[1, 2, 3, 4]]);
+    assert_eq!(h.mem().received_at(), [t0]);
+    assert_eq!(h.queued(), [5, 6]);
+    assert_eq!(h.stats().flush_full, 1);
+
+    tokio::time::sleep_until(t0 + delay).await;
+    settle().await;
+    assert_eq!(h.mem().log(), [vec![1, 2, 3, 4], vec![5, 6]]);
+    assert_eq!(h.mem().received_at(), [t0, t0 + delay]);
+    for (v, mut caller) in tasks {
+        assert_ok_own(v, outcome(&mut caller));
+    }
+    let st = h.stats();
+    assert_eq!((st.flush_full, st.flush_timer), (1, 1));
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_bytes_limits_a_statement() {
+    let delay = Duration::from_secs(3600);
+    let three_rows = 3 * ROW_BYTES;
+    // The limit from the config, then from the backend (server packet size).
+    for (max_bytes, server_limit) in [(three_rows, usize::MAX), (16 << 20, three_rows)] {
+        let mut mem = Mem::new(2);
+        mem.max_statement_bytes = server_limit;
+        let config = config().max_delay(delay).max_bytes(max_bytes);
+        let h = H::with(mem, config).await;
+        h.mem().open_gates();
+        let t0 = Instant::now();
+        let tasks = h.queue_all(&[1, 2, 3, 4, 5, 6, 7]);
+        settle().await;
+        assert_eq!(h.mem().log(), [[1, 2, 3], [4, 5, 6]]);
+        assert_eq!(h.mem().received_at(), [t0, t0]);
+        assert_eq!(h.queued(), [7]);
+        tokio::time::sleep_until(t0 + delay).await;
+        settle().await;
+        assert_eq!(h.mem().log(), [vec![1, 2, 3], vec![4, 5, 6], vec![7]]);
+        for (v, mut caller) in tasks {
+            assert_ok_own(v, outcome(&mut caller));
+        }
+        let st = h.stats();
+        assert_eq!((st.flush_full, st.flush_timer), (2, 1));
+        h.assert_no_leaks().await;
+    }
+
+    // A row larger than the limit fails alone, before it queues.
+    let config = config().max_bytes(ROW_BYTES - 1);
+    let h = H::new(1, config).await;
+    assert!(matches!(poll(&mut h.submit(1)), Poll::Ready(Err(e)) if e.is_too_large()));
+    assert!(h.mem().log().is_empty());
+    assert_eq!((h.stats().queued, h.e.permits.available_permits()), (0, 16));
+}
+
+// ---------------------------------------------------------------------------
+// 6. Failing-row isolation
+// ---------------------------------------------------------------------------
+
+/// Queues `rows` behind a held connection, lets them flush (gates open) and
+/// returns each caller's result.
+async fn flush_together(h: &H, rows: &[i64]) -> Vec<(i64, Result<i64, Error>)> {
+    h.mem().open_gates();
+    let hold = h.mem().hold_all();
+    let tasks = h.queue_all(rows);
+    settle().await;
+    assert_eq!(h.queued(), rows);
+    drop(hold);
+    settle().await;
+    let mut out = Vec::new();
+    for (v, mut caller) in tasks {
+        out.push((v, outcome(&mut caller)));
+    }
+    out
+}
+
+fn assert_own_error(v: i64, r: &Result<i64, Error>) {
+    match r {
+        Err(e) => {
+            assert!(e.is_db(), "{e:?}");
+            assert_eq!(
+                e.to_string(),
+                format!("bad row {v}"),
+                "row {v} got another row's error"
+            );
+        }
+        Ok(_) => panic!("bad row {v} succeeded"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_rows_are_isolated_by_halving() {
+    let h = H::new(1, config()).await;
+    let rows = [10, 11, -12, 13, 14, -15, 16, 17];
+    for (v, r) in flush_together(&h, &rows).await {
+        if v < 0 {
+            assert_own_error(v, &r);
+        } else {
+            assert_ok_own(v, r);
+        }
+        assert_eq!(h.mem().written(v), usize::from(v >= 0));
+    }
+    let expected: [&[i64]; 11] = [
+        &rows,
+        &[10, 11, -12, 13],
+        &[10, 11],
+        &[-12, 13],
+        &[-12],
+        &[13],
+        &[14, -15, 16, 17],
+        &[14, -15],
+        &[14],
+        &[-15],
+        &[16, 17],
+    ];
+    assert_eq!(h.mem().log(), expected);
+    let st = h.stats();
+    assert_eq!(
+        (st.batches, st.statements, st.split_statements),
+        (1, 11, 10)
+    );
+    assert_eq!((st.rows, st.rows_failed), (8, 2));
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_pattern_of_bad_rows_is_isolated() {
+    for n in 1..=7usize {
+        for mask in 0u32..(1 << n) {
+            let h = H::new(1, config()).await;
+            let rows: Vec<i64> = (0..n as i64)
+                .map(|i| {
+                    if mask & (1 << i) != 0 {
+                        -(i + 1)
+                    } else {
+                        i + 1
+                    }
+                })
+                .collect();
+            let results = flush_together(&h, &rows).await;
+            for (v, r) in &results {
+                if *v < 0 {
+                    assert_own_error(*v, r);
+                    assert_eq!(h.mem().written(*v), 0);
+                } else {
+                    assert!(matches!(r, Ok(out) if out == v), "row {v}: {r:?}");
+                    assert_eq!(h.mem().written(*v), 1, "row {v}");
+                }
+            }
+            let log = h.mem().log();
+            let st = h.stats();
+            assert_eq!(st.rows_failed, u64::from(mask.count_ones()));
+            assert_eq!(st.statements, log.len() as u64);
+            assert_eq!(
+                st.split_statements,
+                st.statements - st.batches,
+                "{rows:?}: {log:?}"
+            );
+            assert_eq!(st.rows, n as u64);
+            h.assert_no_leaks().await;
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn statement_error_fails_that_statement_only() {
+    let broken = |r: &Result<i64, Error>, by: i64| {
+        matches!(r, Err(e) if e.is_outcome_unknown()
+            && e.to_string() == format!("statement broken by row {by}"))
+    };
+    let b = BREAKS_STATEMENT;
+
+    // Five queued rows go as statements of 4 and 1: the first breaks.
+    let h = H::new(1, config()).await;
+    let results = flush_together(&h, &[10, 11, b, 12, 13]).await;
+    assert_eq!(h.mem().log(), [vec![10, 11, b, 12], vec![13]]);
+    for (v, r) in &results[..4] {
+        assert!(broken(r, b), "row {v}: {r:?}");
+    }
+    assert!(matches!(results[4].1, Ok(13)));
+    assert_eq!((h.mem().written(10), h.mem().written(13)), (0, 1));
+    let st = h.stats();
+    assert_eq!((st.split_statements, st.rows_failed), (0, 4));
+    h.assert_no_leaks().await;
+
+    // While isolating a bad row: only the piece that breaks fails whole.
+    let h = H::new(1, config()).await;
+    let results = flush_together(&h, &[-1, 2, b, 3]).await;
+    assert_eq!(
+        h.mem().log(),
+        [
+            vec![-1, 2, b, 3],
+            vec![-1, 2],
+            vec![-1],
+            vec![2],
+            vec![b, 3]
+        ]
+    );
+    assert_own_error(-1, &results[0].1);
+    assert!(matches!(results[1].1, Ok(2)));
+    assert!(broken(&results[2].1, b) && broken(&results[3].1, b));
+    assert_eq!((h.mem().written(2), h.mem().written(3)), (1, 0));
+    let st = h.stats();
+    assert_eq!((st.split_statements, st.rows_failed), (4, 3));
+    h.assert_no_leaks().await;
+
+    // An explicit batch of 7 runs as statements of 6 and 1.
+    let h = H::new(1, config()).await;
+    h.mem().open_gates();
+    let mut many = h.submit_many(&[1, 2, 3, 4, 5, 6, b]);
+    assert!(poll(&mut many).is_pending());
+    settle().await;
+    let Poll::Ready(Ok(out)) = poll(&mut many) else {
+        panic!("submit_many did not finish");
+    };
+    assert_eq!(h.mem().log(), [vec![1, 2, 3, 4, 5, 6], vec![b]]);
+    for (v, r) in (1..=6).zip(&out) {
+        assert!(matches!(r, Ok(o) if *o == v));
+    }
+    assert!(broken(&out[6], b));
+    h.assert_no_leaks().await;
+}
+
+// ---------------------------------------------------------------------------
+// 7. max_in_flight, submit_many
+// ---------------------------------------------------------------------------
+
+/// Twenty rows at once on four gated connections, replies released one by
+/// one; returns the most statements open at once.
+async fn most_open_statements(config: BatchConfig) -> usize {
+    let limit = config.max_in_flight;
+    let h = H::new(4, config).await;
+    let rows: Vec<i64> = (1..=20).collect();
+    let tasks: Vec<_> = rows.iter().map(|&v| (v, h.spawn(v))).collect();
+    settle().await;
+    loop {
+        if let Some(limit) = limit {
+            assert!(h.mem().in_use() <= limit);
+            assert!(h.stats().in_flight <= limit as u64);
+        }
+        if !h.mem().release_next() {
+            break;
+        }
+        settle().await;
+    }
+    for (v, task) in tasks {
+        assert_ok_own(v, finished(task).await);
+        assert_eq!(h.mem().written(v), 1);
+    }
+    h.assert_no_leaks().await;
+    h.mem().max_open()
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_in_flight_bounds_concurrent_flushes() {
+    assert_eq!(most_open_statements(config()).await, 4);
+    let limited = config().max_in_flight(2);
+    assert_eq!(most_open_statements(limited).await, 2);
+
+    // An explicit batch waits for a flush slot too.
+    let h = H::new(2, config().max_in_flight(1)).await;
+    let a = h.spawn(1);
+    settle().await;
+    let mut many = h.submit_many(&[2, 3]);
+    assert!(poll(&mut many).is_pending());
+    settle().await;
+    assert_eq!(h.mem().log(), [[1]]);
+    assert!(h.mem().release_next());
+    settle().await;
+    assert_eq!(h.mem().log(), [vec![1], vec![2, 3]]);
+    h.drain().await;
+    assert!(matches!(poll(&mut many), Poll::Ready(Ok(out)) if out.len() == 2));
+    assert_ok_own(1, finished(a).await);
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn submit_many_runs_rows_in_order() {
+    for (max_rows, statements) in [
+        (2, vec![vec![1, 2], vec![3, 4], vec![5, 6], vec![7]]),
+        (1000, vec![vec![1, 2, 3, 4, 5, 6], vec![7]]),
+    ] {
+        let h = H::new(1, config().max_rows(max_rows)).await;
+        h.mem().open_gates();
+        let rows = [1, 2, 3, 4, 5, 6, 7];
+        let mut many = h.submit_many(&rows);
+        assert!(poll(&mut many).is_pending());
+        settle().await;
+        let Poll::Ready(Ok(out)) = poll(&mut many) else {
+            panic!("submit_many did not finish");
+        };
+        assert_eq!(h.mem().log(), statements);
+        for (v, r) in rows.into_iter().zip(out) {
+            assert_ok_own(v, r);
+        }
+        assert!(matches!(poll(&mut h.submit_many(&[])), Poll::Ready(Ok(v)) if v.is_empty()));
+        h.assert_no_leaks().await;
+    }
+}
