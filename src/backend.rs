@@ -105,10 +105,18 @@ pub(crate) struct GroupReplies<R> {
 
 /// The connection-level half of a backend (see the module docs).
 pub(crate) trait Driver:
-    engine::Backend<Conn = deadpool::managed::Object<Self::Manager>>
+    engine::Backend<
+        Conn = deadpool::managed::Object<Self::Manager>,
+        Connections = deadpool::managed::Pool<Self::Manager>,
+    >
 {
     /// The deadpool manager of this backend's connections.
-    type Manager: deadpool::managed::Manager + Send + Sync;
+    type Manager: deadpool::managed::Manager<
+            Type: Send,
+            Error: Into<Box<dyn std::error::Error + Send + Sync>> + fmt::Debug,
+        > + Send
+        + Sync
+        + 'static;
     /// Connection settings (`tokio_postgres::Config`, `mysql_async::Opts`).
     type Config: Send + Sync + 'static;
     /// Backend-only builder options.
@@ -143,9 +151,6 @@ pub(crate) trait Driver:
         settings: &PoolSettings,
         options: Self::Options,
     ) -> Result<Self, Error>;
-
-    /// The deadpool pool of connections.
-    fn connections(&self) -> &deadpool::managed::Pool<Self::Manager>;
 
     /// Encodes a caller's row of a batchable shape (in the caller's task),
     /// checking its parameters; returns it with its size in bytes.
@@ -228,19 +233,6 @@ pub trait Backend: Driver {}
 /// The SQL dialect of a backend.
 pub(crate) fn dialect<B: Driver>() -> Dialect {
     <B as engine::Backend>::DIALECT
-}
-
-/// Takes a connection from `pool` only if one is free (or can be opened)
-/// right now, without queueing behind other waiters.
-pub(crate) async fn try_get_now<M>(
-    pool: &deadpool::managed::Pool<M>,
-) -> Option<deadpool::managed::Object<M>>
-where
-    M: deadpool::managed::Manager,
-{
-    let mut timeouts = pool.timeouts();
-    timeouts.wait = Some(std::time::Duration::ZERO);
-    pool.timeout_get(&timeouts).await.ok()
 }
 
 /// Takes a connection out of the pool for good: it is closed when dropped

@@ -20,6 +20,39 @@ pub(crate) enum ChunkError {
     Statement(Error),
 }
 
+/// Where a backend's connections come from: a deadpool pool for the real
+/// backends, written once below.
+pub(crate) trait Connections: Send + Sync + 'static {
+    /// A pooled connection, returned to the pool when dropped.
+    type Conn: Send + 'static;
+
+    /// Takes a connection from the pool.
+    fn checkout(&self) -> impl Future<Output = Result<Self::Conn, Error>> + Send;
+
+    /// Takes a connection only if one is free (or can be opened) right now,
+    /// without queueing behind other waiters.
+    fn try_checkout(&self) -> impl Future<Output = Option<Self::Conn>> + Send;
+}
+
+impl<M> Connections for deadpool::managed::Pool<M>
+where
+    M: deadpool::managed::Manager + 'static,
+    M::Type: Send,
+    M::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Debug,
+{
+    type Conn = deadpool::managed::Object<M>;
+
+    async fn checkout(&self) -> Result<Self::Conn, Error> {
+        Ok(deadpool::managed::Pool::get(self).await?)
+    }
+
+    async fn try_checkout(&self) -> Option<Self::Conn> {
+        let mut timeouts = self.timeouts();
+        timeouts.wait = Some(std::time::Duration::ZERO);
+        self.timeout_get(&timeouts).await.ok()
+    }
+}
+
 /// Result of one multi-row statement: one output per row, in row order.
 pub(crate) type ChunkResult<O> = Result<Vec<O>, ChunkError>;
 
@@ -61,12 +94,11 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         shape: Arc<InsertShape>,
     ) -> impl Future<Output = Result<Result<Self::Shape, NotCoalesced>, Error>> + Send;
 
-    /// Takes a connection from the pool.
-    fn get(&self) -> impl Future<Output = Result<Self::Conn, Error>> + Send;
+    /// Where connections come from (the deadpool pool).
+    type Connections: Connections<Conn = Self::Conn>;
 
-    /// Takes a connection only if one is free (or can be opened) right now,
-    /// without queueing behind other waiters.
-    fn try_get(&self) -> impl Future<Output = Option<Self::Conn>> + Send;
+    /// The backend's connections.
+    fn connections(&self) -> &Self::Connections;
 
     /// Runs `rows` of `shape` as ONE autocommit multi-row statement on `conn`.
     fn execute<'a>(

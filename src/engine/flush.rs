@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::queue::{ShapeQueue, Taken, decompose};
-use super::{Backend, ChunkError, Engine};
+use super::{Backend, ChunkError, Connections, Engine};
 use crate::error::Error;
 use crate::stats::FlushReason;
 
@@ -36,7 +36,7 @@ pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueu
             reason = wait_for_deadline(&engine, &q, delay).await;
         }
         let slot = engine.flush_slot().await;
-        let conn = engine.backend.get().await;
+        let conn = engine.backend.connections().checkout().await;
         if let Some((taken, waited)) = take_if_due(&engine, &q) {
             break (slot, conn, taken, waited);
         }
@@ -151,7 +151,7 @@ pub(super) async fn inline<B: Backend>(
         Ok(slot) => slot,
         Err(()) => return Err(row),
     };
-    let Some(mut conn) = engine.backend.try_get().await else {
+    let Some(mut conn) = engine.backend.connections().try_checkout().await else {
         return Err(row);
     };
     engine
@@ -305,7 +305,7 @@ pub(super) async fn direct<B: Backend>(
 ) {
     let _active = ActiveGuard(&engine);
     let _slot = engine.flush_slot().await;
-    let mut conn = match engine.backend.get().await {
+    let mut conn = match engine.backend.connections().checkout().await {
         Ok(conn) => conn,
         Err(e) => {
             let _ = reply.send(Err(e));

@@ -22,7 +22,7 @@ use lru::LruCache;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
-pub(crate) use self::backend::{Backend, ChunkError, ChunkResult};
+pub(crate) use self::backend::{Backend, ChunkError, ChunkResult, Connections};
 use self::queue::{Pending, ShapeQueue};
 use crate::classify::{self, Classified};
 use crate::config::{BatchConfig, QueueFull};

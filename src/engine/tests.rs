@@ -33,7 +33,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::queue::{ShapeQueue, statement_size};
-use super::{Backend, ChunkError, ChunkResult, Engine, Route};
+use super::{Backend, ChunkError, ChunkResult, Connections, Engine, Route};
 use crate::classify::{Dialect, InsertShape};
 use crate::config::{BatchConfig, QueueFull};
 use crate::error::{Error, Kind};
@@ -203,6 +203,7 @@ impl Mem {
 
 impl Backend for Mem {
     type Conn = Conn;
+    type Connections = Mem;
     type Row = i64;
     type Output = i64;
     type Shape = ();
@@ -233,19 +234,8 @@ impl Backend for Mem {
         Ok(Ok(()))
     }
 
-    async fn get(&self) -> Result<Conn, Error> {
-        let permit = self.conns.clone().acquire_owned().await;
-        let permit = permit.map_err(|_| Error::pool_closed())?;
-        // Checking a connection out takes a round trip (deadpool recycles
-        // it): one more point where the caller may be dropped.
-        tokio::task::yield_now().await;
-        Ok(Conn { _permit: permit })
-    }
-
-    async fn try_get(&self) -> Option<Conn> {
-        let permit = self.conns.clone().try_acquire_owned().ok()?;
-        tokio::task::yield_now().await;
-        Some(Conn { _permit: permit })
+    fn connections(&self) -> &Mem {
+        self
     }
 
     async fn execute(&self, _conn: &mut Conn, _shape: &(), rows: &[i64]) -> ChunkResult<i64> {
@@ -257,6 +247,25 @@ impl Backend for Mem {
             gate.notified().await;
         }
         reply
+    }
+}
+
+impl Connections for Mem {
+    type Conn = Conn;
+
+    async fn checkout(&self) -> Result<Conn, Error> {
+        let permit = self.conns.clone().acquire_owned().await;
+        let permit = permit.map_err(|_| Error::pool_closed())?;
+        // Checking a connection out takes a round trip (deadpool recycles
+        // it): one more point where the caller may be dropped.
+        tokio::task::yield_now().await;
+        Ok(Conn { _permit: permit })
+    }
+
+    async fn try_checkout(&self) -> Option<Conn> {
+        let permit = self.conns.clone().try_acquire_owned().ok()?;
+        tokio::task::yield_now().await;
+        Some(Conn { _permit: permit })
     }
 }
 

@@ -13,8 +13,7 @@ use tokio::sync::OnceCell;
 
 use super::errors::{chunk_error, closed_before_send, unsent_error};
 use super::table::table_facts;
-use super::{Client, MySql, Outcome};
-use crate::backend::try_get_now;
+use super::{Client, Manager, MySql, Outcome};
 use crate::classify::{Conflict, Dialect, InsertShape, Verb};
 use crate::engine::{Backend, ChunkError, ChunkResult};
 use crate::error::{Error, Kind};
@@ -116,7 +115,7 @@ impl MySql {
         upsert: bool,
     ) -> Result<Result<bool, NotCoalesced>, Error> {
         let declined = |why: String| Ok(Err(NotCoalesced::Declined(why)));
-        let mut conn = self.get().await?;
+        let mut conn = self.pool.get().await?;
         let stmt = match conn.prep(sql).await {
             Ok(stmt) => stmt,
             Err(e) => {
@@ -250,6 +249,7 @@ struct Written {
 
 impl Backend for MySql {
     type Conn = Client;
+    type Connections = deadpool::managed::Pool<Manager>;
     type Row = MyRow;
     type Output = Outcome;
     type Shape = MyShape;
@@ -325,12 +325,8 @@ impl Backend for MySql {
         }))
     }
 
-    async fn get(&self) -> Result<Client, Error> {
-        Ok(self.pool.get().await?)
-    }
-
-    async fn try_get(&self) -> Option<Client> {
-        try_get_now(&self.pool).await
+    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
+        &self.pool
     }
 
     async fn execute<'a>(

@@ -136,10 +136,6 @@ impl Driver for MySql {
         })
     }
 
-    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
-        &self.pool
-    }
-
     fn encode_row(
         &self,
         shape: &super::batch::MyShape,

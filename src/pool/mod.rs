@@ -21,6 +21,7 @@ pub use self::builder::PoolBuilder;
 pub use self::transaction::Transaction;
 use crate::backend::{self, Backend, Conn, Stmt};
 use crate::classify::{StatementKind, statement_kind};
+use crate::engine::Connections;
 use crate::engine::{Engine, Route};
 use crate::error::{AtomicError, Error};
 use crate::explain::{Explain, NotCoalesced};
@@ -127,7 +128,7 @@ impl<B: Backend> Pool<B> {
     /// A pooled connection for the user (`Pool::get`).
     pub(crate) async fn lend(&self) -> Result<Conn<B>, Error> {
         self.engine.check_open()?;
-        let mut conn = self.engine.backend.get().await?;
+        let mut conn = self.engine.backend.connections().checkout().await?;
         B::lend(&mut conn);
         Ok(conn)
     }
@@ -148,7 +149,7 @@ impl<B: Backend> Pool<B> {
             }
             Route::Pass(reason) => {
                 refuse_control(&reason)?;
-                let mut conn = self.engine.backend.get().await?;
+                let mut conn = self.engine.backend.connections().checkout().await?;
                 let (prepared, bound) = prepare_one::<B>(&mut conn, sql, args).await?;
                 self.engine.counters.passthrough();
                 let stmt = Stmt {
@@ -200,7 +201,7 @@ impl<B: Backend> Pool<B> {
             }
             Route::Pass(reason) => {
                 refuse_control(&reason)?;
-                let mut conn = self.engine.backend.get().await?;
+                let mut conn = self.engine.backend.connections().checkout().await?;
                 let texts = [(sql, rows.iter().any(B::has_params))];
                 let prepared = single(B::prepare(&mut conn, &texts).await)?;
                 let bound: Vec<_> = rows.into_iter().map(|a| B::bind(&prepared, a)).collect();
@@ -219,7 +220,7 @@ impl<B: Backend> Pool<B> {
     ) -> Result<Vec<B::QueryRow>, Error> {
         self.engine.check_open()?;
         refuse_statement::<B>(sql, false)?;
-        let mut conn = self.engine.backend.get().await?;
+        let mut conn = self.engine.backend.connections().checkout().await?;
         let (prepared, bound) = prepare_one::<B>(&mut conn, sql, args).await?;
         let stmt = Stmt {
             sql,

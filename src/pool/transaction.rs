@@ -10,6 +10,7 @@ use std::fmt;
 use super::guard::TxConn;
 use super::{Pool, at_most_one, exactly_one, refuse_statement, single};
 use crate::backend::{Backend, End, Group, GroupReplies, Ran, Stmt};
+use crate::engine::Connections;
 use crate::error::{AtomicError, Error, Kind};
 
 /// A transaction with a lazy `BEGIN`, from [`Pool::begin`].
@@ -111,7 +112,9 @@ impl<B: Backend> Transaction<B> {
     ) -> Result<&'a mut TxConn<B>, Error> {
         if conn.is_none() {
             pool.engine.check_open()?;
-            *conn = Some(TxConn::new(pool.engine.backend.get().await?));
+            *conn = Some(TxConn::new(
+                pool.engine.backend.connections().checkout().await?,
+            ));
         }
         conn.as_mut()
             .ok_or_else(|| Error::internal("transaction connection missing"))
@@ -302,7 +305,12 @@ pub(super) async fn atomic<B: Backend>(
         // One statement is its own transaction: DDL is fine alone.
         refuse_statement::<B>(sql, n > 1).map_err(|e| AtomicError::at(i, e))?;
     }
-    let conn = engine.backend.get().await.map_err(AtomicError::group)?;
+    let conn = engine
+        .backend
+        .connections()
+        .checkout()
+        .await
+        .map_err(AtomicError::group)?;
     let mut guard = TxConn::<B>::new(conn);
     let c = TxConn::<B>::conn(&mut guard.conn).map_err(AtomicError::group)?;
 

@@ -11,8 +11,7 @@ use tokio_postgres::{Row, Statement};
 
 use super::encode::{MAX_PARAMS, PgRow, RawValue};
 use super::errors::{closed_before_sending, row_specific, sent_error, unsent_error};
-use super::{Client, Outcome, Postgres};
-use crate::backend::try_get_now;
+use super::{Client, Manager, Outcome, Postgres};
 use crate::classify::{Conflict, Dialect, InsertShape};
 use crate::engine::{Backend, ChunkError, ChunkResult};
 use crate::error::Error;
@@ -121,6 +120,7 @@ enum Written {
 
 impl Backend for Postgres {
     type Conn = Client;
+    type Connections = deadpool::managed::Pool<Manager>;
     type Row = PgRow;
     type Output = Outcome;
     type Shape = PgShape;
@@ -157,7 +157,7 @@ impl Backend for Postgres {
                     .into(),
             )));
         };
-        let conn = self.get().await?;
+        let conn = self.pool.get().await?;
         let stmt = conn.prepare_cached(sql).await.map_err(unsent_error)?;
         if stmt.params().len() != shape.params_per_row {
             // The server sees the parameters differently from the classifier:
@@ -176,12 +176,8 @@ impl Backend for Postgres {
         }))
     }
 
-    async fn get(&self) -> Result<Client, Error> {
-        Ok(self.pool.get().await?)
-    }
-
-    async fn try_get(&self) -> Option<Client> {
-        try_get_now(&self.pool).await
+    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
+        &self.pool
     }
 
     async fn execute<'a>(

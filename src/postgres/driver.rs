@@ -149,10 +149,6 @@ impl Driver for Postgres {
         })
     }
 
-    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
-        &self.pool
-    }
-
     fn encode_row(
         &self,
         shape: &super::batch::PgShape,
