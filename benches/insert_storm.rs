@@ -37,6 +37,11 @@ fn default_sql(table: &str) -> String {
     format!("INSERT INTO {table} (i, c) VALUES (1, 'record one')")
 }
 
+/// The default `--targets`: every target.
+const ALL_TARGETS: &str = "postgres,mariadb,mariadb-blackhole";
+/// The default `--modes`: every mode.
+const ALL_MODES: &str = "explicit,elided,coalesced";
+
 #[derive(Parser, Debug)]
 #[command(about = "vtbench-style insert storm: explicit vs elided vs coalesced transactions")]
 struct Args {
@@ -51,11 +56,7 @@ struct Args {
     #[arg(long)]
     sql: Option<String>,
     /// Targets to run, in this order.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "postgres,mariadb,mariadb-blackhole"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = ALL_TARGETS)]
     targets: Vec<Kind>,
     /// PostgreSQL to use (default: a fresh database on `PG_URL`, else on a
     /// throwaway cluster).
@@ -66,11 +67,7 @@ struct Args {
     #[arg(long)]
     mysql_url: Option<String>,
     /// Modes to run, in this order.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "explicit,elided,coalesced"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = ALL_MODES)]
     modes: Vec<Mode>,
     /// Pooled connections per pool (default: one per thread, like vtbench).
     #[arg(long)]
@@ -137,14 +134,13 @@ struct Target {
     installed_plugin: std::sync::atomic::AtomicBool,
 }
 
-/// One operation of one mode, ready to run many times from many tasks.
+/// One operation of one mode, ready to run many times from many tasks:
+/// `explicit` on the plain pool, `elided` or `coalesced` on batchpool's.
 enum Op {
     PgExplicit(deadpool_postgres::Pool, String),
-    PgElided(batchpool::postgres::Pool, String),
-    PgCoalesced(batchpool::postgres::Pool, String),
+    Pg(Mode, batchpool::postgres::Pool, String),
     MyExplicit(deadpool::managed::Pool<MyManager>, String),
-    MyElided(batchpool::mysql::Pool, String),
-    MyCoalesced(batchpool::mysql::Pool, String),
+    My(Mode, batchpool::mysql::Pool, String),
 }
 
 fn text(e: impl std::fmt::Display) -> String {
@@ -164,11 +160,11 @@ impl Op {
                 tx.commit().await.map_err(text)?;
                 Ok(n)
             }
-            Op::PgElided(pool, sql) => {
+            Op::Pg(Mode::Elided, pool, sql) => {
                 let out = pool.atomic(&[(sql.as_str(), &[])]).await.map_err(text)?;
                 Ok(out.iter().map(|o| o.rows_affected()).sum())
             }
-            Op::PgCoalesced(pool, sql) => pool
+            Op::Pg(_, pool, sql) => pool
                 .execute(sql, &[])
                 .await
                 .map(|o| o.rows_affected())
@@ -184,14 +180,14 @@ impl Op {
                 tx.commit().await.map_err(text)?;
                 Ok(n)
             }
-            Op::MyElided(pool, sql) => {
+            Op::My(Mode::Elided, pool, sql) => {
                 let out = pool
                     .atomic([(sql.as_str(), mysql_async::Params::Empty)])
                     .await
                     .map_err(text)?;
                 Ok(out.iter().map(|o| o.rows_affected()).sum())
             }
-            Op::MyCoalesced(pool, sql) => pool
+            Op::My(_, pool, sql) => pool
                 .execute(sql, ())
                 .await
                 .map(|o| o.rows_affected())
@@ -203,8 +199,8 @@ impl Op {
     fn batching(&self) -> Option<String> {
         let s = match self {
             Op::PgExplicit(..) | Op::MyExplicit(..) => return None,
-            Op::PgElided(pool, _) | Op::PgCoalesced(pool, _) => pool.stats(),
-            Op::MyElided(pool, _) | Op::MyCoalesced(pool, _) => pool.stats(),
+            Op::Pg(_, pool, _) => pool.stats(),
+            Op::My(_, pool, _) => pool.stats(),
         };
         Some(format!(
             "{} rows in {} coalesced statements ({:.1} rows/statement), {} pass-through",
@@ -218,9 +214,9 @@ impl Op {
     async fn close(self) {
         match self {
             Op::PgExplicit(pool, _) => pool.close(),
-            Op::PgElided(pool, _) | Op::PgCoalesced(pool, _) => pool.close().await,
+            Op::Pg(_, pool, _) => pool.close().await,
             Op::MyExplicit(pool, _) => pool.close(),
-            Op::MyElided(pool, _) | Op::MyCoalesced(pool, _) => pool.close().await,
+            Op::My(_, pool, _) => pool.close().await,
         }
     }
 }
@@ -362,45 +358,36 @@ impl Target {
 
     fn op(&self, mode: Mode, pool_size: usize) -> Op {
         let sql = self.sql.clone();
-        if self.is_postgres() {
-            let config: tokio_postgres::Config = self.url.parse().expect("PostgreSQL URL");
-            if mode == Mode::Explicit {
-                let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
-                let pool = deadpool_postgres::Pool::builder(manager)
-                    .max_size(pool_size)
-                    .build()
-                    .expect("deadpool-postgres pool");
-                return Op::PgExplicit(pool, sql);
+        let pg = || -> tokio_postgres::Config { self.url.parse().expect("PostgreSQL URL") };
+        let my = || mysql_async::Opts::from_url(&self.url).expect("MySQL URL");
+        match (self.is_postgres(), mode) {
+            (true, Mode::Explicit) => {
+                let manager = deadpool_postgres::Manager::new(pg(), tokio_postgres::NoTls);
+                Op::PgExplicit(plain_pool(manager, pool_size), sql)
             }
-            let pool = batchpool::postgres::Pool::from_config(config)
-                .max_size(pool_size)
-                .build()
-                .expect("batchpool pool");
-            if mode == Mode::Elided {
-                Op::PgElided(pool, sql)
-            } else {
-                Op::PgCoalesced(pool, sql)
+            (true, _) => {
+                let pool = batchpool::postgres::Pool::from_config(pg()).max_size(pool_size);
+                Op::Pg(mode, pool.build().expect("batchpool pool"), sql)
             }
-        } else {
-            let opts = mysql_async::Opts::from_url(&self.url).expect("MySQL URL");
-            if mode == Mode::Explicit {
-                let pool = deadpool::managed::Pool::builder(MyManager(opts.clone()))
-                    .max_size(pool_size)
-                    .build()
-                    .expect("deadpool pool");
-                return Op::MyExplicit(pool, sql);
-            }
-            let pool = batchpool::mysql::Pool::from_opts(opts)
-                .max_size(pool_size)
-                .build()
-                .expect("batchpool pool");
-            if mode == Mode::Elided {
-                Op::MyElided(pool, sql)
-            } else {
-                Op::MyCoalesced(pool, sql)
+            (false, Mode::Explicit) => Op::MyExplicit(plain_pool(MyManager(my()), pool_size), sql),
+            (false, _) => {
+                let pool = batchpool::mysql::Pool::from_opts(my()).max_size(pool_size);
+                Op::My(mode, pool.build().expect("batchpool pool"), sql)
             }
         }
     }
+}
+
+/// The plain deadpool pool of the `explicit` mode (deadpool-postgres's is
+/// deadpool's own over its manager).
+fn plain_pool<M: deadpool::managed::Manager>(
+    manager: M,
+    size: usize,
+) -> deadpool::managed::Pool<M> {
+    deadpool::managed::Pool::builder(manager)
+        .max_size(size)
+        .build()
+        .expect("deadpool pool")
 }
 
 /// Latency buckets, vtbench's plus `<1ms` (and `500ms+`, printed when used).

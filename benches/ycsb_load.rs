@@ -27,7 +27,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use ycsb::cli::{Args, Db};
-use ycsb::{Database, Mode, Report, ServerSetup, mysql::MysqlTarget, pg::PgTarget, report};
+use ycsb::{Database, Report, ServerSetup, mysql::MysqlTarget, pg::PgTarget, report};
 
 fn main() -> ExitCode {
     let mut args = Args::parse();
@@ -53,8 +53,10 @@ fn run(args: &Args) -> ycsb::Result<()> {
     let several = args.db.len() > 1;
     for &db in &args.db {
         let report = match db {
-            Db::Postgresql => run_postgres(args)?,
-            Db::Mariadb => run_mariadb(args)?,
+            Db::Postgresql => run_db::<PgTarget, _>(args, args.pg_url.as_deref(), throwaway_pg)?,
+            Db::Mariadb => {
+                run_db::<MysqlTarget, _>(args, args.mysql_url.as_deref(), throwaway_mariadb)?
+            }
         };
         let path_for = |p: &Path| {
             if several {
@@ -97,63 +99,37 @@ fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
     p.with_file_name(name)
 }
 
-fn run_postgres(args: &Args) -> ycsb::Result<Report> {
-    run_db(
-        args,
-        &Mode::ALL,
-        args.pg_url.as_deref(),
-        "PostgreSQL cluster",
-        || {
-            let server = common::PgServer::start(&[]);
-            let url = server.url();
-            (server, url)
-        },
-        async |url: &str| {
-            let target = PgTarget::create(url).await?;
-            let address = target.address();
-            Ok((Database::Postgres(target), address))
-        },
-    )
+/// A throwaway PostgreSQL cluster (stopped and removed when dropped), its URL.
+fn throwaway_pg() -> (common::PgServer, String) {
+    eprintln!("ycsb_load: starting a throwaway PostgreSQL cluster...");
+    let server = common::PgServer::start(&[]);
+    let url = server.url();
+    (server, url)
 }
 
-fn run_mariadb(args: &Args) -> ycsb::Result<Report> {
-    run_db(
-        args,
-        &Mode::MARIADB,
-        args.mysql_url.as_deref(),
-        "MariaDB server",
-        || {
-            let server = common::MysqlServer::start(&[]);
-            let url = server.url();
-            (server, url)
-        },
-        async |url: &str| {
-            let target = MysqlTarget::create(url).await?;
-            let address = target.address();
-            Ok((Database::Mariadb(target), address))
-        },
-    )
+/// A throwaway MariaDB server (stopped and removed when dropped), its URL.
+fn throwaway_mariadb() -> (common::MysqlServer, String) {
+    eprintln!("ycsb_load: starting a throwaway MariaDB server...");
+    let server = common::MysqlServer::start(&[]);
+    let url = server.url();
+    (server, url)
 }
 
-/// Runs the modes of one database: on `given_url`, or on a throwaway server
-/// from `start`, which is started (blocking) before the runtime and dropped
-/// (stopped, its directory removed) after it.
-fn run_db<S>(
+/// Runs the modes of database `D`: on `given_url`, or on a throwaway server
+/// from `throwaway`, which is started (blocking) before the runtime and
+/// dropped (stopped, its directory removed) after it.
+fn run_db<D: Database, S>(
     args: &Args,
-    supported: &[Mode],
     given_url: Option<&str>,
-    what: &str,
-    start: impl FnOnce() -> (S, String),
-    connect: impl AsyncFnOnce(&str) -> ycsb::Result<(Database, String)>,
+    throwaway: fn() -> (S, String),
 ) -> ycsb::Result<Report> {
     let mut opts = args.options();
-    opts.modes = args.modes_for(supported);
+    opts.modes = args.modes_for(&D::MODES);
     opts.validate()?;
     let (server, url) = match given_url {
         Some(url) => (None, url.to_string()),
         None => {
-            eprintln!("ycsb_load: starting a throwaway {what}...");
-            let (server, url) = start();
+            let (server, url) = throwaway();
             (Some(server), url)
         }
     };
@@ -161,11 +137,11 @@ fn run_db<S>(
         .enable_all()
         .build()?;
     let result = runtime.block_on(async {
-        let (db, address) = connect(&url).await?;
+        let db = D::create(&url).await?;
         let setup = ServerSetup {
             throwaway: server.is_some(),
             fast: server.is_some() && common::fast_server(),
-            address,
+            address: db.address(),
         };
         let report = ycsb::run(&db, &opts, setup).await;
         db.cleanup().await;

@@ -44,7 +44,7 @@ async fn every_mode_loads_verifies_and_reports() {
         fast: common::fast_server(),
         address: target.address(),
     };
-    let db = Database::Postgres(target);
+    let db = target;
     let records = 300;
     let opts = Options {
         records,
@@ -178,7 +178,7 @@ async fn every_mode_loads_verifies_and_reports() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_count_fails_the_run() {
     let url = common::pg_url();
-    let db = Database::Postgres(PgTarget::create(&url).await.expect("scratch database"));
+    let db = PgTarget::create(&url).await.expect("scratch database");
     db.prepare().await.expect("create usertable");
     let data = std::sync::Arc::new(Dataset::generate(20, 100, 1).expect("rows"));
     let cfg = ycsb::LoadConfig {

@@ -4,15 +4,17 @@
 //!
 //! * [`workload`]: the YCSB `usertable` rows (hashed keys, random fields),
 //!   generated before any timing.
-//! * [`Database`]: one database under test and its write paths ([`Mode`]s).
-//!   Only PostgreSQL ([`pg`]) exists today; see the MariaDB note on
-//!   [`Database`] for where a second one plugs in.
+//! * [`Database`]: what differs between the databases under test —
+//!   PostgreSQL ([`pg`]) and MariaDB ([`mysql`]): connection, schema,
+//!   driver calls, bulk path.
+//! * [`modes`]: the write paths ([`Mode`]s), written once over [`Database`].
 //! * [`run`]: loads every mode into a freshly truncated table (alternating
 //!   order when repeated), verifies `count(*)`, and returns a [`Report`].
 //! * [`report`]: the text table, JSON and SVG; [`cli`]: the command line.
 #![allow(dead_code)] // the bench and the smoke test each use a different part
 
 pub mod cli;
+pub mod modes;
 pub mod mysql;
 pub mod pg;
 pub mod report;
@@ -22,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use batchpool::BatchConfig;
 use serde::Serialize;
 
 pub use self::report::Report;
@@ -56,9 +59,9 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// A write path that loads the YCSB rows.
 ///
-/// MariaDB will add its own (`LoadData` for `LOAD DATA LOCAL INFILE`, its
-/// bulk path) and run `Batch` as `exec_batch`; a database lists the modes it
-/// supports in [`Database::modes`].
+/// Each database runs six: the bulk mode is its own (`Copy` on PostgreSQL,
+/// `LoadData` on MariaDB), and so is how it runs `Batch`; a database lists
+/// its modes in [`Database::MODES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
@@ -108,16 +111,6 @@ impl Mode {
             Mode::LoadData => "load-data",
         }
     }
-
-    /// MariaDB's modes, in the order its table shows them.
-    pub const MARIADB: [Mode; 6] = [
-        Mode::Nobatch,
-        Mode::Batch,
-        Mode::Batchrewrite,
-        Mode::Coalesce,
-        Mode::CoalescePeer,
-        Mode::LoadData,
-    ];
 
     /// Whether per-row latency is measured (the concurrent single-row modes).
     pub fn has_latency(self) -> bool {
@@ -205,11 +198,7 @@ impl Options {
     /// The modes of repeat `r` (0-based): the given order, reversed on every
     /// other repeat so no mode always runs first or last.
     pub fn order(&self, r: usize) -> Vec<Mode> {
-        let mut modes = self.modes.clone();
-        if r % 2 == 1 {
-            modes.reverse();
-        }
-        modes
+        alternate(&self.modes, r)
     }
 }
 
@@ -250,23 +239,127 @@ pub struct ServerSetup {
     pub address: String,
 }
 
-/// A database under test: its connection, schema and write paths.
-///
-/// **MariaDB seam.** To add MariaDB, write `benches/ycsb/mysql.rs` with a
-/// `MysqlTarget` offering the same methods as [`pg::PgTarget`] (`create`,
-/// `describe`, `prepare`, `reset`, `count`, `load`, `cleanup`), add a
-/// `Mariadb(mysql::MysqlTarget)` variant here and one match arm per method,
-/// list its modes in [`Database::modes`] (`nobatch`, `batch` = `exec_batch`,
-/// `batchrewrite`, `coalesce`, `coalesce-peer`, `load-data`), and name its
-/// bulk mode in [`Database::bulk_mode`]. [`run`] and [`report`] then print it
-/// as one more row of the same table.
-// One value per run: the size difference between targets does not matter.
-#[allow(clippy::large_enum_variant)]
-pub enum Database {
-    /// PostgreSQL through tokio-postgres, deadpool-postgres and batchpool.
-    Postgres(pg::PgTarget),
-    /// MariaDB through mysql_async and batchpool.
-    Mariadb(mysql::MysqlTarget),
+/// A database under test: its scratch database, `usertable`, and what its
+/// write paths need. [`modes`] runs every mode the same way on each
+/// database; an implementation says only what differs (its SQL, its driver
+/// calls, its bulk path). [`pg::PgTarget`] and [`mysql::MysqlTarget`] are
+/// the two.
+pub trait Database: Sized {
+    /// Label in the table and in JSON (`postgresql`, `mariadb`).
+    const NAME: &'static str;
+    /// Its bulk-load mode (its physical limit), which the `× copy` column
+    /// divides by.
+    const BULK: Mode;
+    /// Modes it runs, in the order its table shows them: the five every
+    /// database has, then its bulk mode.
+    const MODES: [Mode; 6] = [
+        Mode::Nobatch,
+        Mode::Batch,
+        Mode::Batchrewrite,
+        Mode::Coalesce,
+        Mode::CoalescePeer,
+        Self::BULK,
+    ];
+    /// Write-relevant server settings shown under the table, separated by
+    /// white space.
+    const SETTINGS: &'static str;
+
+    /// Connects to `url` and creates a uniquely named scratch database
+    /// there ([`scratch_name`]).
+    async fn create(url: &str) -> Result<Self>;
+    /// Host:port of the server, for the report.
+    fn address(&self) -> String;
+    /// The server's version string.
+    async fn version(&self) -> Result<String>;
+    /// The value of one of [`SETTINGS`](Database::SETTINGS).
+    async fn setting(&self, name: &str) -> Result<String>;
+    /// Creates the (empty) `usertable`.
+    async fn prepare(&self) -> Result<()>;
+    /// Empties `usertable` before a mode.
+    async fn reset(&self) -> Result<()>;
+    /// `SELECT count(*) FROM usertable`.
+    async fn count(&self) -> Result<u64>;
+    /// Removes what [`create`](Database::create) made (the scratch
+    /// database). Best effort; never fails the run.
+    async fn cleanup(self);
+    /// One plain connection (`nobatch`, `batch`), opened.
+    async fn session(&self) -> Result<impl modes::Session>;
+    /// A batchpool pool of `size` connections, not opened yet
+    /// (`batchrewrite`, `coalesce`).
+    fn batch_pool(&self, size: usize, batching: BatchConfig) -> Result<impl modes::Batchpool>;
+    /// The plain pool of `coalesce-peer`, `size` connections, not opened yet.
+    fn peer_pool(&self, size: usize) -> Result<impl modes::RowWriter>;
+    /// Its bulk path ([`BULK`](Database::BULK)): loads and times `data`.
+    async fn bulk(&self, data: &Arc<Dataset>, progress: &Progress) -> Result<Loaded>;
+
+    /// Server version and write-relevant settings.
+    async fn describe(&self) -> Result<ServerInfo> {
+        let version = self.version().await?;
+        let mut settings = Vec::new();
+        for name in Self::SETTINGS.split_whitespace() {
+            let value = self.setting(name).await?;
+            settings.push(Setting {
+                name: name.to_string(),
+                value,
+            });
+        }
+        Ok(ServerInfo {
+            database: Self::NAME.into(),
+            version,
+            settings,
+        })
+    }
+
+    /// Loads every row of `data` through `mode`; the clock runs from the
+    /// first statement (connections already open) to the last reply.
+    async fn load(
+        &self,
+        mode: Mode,
+        data: &Arc<Dataset>,
+        cfg: LoadConfig,
+        progress: &Progress,
+    ) -> Result<Loaded> {
+        use modes::RowWriter;
+        if !Self::MODES.contains(&mode) {
+            return Err(fail(format!("{} has no mode {mode}", Self::NAME)));
+        }
+        let size = cfg.pool_size;
+        match mode {
+            Mode::Nobatch => modes::nobatch(self.session().await?, data, progress).await,
+            Mode::Batch => {
+                modes::batch(self.session().await?, data, cfg.batch_size, progress).await
+            }
+            Mode::Batchrewrite => {
+                // One caller: one connection; a group of batch-size rows is
+                // one statement (within the server's parameter and packet
+                // limits).
+                let pool = self.batch_pool(1, BatchConfig::default().max_rows(cfg.batch_size))?;
+                pool.open(1).await?;
+                modes::batchrewrite(pool, data, cfg.batch_size, progress).await
+            }
+            Mode::Coalesce => {
+                let pool = self.batch_pool(size, cfg.coalesce_batching())?;
+                pool.open(size).await?;
+                modes::concurrent(pool, data, cfg.tasks, progress).await
+            }
+            Mode::CoalescePeer => {
+                let pool = self.peer_pool(size)?;
+                pool.open(size).await?;
+                modes::concurrent(pool, data, cfg.tasks, progress).await
+            }
+            Mode::Copy | Mode::LoadData => self.bulk(data, progress).await,
+        }
+    }
+}
+
+/// A scratch database name unique to this process and moment
+/// (`bp_<pid>_<n>_<nanos>`, the test harness' pattern, so leftovers of a
+/// killed run are swept).
+pub fn scratch_name() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("bp_{}_7{}_{nanos}", std::process::id(), nanos % 1000)
 }
 
 /// One server setting (`SHOW name`).
@@ -289,88 +382,6 @@ pub struct ServerInfo {
     pub settings: Vec<Setting>,
 }
 
-impl Database {
-    /// Label in the table.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Database::Postgres(_) => "postgresql",
-            Database::Mariadb(_) => "mariadb",
-        }
-    }
-
-    /// Modes this database runs.
-    pub fn modes(&self) -> &'static [Mode] {
-        match self {
-            Database::Postgres(_) => &Mode::ALL,
-            Database::Mariadb(_) => &Mode::MARIADB,
-        }
-    }
-
-    /// The bulk-load mode the `× copy` column divides by.
-    pub fn bulk_mode(&self) -> Mode {
-        match self {
-            Database::Postgres(_) => Mode::Copy,
-            Database::Mariadb(_) => Mode::LoadData,
-        }
-    }
-
-    /// Server version and write-relevant settings.
-    pub async fn describe(&self) -> Result<ServerInfo> {
-        match self {
-            Database::Postgres(t) => t.describe().await,
-            Database::Mariadb(t) => t.describe().await,
-        }
-    }
-
-    /// Creates the (empty) `usertable`.
-    pub async fn prepare(&self) -> Result<()> {
-        match self {
-            Database::Postgres(t) => t.prepare().await,
-            Database::Mariadb(t) => t.prepare().await,
-        }
-    }
-
-    /// Empties `usertable` before a mode.
-    pub async fn reset(&self) -> Result<()> {
-        match self {
-            Database::Postgres(t) => t.reset().await,
-            Database::Mariadb(t) => t.reset().await,
-        }
-    }
-
-    /// `SELECT count(*) FROM usertable`.
-    pub async fn count(&self) -> Result<u64> {
-        match self {
-            Database::Postgres(t) => t.count().await,
-            Database::Mariadb(t) => t.count().await,
-        }
-    }
-
-    /// Loads every row of `data` through `mode`; the clock runs from the
-    /// first statement (connections already open) to the last reply.
-    pub async fn load(
-        &self,
-        mode: Mode,
-        data: &Arc<Dataset>,
-        cfg: LoadConfig,
-        progress: &Progress,
-    ) -> Result<Loaded> {
-        match self {
-            Database::Postgres(t) => t.load(mode, data, cfg, progress).await,
-            Database::Mariadb(t) => t.load(mode, data, cfg, progress).await,
-        }
-    }
-
-    /// Removes what [`create`](pg::PgTarget::create) made (the scratch
-    /// database). Best effort; never fails the run.
-    pub async fn cleanup(self) {
-        match self {
-            Database::Postgres(t) => t.cleanup().await,
-            Database::Mariadb(t) => t.cleanup().await,
-        }
-    }
-}
-
 /// What one mode's load measured.
 #[derive(Debug)]
 pub struct Loaded {
@@ -380,6 +391,17 @@ pub struct Loaded {
     pub latency: Option<hdrhistogram::Histogram<u64>>,
     /// batchpool's counters after the load (batchpool modes).
     pub batching: Option<Batching>,
+}
+
+impl Loaded {
+    /// A load measured by its wall time only.
+    pub fn plain(elapsed: Duration) -> Loaded {
+        Loaded {
+            elapsed,
+            latency: None,
+            batching: None,
+        }
+    }
 }
 
 /// Counts loaded rows for the progress bar (stderr), drawn by a ticker task
@@ -459,22 +481,22 @@ impl Drop for Progress {
 }
 
 /// Fails unless `usertable` holds exactly `expected` rows.
-pub async fn verify_count(db: &Database, expected: u64, label: &str) -> Result<()> {
+pub async fn verify_count<D: Database>(db: &D, expected: u64, label: &str) -> Result<()> {
     let n = db.count().await?;
     if n == expected {
         Ok(())
     } else {
         Err(fail(format!(
             "{} {label}: count(*) = {n} after the load, expected {expected}",
-            db.name()
+            D::NAME
         )))
     }
 }
 
 /// Loads `data` with `mode` into a freshly emptied table and checks that
 /// `count(*)` is exactly the number of records.
-async fn run_one(
-    db: &Database,
+async fn run_one<D: Database>(
+    db: &D,
     mode: Mode,
     data: &Arc<Dataset>,
     cfg: LoadConfig,
@@ -486,17 +508,12 @@ async fn run_one(
     let loaded = db.load(mode, data, cfg, &progress).await;
     let counted = progress.count();
     progress.finish();
-    let loaded = loaded.map_err(|e| {
-        fail(format!(
-            "{} {label}: load failed: {}",
-            db.name(),
-            error_chain(&*e)
-        ))
-    })?;
+    let name = D::NAME;
+    let loaded =
+        loaded.map_err(|e| fail(format!("{name} {label}: load failed: {}", error_chain(&*e))))?;
     if counted != data.len() as u64 {
         return Err(fail(format!(
-            "{} {label}: {counted} rows acknowledged, expected {}",
-            db.name(),
+            "{name} {label}: {counted} rows acknowledged, expected {}",
             data.len()
         )));
     }
@@ -510,15 +527,48 @@ async fn run_one(
     })
 }
 
+/// `items` in the order of repeat `r` (0-based): as given, reversed on
+/// every other repeat so none always runs first or last.
+fn alternate<T: Clone>(items: &[T], r: usize) -> Vec<T> {
+    let mut order = items.to_vec();
+    if r % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+/// Runs `one(key, repeat)` for every key, `repeat` times in alternating
+/// order, and returns the runs of each key (in run order), in `keys` order.
+/// The first failure ends it.
+async fn repeated<K: Copy + PartialEq>(
+    keys: &[K],
+    repeat: usize,
+    mut one: impl AsyncFnMut(K, usize) -> Result<ModeRun>,
+) -> Result<Vec<(K, Vec<ModeRun>)>> {
+    let mut done: Vec<(K, ModeRun)> = Vec::new();
+    for r in 0..repeat {
+        for key in alternate(keys, r) {
+            done.push((key, one(key, r).await?));
+        }
+    }
+    Ok(keys
+        .iter()
+        .map(|&key| {
+            let runs = done.iter().filter(|(k, _)| *k == key);
+            (key, runs.map(|(_, run)| run.clone()).collect())
+        })
+        .collect())
+}
+
 /// Runs the whole bench on `db`: every mode of `opts` (alternating order per
 /// repeat), then the sweep if asked, and returns the report. The first
 /// failure (an error, a row not acknowledged, a wrong `count(*)`) ends the
 /// run with an error.
-pub async fn run(db: &Database, opts: &Options, setup: ServerSetup) -> Result<Report> {
+pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Result<Report> {
     opts.validate()?;
     for m in &opts.modes {
-        if !db.modes().contains(m) {
-            return Err(fail(format!("{} has no mode {m}", db.name())));
+        if !D::MODES.contains(m) {
+            return Err(fail(format!("{} has no mode {m}", D::NAME)));
         }
     }
     let server = db.describe().await?;
@@ -533,59 +583,35 @@ pub async fn run(db: &Database, opts: &Options, setup: ServerSetup) -> Result<Re
         pool_size: opts.pool_size,
         max_in_flight: opts.max_in_flight,
     };
-    let mut runs: Vec<(Mode, ModeRun)> = Vec::new();
-    for r in 0..opts.repeat {
-        for mode in opts.order(r) {
-            let label = if opts.repeat > 1 {
-                format!("{mode} ({}/{})", r + 1, opts.repeat)
-            } else {
-                mode.to_string()
-            };
-            runs.push((mode, run_one(db, mode, &data, cfg, opts, label).await?));
-        }
-    }
-    let mut results: Vec<ModeResult> = opts
-        .modes
-        .iter()
-        .map(|&mode| {
-            let of_mode: Vec<ModeRun> = runs
-                .iter()
-                .filter(|(m, _)| *m == mode)
-                .map(|(_, r)| r.clone())
-                .collect();
-            ModeResult::from_runs(db.name(), mode, of_mode)
-        })
+    let runs = repeated(&opts.modes, opts.repeat, async |mode, r| {
+        let label = if opts.repeat > 1 {
+            format!("{mode} ({}/{})", r + 1, opts.repeat)
+        } else {
+            mode.to_string()
+        };
+        run_one(db, mode, &data, cfg, opts, label).await
+    })
+    .await?;
+    let mut results: Vec<ModeResult> = runs
+        .into_iter()
+        .map(|(mode, runs)| ModeResult::from_runs(D::NAME, mode, runs))
         .collect();
-    report::fill_ratios(&mut results, Mode::Nobatch, db.bulk_mode());
+    report::fill_ratios(&mut results, Mode::Nobatch, D::BULK);
 
     let mut sweep = Vec::new();
     if let Some(sizes) = &opts.sweep {
-        let mut points: Vec<(usize, ModeRun)> = Vec::new();
-        for r in 0..opts.repeat {
-            let mut order = sizes.clone();
-            if r % 2 == 1 {
-                order.reverse();
-            }
-            for size in order {
-                let label = format!("batchrewrite@{size}");
-                let cfg = LoadConfig {
-                    batch_size: size,
-                    ..cfg
-                };
-                let run = run_one(db, Mode::Batchrewrite, &data, cfg, opts, label).await?;
-                points.push((size, run));
-            }
-        }
-        sweep = sizes
-            .iter()
-            .map(|&size| {
-                let of_size: Vec<ModeRun> = points
-                    .iter()
-                    .filter(|(s, _)| *s == size)
-                    .map(|(_, r)| r.clone())
-                    .collect();
-                SweepPoint::from_runs(size, of_size)
-            })
+        let points = repeated(sizes, opts.repeat, async |size, _| {
+            let label = format!("batchrewrite@{size}");
+            let cfg = LoadConfig {
+                batch_size: size,
+                ..cfg
+            };
+            run_one(db, Mode::Batchrewrite, &data, cfg, opts, label).await
+        })
+        .await?;
+        sweep = points
+            .into_iter()
+            .map(|(size, runs)| SweepPoint::from_runs(size, runs))
             .collect();
         report::fill_sweep_ratios(&mut sweep);
     }

@@ -9,21 +9,19 @@
 //! streamed from memory: the bulk limit). `batchrewrite` and `coalesce` use
 //! batchpool. Every pool opens its connections before the clock starts.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use batchpool::BatchConfig;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use futures_util::future::try_join_all;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Opts, OptsBuilder, PoolConstraints, PoolOpts, Value};
+use mysql_async::{Conn, Opts, OptsBuilder, PoolConstraints, PoolOpts, Statement, Value};
 
-use super::pg::histogram;
-use super::report::Batching;
+use super::modes::{Batchpool, RowWriter, Session, batchpool_writer, open_all};
 use super::workload::{self, Dataset, FIELD_COUNT, Record};
-use super::{LoadConfig, Loaded, Mode, Progress, Result, ServerInfo, Setting, fail};
+use super::{Database, Loaded, Mode, Progress, Result, fail, scratch_name};
 
 /// Binds a record as the 11 parameters of the single-row INSERT.
 pub fn params(r: &Record) -> Vec<Value> {
@@ -34,16 +32,7 @@ pub fn params(r: &Record) -> Vec<Value> {
 }
 
 /// `INSERT INTO usertable (YCSB_KEY, FIELD0, ...) VALUES (?, ..., ?)`.
-pub fn insert_sql() -> String {
-    let cols = workload::columns();
-    let marks = vec!["?"; cols.len()];
-    format!(
-        "INSERT INTO {} ({}) VALUES ({})",
-        workload::TABLE,
-        cols.join(", "),
-        marks.join(", ")
-    )
-}
+pub static INSERT: LazyLock<String> = LazyLock::new(|| workload::insert_sql(|_| "?".into()));
 
 /// `LOAD DATA LOCAL INFILE` of tab-separated lines into `usertable`.
 pub fn load_data_sql() -> String {
@@ -83,13 +72,9 @@ fn tsv_chunk(rows: &[Record]) -> Bytes {
     Bytes::from(out)
 }
 
-fn micros(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
 /// The MariaDB side of the bench: a scratch database on the server, created
-/// by [`create`](MysqlTarget::create) and dropped by
-/// [`cleanup`](MysqlTarget::cleanup).
+/// by [`create`](Database::create) and dropped by
+/// [`cleanup`](Database::cleanup).
 pub struct MysqlTarget {
     /// Options for the server (no database).
     base: Opts,
@@ -102,18 +87,38 @@ pub struct MysqlTarget {
 }
 
 impl MysqlTarget {
-    /// Connects to `url` (`mysql://user:password@host:port/db`) and creates
-    /// a uniquely named scratch database there (`bp_<pid>_<n>_<nanos>`, the
-    /// test harness' pattern, so leftovers of a killed run are swept).
-    pub async fn create(url: &str) -> Result<MysqlTarget> {
+    /// The scratch database's connection options.
+    pub fn opts(&self) -> &Opts {
+        &self.opts
+    }
+
+    /// The first column of the first row of `sql` on the admin connection.
+    async fn admin_first<T>(&self, sql: String) -> Result<Option<T>>
+    where
+        T: mysql_async::prelude::FromRow + Send + 'static,
+    {
+        Ok(self.admin.lock().await.query_first(sql).await?)
+    }
+
+    /// Runs `sql` on the admin connection.
+    async fn admin_drop(&self, sql: String) -> Result<()> {
+        Ok(self.admin.lock().await.query_drop(sql).await?)
+    }
+}
+
+impl Database for MysqlTarget {
+    const NAME: &'static str = "mariadb";
+    const BULK: Mode = Mode::LoadData;
+    const SETTINGS: &'static str = "innodb_flush_log_at_trx_commit sync_binlog log_bin \
+        innodb_doublewrite innodb_buffer_pool_size innodb_autoinc_lock_mode max_allowed_packet";
+
+    /// `url`: `mysql://user:password@host:port/db`.
+    async fn create(url: &str) -> Result<MysqlTarget> {
         let base = Opts::from_url(url).map_err(|e| fail(format!("bad --mysql-url: {e}")))?;
         let mut server = Conn::new(base.clone())
             .await
             .map_err(|e| fail(format!("cannot connect to MariaDB: {e}")))?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dbname = format!("bp_{}_7{}_{nanos}", std::process::id(), nanos % 1000);
+        let dbname = scratch_name();
         server
             .query_drop(format!("CREATE DATABASE `{dbname}`"))
             .await
@@ -131,97 +136,42 @@ impl MysqlTarget {
         })
     }
 
-    /// The scratch database's connection options.
-    pub fn opts(&self) -> &Opts {
-        &self.opts
-    }
-
-    /// Host:port of the server, for the report.
-    pub fn address(&self) -> String {
+    fn address(&self) -> String {
         format!("{}:{}", self.opts.ip_or_hostname(), self.opts.tcp_port())
     }
 
-    pub(super) async fn describe(&self) -> Result<ServerInfo> {
-        let mut admin = self.admin.lock().await;
-        let version: Option<String> = admin.query_first("SELECT VERSION()").await?;
-        let mut settings = Vec::new();
-        for name in [
-            "innodb_flush_log_at_trx_commit",
-            "sync_binlog",
-            "log_bin",
-            "innodb_doublewrite",
-            "innodb_buffer_pool_size",
-            "innodb_autoinc_lock_mode",
-            "max_allowed_packet",
-        ] {
-            let value: Option<String> = admin.query_first(format!("SELECT @@{name}")).await?;
-            settings.push(Setting {
-                name: name.to_string(),
-                value: value.unwrap_or_default(),
-            });
-        }
-        Ok(ServerInfo {
-            database: "mariadb".into(),
-            version: version.unwrap_or_default(),
-            settings,
-        })
+    async fn version(&self) -> Result<String> {
+        let version = self.admin_first("SELECT VERSION()".into()).await?;
+        Ok(version.unwrap_or_default())
     }
 
-    pub(super) async fn prepare(&self) -> Result<()> {
-        let fields: Vec<String> = (0..FIELD_COUNT).map(|i| format!("FIELD{i} TEXT")).collect();
-        let mut admin = self.admin.lock().await;
-        admin
-            .query_drop(format!("DROP TABLE IF EXISTS {}", workload::TABLE))
+    async fn setting(&self, name: &str) -> Result<String> {
+        let value = self.admin_first(format!("SELECT @@{name}")).await?;
+        Ok(value.unwrap_or_default())
+    }
+
+    async fn prepare(&self) -> Result<()> {
+        self.admin_drop(format!("DROP TABLE IF EXISTS {}", workload::TABLE))
             .await?;
-        admin
-            .query_drop(format!(
-                "CREATE TABLE {} (YCSB_KEY VARCHAR(255) PRIMARY KEY, {}) \
-                 ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
-                workload::TABLE,
-                fields.join(", "),
-            ))
-            .await?;
-        Ok(())
+        let create = workload::create_table_sql();
+        self.admin_drop(format!("{create} ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"))
+            .await
     }
 
     /// Empties the table (TRUNCATE recreates it: no pages of the previous
     /// mode left to purge).
-    pub(super) async fn reset(&self) -> Result<()> {
-        let mut admin = self.admin.lock().await;
-        admin
-            .query_drop(format!("TRUNCATE TABLE {}", workload::TABLE))
-            .await?;
-        Ok(())
+    async fn reset(&self) -> Result<()> {
+        self.admin_drop(format!("TRUNCATE TABLE {}", workload::TABLE))
+            .await
     }
 
-    pub(super) async fn count(&self) -> Result<u64> {
-        let mut admin = self.admin.lock().await;
-        let n: Option<u64> = admin
-            .query_first(format!("SELECT COUNT(*) FROM {}", workload::TABLE))
-            .await?;
-        Ok(n.unwrap_or(0))
-    }
-
-    pub(super) async fn load(
-        &self,
-        mode: Mode,
-        data: &Arc<Dataset>,
-        cfg: LoadConfig,
-        progress: &Progress,
-    ) -> Result<Loaded> {
-        match mode {
-            Mode::Nobatch => self.nobatch(data, progress).await,
-            Mode::Batch => self.batch(data, cfg, progress).await,
-            Mode::Batchrewrite => self.batchrewrite(data, cfg, progress).await,
-            Mode::Coalesce => self.coalesce(data, cfg, progress).await,
-            Mode::CoalescePeer => self.coalesce_peer(data, cfg, progress).await,
-            Mode::LoadData => self.load_data(data, progress).await,
-            other => Err(fail(format!("mariadb has no mode {other}"))),
-        }
+    async fn count(&self) -> Result<u64> {
+        let sql = format!("SELECT COUNT(*) FROM {}", workload::TABLE);
+        Ok(self.admin_first(sql).await?.unwrap_or(0))
     }
 
     /// Drops the scratch database (best effort).
-    pub async fn cleanup(self) {
+    async fn cleanup(self) {
         let admin = self.admin.into_inner();
         let _ = admin.disconnect().await;
         let Ok(mut server) = Conn::new(self.base.clone()).await else {
@@ -233,195 +183,33 @@ impl MysqlTarget {
         let _ = server.disconnect().await;
     }
 
-    /// A batchpool pool, `size` connections opened.
-    async fn batch_pool(
-        &self,
-        size: usize,
-        batching: BatchConfig,
-    ) -> Result<batchpool::mysql::Pool> {
-        let pool = batchpool::mysql::Pool::from_opts(self.opts.clone())
-            .max_size(size)
-            .batching(batching)
-            .build()?;
-        let open = try_join_all((0..size).map(|_| pool.get())).await?;
-        drop(open);
-        Ok(pool)
+    /// One bare mysql_async connection.
+    async fn session(&self) -> Result<impl Session> {
+        Ok(Conn::new(self.opts.clone()).await?)
     }
 
-    async fn nobatch(&self, data: &Dataset, progress: &Progress) -> Result<Loaded> {
-        let mut conn = Conn::new(self.opts.clone()).await?;
-        let sql = insert_sql();
-        let started = Instant::now();
-        let stmt = conn.prep(&sql).await?;
-        for r in &data.rows {
-            conn.exec_drop(&stmt, params(r)).await?;
-            expect_one(conn.affected_rows(), &r.key)?;
-            progress.add(1);
-        }
-        let elapsed = started.elapsed();
-        let _ = conn.disconnect().await;
-        Ok(Loaded {
-            elapsed,
-            latency: None,
-            batching: None,
-        })
+    fn batch_pool(&self, size: usize, batching: BatchConfig) -> Result<impl Batchpool> {
+        let builder = batchpool::mysql::Pool::from_opts(self.opts.clone());
+        Ok(builder.max_size(size).batching(batching).build()?)
     }
 
-    async fn batch(&self, data: &Dataset, cfg: LoadConfig, progress: &Progress) -> Result<Loaded> {
-        let mut conn = Conn::new(self.opts.clone()).await?;
-        let sql = insert_sql();
-        let started = Instant::now();
-        let stmt = conn.prep(&sql).await?;
-        for group in data.rows.chunks(cfg.batch_size) {
-            conn.exec_batch(&stmt, group.iter().map(params)).await?;
-            progress.add(group.len() as u64);
-        }
-        let elapsed = started.elapsed();
-        let _ = conn.disconnect().await;
-        Ok(Loaded {
-            elapsed,
-            latency: None,
-            batching: None,
-        })
-    }
-
-    async fn batchrewrite(
-        &self,
-        data: &Dataset,
-        cfg: LoadConfig,
-        progress: &Progress,
-    ) -> Result<Loaded> {
-        // One caller: one connection; a group of batch-size rows is one
-        // statement (within 65535 placeholders and max_allowed_packet).
-        let batching = BatchConfig::default().max_rows(cfg.batch_size);
-        let pool = self.batch_pool(1, batching).await?;
-        let sql = insert_sql();
-        let started = Instant::now();
-        for group in data.rows.chunks(cfg.batch_size) {
-            let outcomes = pool.execute_many(&sql, group.iter().map(params)).await?;
-            if outcomes.len() != group.len() {
-                return Err(fail(format!(
-                    "execute_many returned {} outcomes for {} rows",
-                    outcomes.len(),
-                    group.len()
-                )));
-            }
-            for (out, r) in outcomes.into_iter().zip(group) {
-                expect_one(out?.rows_affected(), &r.key)?;
-            }
-            progress.add(group.len() as u64);
-        }
-        let elapsed = started.elapsed();
-        let batching = Batching::from_stats(&pool.stats());
-        pool.close().await;
-        Ok(Loaded {
-            elapsed,
-            latency: None,
-            batching: Some(batching),
-        })
-    }
-
-    async fn coalesce(
-        &self,
-        data: &Arc<Dataset>,
-        cfg: LoadConfig,
-        progress: &Progress,
-    ) -> Result<Loaded> {
-        let pool = self
-            .batch_pool(cfg.pool_size, cfg.coalesce_batching())
-            .await?;
-        let sql: Arc<str> = insert_sql().into();
-        let next = Arc::new(AtomicUsize::new(0));
-        let started = Instant::now();
-        let tasks: Vec<_> = (0..cfg.tasks)
-            .map(|_| {
-                let (pool, sql, next, data) =
-                    (pool.clone(), sql.clone(), next.clone(), data.clone());
-                let done = progress.counter();
-                tokio::spawn(async move {
-                    let mut hist = histogram();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(r) = data.rows.get(i) else { break };
-                        let t = Instant::now();
-                        let out = pool.execute(&sql, params(r)).await?;
-                        hist.saturating_record(micros(t.elapsed()));
-                        expect_one(out.rows_affected(), &r.key)?;
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok::<_, super::BoxError>(hist)
-                })
-            })
-            .collect();
-        let hist = join_histograms(tasks).await;
-        let elapsed = started.elapsed();
-        let batching = Batching::from_stats(&pool.stats());
-        pool.close().await;
-        Ok(Loaded {
-            elapsed,
-            latency: Some(hist?),
-            batching: Some(batching),
-        })
-    }
-
-    async fn coalesce_peer(
-        &self,
-        data: &Arc<Dataset>,
-        cfg: LoadConfig,
-        progress: &Progress,
-    ) -> Result<Loaded> {
-        // mysql_async's own pool, as a service would configure it for speed:
-        // exactly `pool_size` connections, prepared statements kept, no
-        // COM_RESET_CONNECTION when a connection comes back.
-        let constraints = PoolConstraints::new(cfg.pool_size, cfg.pool_size)
+    /// mysql_async's own pool, as a service would configure it for speed:
+    /// exactly `size` connections, prepared statements kept, no
+    /// COM_RESET_CONNECTION when a connection comes back.
+    fn peer_pool(&self, size: usize) -> Result<impl RowWriter> {
+        let constraints = PoolConstraints::new(size, size)
             .ok_or_else(|| fail("bad --pool-size for mysql_async"))?;
+        let opts = PoolOpts::default()
+            .with_constraints(constraints)
+            .with_reset_connection(false);
         let opts: Opts = OptsBuilder::from_opts(self.opts.clone())
-            .pool_opts(
-                PoolOpts::default()
-                    .with_constraints(constraints)
-                    .with_reset_connection(false),
-            )
+            .pool_opts(opts)
             .into();
-        let pool = mysql_async::Pool::new(opts);
-        let open = try_join_all((0..cfg.pool_size).map(|_| pool.get_conn())).await?;
-        drop(open);
-        let sql: Arc<str> = insert_sql().into();
-        let next = Arc::new(AtomicUsize::new(0));
-        let started = Instant::now();
-        let tasks: Vec<_> = (0..cfg.tasks)
-            .map(|_| {
-                let (pool, sql, next, data) =
-                    (pool.clone(), sql.clone(), next.clone(), data.clone());
-                let done = progress.counter();
-                tokio::spawn(async move {
-                    let mut hist = histogram();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(r) = data.rows.get(i) else { break };
-                        let t = Instant::now();
-                        let mut conn = pool.get_conn().await?;
-                        conn.exec_drop(&*sql, params(r)).await?;
-                        let n = conn.affected_rows();
-                        drop(conn);
-                        hist.saturating_record(micros(t.elapsed()));
-                        expect_one(n, &r.key)?;
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok::<_, super::BoxError>(hist)
-                })
-            })
-            .collect();
-        let hist = join_histograms(tasks).await;
-        let elapsed = started.elapsed();
-        let _ = pool.disconnect().await;
-        Ok(Loaded {
-            elapsed,
-            latency: Some(hist?),
-            batching: None,
-        })
+        Ok(mysql_async::Pool::new(opts))
     }
 
-    async fn load_data(&self, data: &Arc<Dataset>, progress: &Progress) -> Result<Loaded> {
+    /// `LOAD DATA LOCAL INFILE` streamed from memory in one statement.
+    async fn bulk(&self, data: &Arc<Dataset>, progress: &Progress) -> Result<Loaded> {
         let mut conn = Conn::new(self.opts.clone()).await?;
         let started = Instant::now();
         // The file is encoded while it streams, 1024 rows a chunk (the
@@ -448,44 +236,47 @@ impl MysqlTarget {
                 data.len()
             )));
         }
-        Ok(Loaded {
-            elapsed,
-            latency: None,
-            batching: None,
-        })
+        Ok(Loaded::plain(elapsed))
     }
 }
 
-/// Each single-row INSERT must report exactly one row.
-fn expect_one(n: u64, key: &str) -> Result<()> {
-    if n == 1 {
-        Ok(())
-    } else {
-        Err(fail(format!(
-            "INSERT of {key} reported {n} rows, expected 1"
-        )))
+/// `nobatch` and `batch` (`exec_batch`) run on one bare connection.
+impl Session for Conn {
+    type Stmt = Statement;
+
+    async fn prepare(&mut self) -> Result<Statement> {
+        Ok(self.prep(&*INSERT).await?)
+    }
+
+    async fn insert(&mut self, stmt: &Statement, r: &Record) -> Result<u64> {
+        self.exec_drop(stmt, params(r)).await?;
+        Ok(self.affected_rows())
+    }
+
+    async fn insert_group(&mut self, stmt: &Statement, group: &[Record]) -> Result<()> {
+        Ok(self.exec_batch(stmt, group.iter().map(params)).await?)
+    }
+
+    async fn close(self) {
+        let _ = self.disconnect().await;
     }
 }
 
-/// Awaits every task and merges their histograms; the first error wins.
-async fn join_histograms(
-    tasks: Vec<tokio::task::JoinHandle<Result<hdrhistogram::Histogram<u64>>>>,
-) -> Result<hdrhistogram::Histogram<u64>> {
-    let mut all = histogram();
-    let mut first_err = None;
-    for t in tasks {
-        match t.await {
-            Ok(Ok(h)) => all.add(&h).map_err(|e| fail(format!("histogram: {e:?}")))?,
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
-            }
-            Err(e) => {
-                first_err.get_or_insert(e.into());
-            }
-        }
+batchpool_writer!(batchpool::mysql::Pool, &INSERT, |r| params(r), params);
+
+/// `coalesce-peer`: each row takes a connection of mysql_async's pool.
+impl RowWriter for mysql_async::Pool {
+    async fn open(&self, size: usize) -> Result<()> {
+        open_all(size, |_| self.get_conn()).await
     }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(all),
+
+    async fn insert(&self, r: &Record) -> Result<u64> {
+        let mut conn = self.get_conn().await?;
+        conn.exec_drop(&*INSERT, params(r)).await?;
+        Ok(conn.affected_rows())
+    }
+
+    async fn release(self) {
+        let _ = self.disconnect().await;
     }
 }

@@ -21,6 +21,27 @@ pub fn columns() -> Vec<String> {
         .collect()
 }
 
+/// `INSERT INTO usertable (YCSB_KEY, FIELD0, ...) VALUES (...)`, the n-th
+/// (1-based) placeholder written by `placeholder(n)`.
+pub fn insert_sql(placeholder: impl Fn(usize) -> String) -> String {
+    let cols = columns();
+    let params: Vec<String> = (1..=cols.len()).map(placeholder).collect();
+    format!(
+        "INSERT INTO {TABLE} ({}) VALUES ({})",
+        cols.join(", "),
+        params.join(", ")
+    )
+}
+
+/// `CREATE TABLE usertable (YCSB_KEY VARCHAR(255) PRIMARY KEY, FIELD0 TEXT, ...)`.
+pub fn create_table_sql() -> String {
+    let fields: Vec<String> = (0..FIELD_COUNT).map(|i| format!("FIELD{i} TEXT")).collect();
+    format!(
+        "CREATE TABLE {TABLE} (YCSB_KEY VARCHAR(255) PRIMARY KEY, {})",
+        fields.join(", ")
+    )
+}
+
 /// YCSB's `Utils.fnvhash64`: FNV-1a over the 8 little-endian bytes of the
 /// index, then Java's `Math.abs` (which leaves `i64::MIN` as it is).
 pub fn fnvhash64(index: i64) -> i64 {

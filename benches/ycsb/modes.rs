@@ -1,0 +1,264 @@
+//! The write paths ([`Mode`](super::Mode)s), written once for every
+//! database: each mode's loop, clock, per-row checks and counters live here.
+//! A [`Database`](super::Database) supplies only what differs: how one plain
+//! connection sends a row or a group of rows ([`Session`]), how a pool sends
+//! one row ([`RowWriter`]: batchpool's pool and the plain peer pool) or an
+//! explicit batch ([`Batchpool`]), and its bulk path (COPY, LOAD DATA).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::future::try_join_all;
+use hdrhistogram::Histogram;
+
+use super::report::Batching;
+use super::workload::{Dataset, Record};
+use super::{BoxError, Loaded, Progress, Result, fail};
+
+/// One plain connection with the single-row INSERT (`nobatch`, `batch`).
+pub trait Session {
+    /// The prepared INSERT.
+    type Stmt;
+    /// Prepares the INSERT (the first thing on the clock).
+    async fn prepare(&mut self) -> Result<Self::Stmt>;
+    /// One autocommit INSERT of `r`; the rows it affected.
+    async fn insert(&mut self, stmt: &Self::Stmt, r: &Record) -> Result<u64>;
+    /// The `batch` mode's group: every row its own autocommit statement,
+    /// sent together as the driver allows (checks what the driver reports).
+    async fn insert_group(&mut self, stmt: &Self::Stmt, group: &[Record]) -> Result<()>;
+    /// Closes the connection after the clock stopped.
+    async fn close(self);
+}
+
+/// A pool that many tasks share, each sending one row at a time
+/// (`coalesce` on batchpool, `coalesce-peer` on the plain pool).
+pub trait RowWriter: Clone + Send + Sync + 'static {
+    /// One single-row INSERT of `r`; the rows it affected.
+    fn insert(&self, r: &Record) -> impl Future<Output = Result<u64>> + Send;
+    /// Opens `size` connections (so none opens on the clock) and keeps
+    /// them in the pool.
+    async fn open(&self, size: usize) -> Result<()>;
+    /// batchpool's counters after the load (batchpool pools only).
+    fn batching(&self) -> Option<Batching> {
+        None
+    }
+    /// Closes the pool after the clock stopped.
+    async fn release(self);
+}
+
+/// A batchpool pool: also takes explicit batches (`batchrewrite`).
+pub trait Batchpool: RowWriter {
+    /// One `execute_many` of `group`; checks every row's outcome with
+    /// [`expect_each`].
+    async fn insert_many(&self, group: &[Record]) -> Result<()>;
+}
+
+/// Implements [`RowWriter`] and [`Batchpool`] for a backend's batchpool
+/// pool: `batchpool::postgres::Pool` and `batchpool::mysql::Pool` have the
+/// same methods but no common trait, and each takes its driver's
+/// parameters. `batchpool_writer!(PoolType, sql, |r| row, params)`: `sql`
+/// is the single-row INSERT, `row` the parameters of record `r` as
+/// `execute` takes them, `params` the function giving a record's parameters
+/// as `execute_many` takes them.
+macro_rules! batchpool_writer {
+    ($pool:ty, $sql:expr, |$r:ident| $bind:expr, $params:expr) => {
+        impl super::modes::RowWriter for $pool {
+            async fn open(&self, size: usize) -> super::Result<()> {
+                super::modes::open_all(size, |_| self.get()).await
+            }
+
+            async fn insert(&self, $r: &super::workload::Record) -> super::Result<u64> {
+                Ok(self.execute($sql, $bind).await?.rows_affected())
+            }
+
+            fn batching(&self) -> Option<super::report::Batching> {
+                Some(super::report::Batching::from_stats(&self.stats()))
+            }
+
+            async fn release(self) {
+                self.close().await;
+            }
+        }
+
+        impl super::modes::Batchpool for $pool {
+            async fn insert_many(&self, group: &[super::workload::Record]) -> super::Result<()> {
+                let outcomes = self.execute_many($sql, group.iter().map($params)).await?;
+                let counts = outcomes.into_iter().map(|o| o.map(|o| o.rows_affected()));
+                super::modes::expect_each(counts, group)
+            }
+        }
+    };
+}
+pub(super) use batchpool_writer;
+
+/// `nobatch`: one autocommit INSERT per row, one after the other.
+pub(super) async fn nobatch(
+    mut conn: impl Session,
+    data: &Dataset,
+    progress: &Progress,
+) -> Result<Loaded> {
+    let started = Instant::now();
+    let stmt = conn.prepare().await?;
+    for r in &data.rows {
+        expect_one(conn.insert(&stmt, r).await?, &r.key)?;
+        progress.add(1);
+    }
+    let elapsed = started.elapsed();
+    conn.close().await;
+    Ok(Loaded::plain(elapsed))
+}
+
+/// `batch`: groups of `size` single-row statements on one connection.
+pub(super) async fn batch(
+    mut conn: impl Session,
+    data: &Dataset,
+    size: usize,
+    progress: &Progress,
+) -> Result<Loaded> {
+    let started = Instant::now();
+    let stmt = conn.prepare().await?;
+    for group in data.rows.chunks(size) {
+        conn.insert_group(&stmt, group).await?;
+        progress.add(group.len() as u64);
+    }
+    let elapsed = started.elapsed();
+    conn.close().await;
+    Ok(Loaded::plain(elapsed))
+}
+
+/// `batchrewrite`: batchpool `execute_many` in groups of `size`.
+pub(super) async fn batchrewrite(
+    pool: impl Batchpool,
+    data: &Dataset,
+    size: usize,
+    progress: &Progress,
+) -> Result<Loaded> {
+    let started = Instant::now();
+    for group in data.rows.chunks(size) {
+        pool.insert_many(group).await?;
+        progress.add(group.len() as u64);
+    }
+    let elapsed = started.elapsed();
+    let batching = pool.batching();
+    pool.release().await;
+    Ok(Loaded {
+        elapsed,
+        latency: None,
+        batching,
+    })
+}
+
+/// `coalesce` / `coalesce-peer`: `tasks` tasks, each sending one row at a
+/// time through `pool` until the rows run out; per-row latency measured.
+pub(super) async fn concurrent(
+    pool: impl RowWriter,
+    data: &Arc<Dataset>,
+    tasks: usize,
+    progress: &Progress,
+) -> Result<Loaded> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (pool, next, data) = (pool.clone(), next.clone(), data.clone());
+            let done = progress.counter();
+            tokio::spawn(async move {
+                let mut hist = histogram();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(r) = data.rows.get(i) else { break };
+                    let t = Instant::now();
+                    let n = pool.insert(r).await?;
+                    hist.saturating_record(micros(t.elapsed()));
+                    expect_one(n, &r.key)?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok::<_, BoxError>(hist)
+            })
+        })
+        .collect();
+    let hist = join_histograms(tasks).await;
+    let elapsed = started.elapsed();
+    let batching = pool.batching();
+    pool.release().await;
+    Ok(Loaded {
+        elapsed,
+        latency: Some(hist?),
+        batching,
+    })
+}
+
+/// Opens `size` connections of a pool through `get` (so none opens on the
+/// clock) and gives them back.
+pub async fn open_all<C, E, F>(size: usize, get: impl FnMut(usize) -> F) -> Result<()>
+where
+    F: Future<Output = std::result::Result<C, E>>,
+    E: Into<BoxError>,
+{
+    let open = try_join_all((0..size).map(get)).await.map_err(Into::into)?;
+    drop(open);
+    Ok(())
+}
+
+/// Each single-row INSERT must report exactly one row.
+pub fn expect_one(n: u64, key: &str) -> Result<()> {
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(fail(format!(
+            "INSERT of {key} reported {n} rows, expected 1"
+        )))
+    }
+}
+
+/// Checks an `execute_many` answer: one outcome per row of `group`, each
+/// exactly one row (the first failed row's error wins).
+pub fn expect_each<E: Into<BoxError>>(
+    counts: impl ExactSizeIterator<Item = std::result::Result<u64, E>>,
+    group: &[Record],
+) -> Result<()> {
+    if counts.len() != group.len() {
+        return Err(fail(format!(
+            "execute_many returned {} outcomes for {} rows",
+            counts.len(),
+            group.len()
+        )));
+    }
+    for (n, r) in counts.zip(group) {
+        expect_one(n.map_err(Into::into)?, &r.key)?;
+    }
+    Ok(())
+}
+
+/// A new histogram of microseconds (1 µs to 1 h, 3 significant digits).
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Awaits every task and merges their histograms; the first error wins.
+async fn join_histograms(
+    tasks: Vec<tokio::task::JoinHandle<Result<Histogram<u64>>>>,
+) -> Result<Histogram<u64>> {
+    let mut all = histogram();
+    let mut first_err = None;
+    for t in tasks {
+        match t.await {
+            Ok(Ok(h)) => all.add(&h).map_err(|e| fail(format!("histogram: {e:?}")))?,
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e.into());
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(all),
+    }
+}
