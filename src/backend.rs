@@ -24,6 +24,7 @@ use crate::classify::Dialect;
 use crate::config::PoolSettings;
 use crate::engine;
 use crate::error::Error;
+use crate::outcome::Outcome;
 
 /// A pooled connection of backend `B`.
 pub(crate) type Conn<B> = deadpool::managed::Object<<B as Driver>::Manager>;
@@ -106,8 +107,8 @@ pub(crate) struct GroupReplies<R> {
 /// The connection-level half of a backend (see the module docs).
 pub(crate) trait Driver:
     engine::Backend<
-        Conn = deadpool::managed::Object<Self::Manager>,
         Connections = deadpool::managed::Pool<Self::Manager>,
+        Output = Outcome<Self::QueryRow>,
     >
 {
     /// The deadpool manager of this backend's connections.
@@ -182,14 +183,34 @@ pub(crate) trait Driver:
     ) -> impl Future<Output = Result<Ran<Self::QueryRow>, Error>> + Send + 'a;
 
     /// Runs one prepared statement once per bound row, each its own
-    /// autocommit statement, on one connection (PostgreSQL pipelines them).
-    /// A row that failed to bind gets its error.
+    /// autocommit statement, on one connection: one after the other, unless
+    /// the backend can pipeline them (PostgreSQL). A row that failed to bind
+    /// gets its error.
     fn run_many<'a>(
         conn: &'a mut Conn<Self>,
         sql: &'a str,
         prepared: &'a Self::Prepared,
         rows: Vec<Result<Self::Bound, Error>>,
-    ) -> impl Future<Output = Vec<Result<Ran<Self::QueryRow>, Error>>> + Send + 'a;
+    ) -> impl Future<Output = Vec<Result<Ran<Self::QueryRow>, Error>>> + Send + 'a {
+        async move {
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                out.push(match row {
+                    Ok(bound) => {
+                        let stmt = Stmt {
+                            sql,
+                            prepared,
+                            bound,
+                            all_rows: false,
+                        };
+                        Self::run(conn, stmt).await
+                    }
+                    Err(e) => Err(e),
+                });
+            }
+            out
+        }
+    }
 
     /// Runs a [`Group`] (see [`GroupReplies`] for what happens after a
     /// failure). PostgreSQL writes it in one round trip.
@@ -212,10 +233,22 @@ pub(crate) trait Driver:
 
     /// Marks a connection handed to the user by `Pool::get` (the MySQL
     /// backend resets its session when it comes back).
-    fn lend(conn: &mut Conn<Self>);
+    fn lend(conn: &mut Conn<Self>) {
+        let _ = conn;
+    }
+}
 
-    /// The outcome of a statement that ran on its own.
-    fn outcome(ran: Ran<Self::QueryRow>) -> Self::Output;
+impl<R> Ran<R> {
+    /// The outcome of a statement that ran on its own: the server's count
+    /// and id, and its first returned row.
+    pub(crate) fn into_outcome(self) -> Outcome<R> {
+        Outcome::new(
+            self.affected,
+            true,
+            self.last_insert_id,
+            self.rows.into_iter().next(),
+        )
+    }
 }
 
 /// A database backend of the pool: [`Postgres`](crate::postgres::Postgres)

@@ -71,46 +71,40 @@ impl Default for BatchConfig {
     }
 }
 
+/// Builder-style setters of a config struct: `field: Type` sets the field
+/// to the value, `field: Some(Type)` to `Some(value)`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $field:ident: $($some:ident)? ($ty:ty)),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $field(mut self, value: $ty) -> Self {
+                self.$field = $($some)?(value);
+                self
+            }
+        )*
+    };
+}
+#[cfg(feature = "tower")]
+pub(crate) use setters;
+
 impl BatchConfig {
-    /// Sets [`max_rows`](BatchConfig::max_rows).
-    pub fn max_rows(mut self, n: usize) -> Self {
-        self.max_rows = n;
-        self
-    }
-    /// Sets [`max_bytes`](BatchConfig::max_bytes).
-    pub fn max_bytes(mut self, n: usize) -> Self {
-        self.max_bytes = n;
-        self
-    }
-    /// Sets [`max_delay`](BatchConfig::max_delay) (timed batching).
-    pub fn max_delay(mut self, d: Duration) -> Self {
-        self.max_delay = Some(d);
-        self
-    }
-    /// Sets [`queue_capacity`](BatchConfig::queue_capacity).
-    pub fn queue_capacity(mut self, n: usize) -> Self {
-        self.queue_capacity = n;
-        self
-    }
-    /// Sets [`queue_full`](BatchConfig::queue_full).
-    pub fn queue_full(mut self, q: QueueFull) -> Self {
-        self.queue_full = q;
-        self
-    }
-    /// Sets [`cache_capacity`](BatchConfig::cache_capacity).
-    pub fn cache_capacity(mut self, n: usize) -> Self {
-        self.cache_capacity = n;
-        self
-    }
-    /// Sets [`max_in_flight`](BatchConfig::max_in_flight).
-    pub fn max_in_flight(mut self, n: usize) -> Self {
-        self.max_in_flight = Some(n);
-        self
-    }
-    /// Sets [`enabled`](BatchConfig::enabled).
-    pub fn enabled(mut self, on: bool) -> Self {
-        self.enabled = on;
-        self
+    setters! {
+        /// Sets [`max_rows`](BatchConfig::max_rows).
+        max_rows: (usize),
+        /// Sets [`max_bytes`](BatchConfig::max_bytes).
+        max_bytes: (usize),
+        /// Sets [`max_delay`](BatchConfig::max_delay) (timed batching).
+        max_delay: Some(Duration),
+        /// Sets [`queue_capacity`](BatchConfig::queue_capacity).
+        queue_capacity: (usize),
+        /// Sets [`queue_full`](BatchConfig::queue_full).
+        queue_full: (QueueFull),
+        /// Sets [`cache_capacity`](BatchConfig::cache_capacity).
+        cache_capacity: (usize),
+        /// Sets [`max_in_flight`](BatchConfig::max_in_flight).
+        max_in_flight: Some(usize),
+        /// Sets [`enabled`](BatchConfig::enabled).
+        enabled: (bool),
     }
 
     pub(crate) fn validate(&self) -> Result<(), crate::Error> {

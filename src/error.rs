@@ -67,6 +67,18 @@ struct Inner {
 #[derive(Clone)]
 pub struct Error(Arc<Inner>);
 
+/// `pub fn is_x(&self) -> bool` for each `is_x => Kind | Kind;`.
+macro_rules! kind_predicates {
+    ($($(#[$doc:meta])* $name:ident => $($kind:ident)|+;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(&self) -> bool {
+                matches!(self.0.kind, $(Kind::$kind)|+)
+            }
+        )*
+    };
+}
+
 impl Error {
     pub(crate) fn new(kind: Kind, message: impl Into<String>) -> Error {
         Error(Arc::new(Inner {
@@ -105,6 +117,38 @@ impl Error {
 
     pub(crate) fn too_large(message: impl Into<String>) -> Error {
         Error::new(Kind::TooLarge, message)
+    }
+
+    /// The server answered the statement with an error.
+    pub(crate) fn db(source: impl Into<BoxError>) -> Error {
+        Error::with_source(Kind::Db, "database error", source)
+    }
+
+    /// The driver lost the connection: after the statement was sent its
+    /// outcome is unknown; before, it certainly did not run.
+    pub(crate) fn connection_lost(after_send: bool, source: impl Into<BoxError>) -> Error {
+        if after_send {
+            Error::with_source(
+                Kind::OutcomeUnknown,
+                "connection lost while the statement was in flight; it may or may not have \
+                 committed",
+                source,
+            )
+        } else {
+            Error::with_source(
+                Kind::ConnectionClosed,
+                "connection lost before the statement was sent",
+                source,
+            )
+        }
+    }
+
+    /// The connection was found closed before anything was written.
+    pub(crate) fn closed_before_send() -> Error {
+        Error::new(
+            Kind::ConnectionClosed,
+            "connection closed before the statement was sent",
+        )
     }
 
     pub(crate) fn refused(message: impl Into<String>) -> Error {
@@ -179,66 +223,39 @@ impl Error {
         }
     }
 
-    /// The database rejected this caller's statement or row (constraint
-    /// violation, bad value, syntax error...). Nothing of this row committed.
-    pub fn is_db(&self) -> bool {
-        self.0.kind == Kind::Db
-    }
-
-    /// The connection was lost after the statement holding this row was sent
-    /// and before the server answered: the row **may or may not** have been
-    /// committed. batchpool never retries such a row by itself.
-    pub fn is_outcome_unknown(&self) -> bool {
-        self.0.kind == Kind::OutcomeUnknown
-    }
-
-    /// The pool was closed, or the connection was closed before this row was
-    /// sent (the row certainly did not run).
-    pub fn is_closed(&self) -> bool {
-        matches!(self.0.kind, Kind::PoolClosed | Kind::ConnectionClosed)
-    }
-
-    /// The pool has been closed with `close()`; no new work is accepted.
-    pub fn is_pool_closed(&self) -> bool {
-        self.0.kind == Kind::PoolClosed
-    }
-
-    /// A configured timeout (connection wait/create/recycle) expired.
-    pub fn is_timeout(&self) -> bool {
-        self.0.kind == Kind::Timeout
-    }
-
-    /// The batch queue was full and the pool is configured to fail fast
-    /// instead of waiting.
-    pub fn is_overloaded(&self) -> bool {
-        self.0.kind == Kind::Overloaded
-    }
-
-    /// Wrong number or types of bind parameters for this statement; detected
-    /// before anything was sent.
-    pub fn is_params(&self) -> bool {
-        self.0.kind == Kind::Params
-    }
-
-    /// batchpool refused to run this statement where it was given, before
-    /// sending anything: transaction control (`BEGIN`, `COMMIT`,
-    /// `SET autocommit`...) through the pool's `execute`, or inside
-    /// `atomic` / a [`Transaction`](crate::Transaction); on MySQL, a statement
-    /// that commits implicitly (DDL) inside one.
-    pub fn is_refused(&self) -> bool {
-        self.0.kind == Kind::Refused
-    }
-
-    /// `query_one` got no row or several, or `query_opt` several.
-    pub fn is_row_count(&self) -> bool {
-        self.0.kind == Kind::RowCount
-    }
-
-    /// The row or statement exceeds a protocol or server limit (more than
-    /// 65535 bind parameters, larger than `max_bytes` or the server's
-    /// `max_allowed_packet`); detected before anything was sent.
-    pub fn is_too_large(&self) -> bool {
-        self.0.kind == Kind::TooLarge
+    kind_predicates! {
+        /// The database rejected this caller's statement or row (constraint
+        /// violation, bad value, syntax error...). Nothing of this row committed.
+        is_db => Db;
+        /// The connection was lost after the statement holding this row was sent
+        /// and before the server answered: the row **may or may not** have been
+        /// committed. batchpool never retries such a row by itself.
+        is_outcome_unknown => OutcomeUnknown;
+        /// The pool was closed, or the connection was closed before this row was
+        /// sent (the row certainly did not run).
+        is_closed => PoolClosed | ConnectionClosed;
+        /// The pool has been closed with `close()`; no new work is accepted.
+        is_pool_closed => PoolClosed;
+        /// A configured timeout (connection wait/create/recycle) expired.
+        is_timeout => Timeout;
+        /// The batch queue was full and the pool is configured to fail fast
+        /// instead of waiting.
+        is_overloaded => Overloaded;
+        /// Wrong number or types of bind parameters for this statement; detected
+        /// before anything was sent.
+        is_params => Params;
+        /// batchpool refused to run this statement where it was given, before
+        /// sending anything: transaction control (`BEGIN`, `COMMIT`,
+        /// `SET autocommit`...) through the pool's `execute`, or inside
+        /// `atomic` / a [`Transaction`](crate::Transaction); on MySQL, a statement
+        /// that commits implicitly (DDL) inside one.
+        is_refused => Refused;
+        /// `query_one` got no row or several, or `query_opt` several.
+        is_row_count => RowCount;
+        /// The row or statement exceeds a protocol or server limit (more than
+        /// 65535 bind parameters, larger than `max_bytes` or the server's
+        /// `max_allowed_packet`); detected before anything was sent.
+        is_too_large => TooLarge;
     }
 
     /// Sending the same statement again is safe and may succeed: the row

@@ -491,20 +491,10 @@ impl<'a> Parser<'a> {
             return None;
         }
         let mut has_where = false;
-        let mut depth = 0usize;
-        while let Some(token) = self.peek() {
-            match token {
-                Token::LParen | Token::LBracket | Token::LBrace => depth += 1,
-                Token::RParen | Token::RBracket | Token::RBrace => depth = depth.checked_sub(1)?,
-                _ if depth == 0 && self.is_clause_kw("RETURNING") => break,
-                _ if depth == 0 && self.is_clause_kw("WHERE") => has_where = true,
-                _ => {}
-            }
-            self.pos += 1;
-        }
-        if depth != 0 {
-            return None;
-        }
+        self.clause_body(|p| {
+            has_where |= p.is_clause_kw("WHERE");
+            p.is_clause_kw("RETURNING")
+        })?;
         Some(Conflict::DoUpdate { target, has_where })
     }
 
@@ -520,17 +510,8 @@ impl<'a> Parser<'a> {
         if self.at_end() {
             return None;
         }
-        let mut depth = 0usize;
-        while let Some(token) = self.peek() {
-            match token {
-                Token::LParen | Token::LBracket | Token::LBrace => depth += 1,
-                Token::RParen | Token::RBracket | Token::RBrace => depth = depth.checked_sub(1)?,
-                _ if depth == 0 && self.is_clause_kw("RETURNING") => break,
-                _ => {}
-            }
-            self.pos += 1;
-        }
-        (depth == 0).then_some(Conflict::DuplicateKeyUpdate)
+        self.clause_body(|p| p.is_clause_kw("RETURNING"))?;
+        Some(Conflict::DuplicateKeyUpdate)
     }
 
     /// Parse an optional trailing `RETURNING ...` clause (which must be the
@@ -542,16 +523,25 @@ impl<'a> Parser<'a> {
         if self.at_end() {
             return None;
         }
+        self.clause_body(|_| false)?;
+        Some(true)
+    }
+
+    /// Advances over the body of a clause: up to the end of the statement,
+    /// or up to a token at bracket depth 0 for which `stop` holds (not
+    /// consumed); `None` when the brackets do not balance.
+    fn clause_body(&mut self, mut stop: impl FnMut(&Self) -> bool) -> Option<()> {
         let mut depth = 0usize;
         while let Some(token) = self.peek() {
             match token {
                 Token::LParen | Token::LBracket | Token::LBrace => depth += 1,
                 Token::RParen | Token::RBracket | Token::RBrace => depth = depth.checked_sub(1)?,
+                _ if depth == 0 && stop(self) => break,
                 _ => {}
             }
             self.pos += 1;
         }
-        (depth == 0).then_some(true)
+        (depth == 0).then_some(())
     }
 
     /// Whether the next token is the keyword `kw` used as a clause keyword

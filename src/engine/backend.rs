@@ -53,14 +53,15 @@ where
     }
 }
 
+/// A pooled connection of backend `B`, returned to the pool when dropped.
+pub(crate) type Conn<B> = <<B as Backend>::Connections as Connections>::Conn;
+
 /// Result of one multi-row statement: one output per row, in row order.
 pub(crate) type ChunkResult<O> = Result<Vec<O>, ChunkError>;
 
 /// A database backend: pooled connections plus how to run one multi-row
 /// statement for a batchable shape.
 pub(crate) trait Backend: Send + Sync + Sized + 'static {
-    /// A pooled connection, returned to the pool when dropped.
-    type Conn: Send + 'static;
     /// One caller's row, already encoded in the caller's task.
     type Row: Send + Sync + 'static;
     /// One caller's outcome.
@@ -72,18 +73,15 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// The SQL dialect used to classify statements.
     const DIALECT: Dialect;
 
-    /// Most bind parameters one statement may carry.
-    fn max_params(&self) -> usize;
+    /// Most bind parameters one statement may carry (both wire protocols
+    /// count them in 16 bits).
+    fn max_params(&self) -> usize {
+        65535
+    }
 
     /// Most encoded parameter bytes one statement may carry (server packet
     /// limit); `usize::MAX` when the protocol has none.
     fn max_statement_bytes(&self) -> usize;
-
-    /// Bind parameters one row takes.
-    fn params_per_row(shape: &Self::Shape) -> usize;
-
-    /// Short label for tracing (the table name).
-    fn label(shape: &Self::Shape) -> &str;
 
     /// Prepares backend data for a statement the classifier found batchable.
     /// `Ok(Err(reason))` declines batching (the statement then runs on its
@@ -95,7 +93,7 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     ) -> impl Future<Output = Result<Result<Self::Shape, NotCoalesced>, Error>> + Send;
 
     /// Where connections come from (the deadpool pool).
-    type Connections: Connections<Conn = Self::Conn>;
+    type Connections: Connections;
 
     /// The backend's connections.
     fn connections(&self) -> &Self::Connections;
@@ -103,7 +101,7 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// Runs `rows` of `shape` as ONE autocommit multi-row statement on `conn`.
     fn execute<'a>(
         &'a self,
-        conn: &'a mut Self::Conn,
+        conn: &'a mut Conn<Self>,
         shape: &'a Self::Shape,
         rows: &'a [Self::Row],
     ) -> impl Future<Output = ChunkResult<Self::Output>> + Send + 'a;

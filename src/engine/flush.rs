@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::backend::Conn;
 use super::queue::{ShapeQueue, Taken, decompose};
 use super::{Backend, ChunkError, Connections, Engine};
 use crate::error::Error;
@@ -59,7 +60,7 @@ pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueu
         Ok(mut conn) => {
             let span = tracing::debug_span!(
                 "batchpool.flush",
-                table = B::label(&q.shape),
+                table = q.insert.table.as_str(),
                 rows = taken.rows.len(),
                 reason = ?reason,
             );
@@ -162,7 +163,7 @@ pub(super) async fn inline<B: Backend>(
     let _in_flight = InFlight::new(engine);
     let span = tracing::debug_span!(
         "batchpool.flush",
-        table = B::label(&q.shape),
+        table = q.insert.table.as_str(),
         rows = 1,
         reason = "idle",
     );
@@ -234,7 +235,7 @@ async fn wait_for_deadline<B: Backend>(
 pub(super) async fn execute_rows<B: Backend>(
     engine: &Engine<B>,
     q: &ShapeQueue<B>,
-    conn: &mut B::Conn,
+    conn: &mut Conn<B>,
     rows: &[B::Row],
 ) -> Vec<Result<B::Output, Error>> {
     let n = rows.len();
@@ -331,7 +332,7 @@ pub(super) async fn direct<B: Backend>(
         }
         let span = tracing::debug_span!(
             "batchpool.flush",
-            table = B::label(&q.shape),
+            table = q.insert.table.as_str(),
             rows = end - start,
             reason = "explicit",
         );

@@ -136,22 +136,26 @@ impl<B: Backend> Engine<B> {
             }
             _ if !self.config.enabled => Route::Pass(Arc::new(NotCoalesced::Disabled)),
             Classified::Other(reason) => Route::Pass(Arc::new(reason)),
-            Classified::Batchable(shape) => match self.backend.prepare_shape(sql, shape).await? {
-                Err(reason) => Route::Pass(Arc::new(reason)),
-                Ok(shape) => {
-                    let ppr = B::params_per_row(&shape).max(1);
-                    let cap_rows = self
-                        .config
-                        .max_rows
-                        .min(self.backend.max_params() / ppr)
-                        .max(1);
-                    let cap_bytes = self
-                        .config
-                        .max_bytes
-                        .min(self.backend.max_statement_bytes());
-                    Route::Batch(Arc::new(ShapeQueue::new(shape, cap_rows, cap_bytes)))
+            Classified::Batchable(insert) => {
+                match self.backend.prepare_shape(sql, insert.clone()).await? {
+                    Err(reason) => Route::Pass(Arc::new(reason)),
+                    Ok(shape) => {
+                        let ppr = insert.params_per_row.max(1);
+                        let cap_rows = self
+                            .config
+                            .max_rows
+                            .min(self.backend.max_params() / ppr)
+                            .max(1);
+                        let cap_bytes = self
+                            .config
+                            .max_bytes
+                            .min(self.backend.max_statement_bytes());
+                        Route::Batch(Arc::new(ShapeQueue::new(
+                            insert, shape, cap_rows, cap_bytes,
+                        )))
+                    }
                 }
-            },
+            }
         };
         let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
         // Another caller may have raced us here: keep the first queue so rows
@@ -193,7 +197,7 @@ impl<B: Backend> Engine<B> {
                 q.cap_bytes
             )));
         }
-        let ppr = B::params_per_row(&q.shape);
+        let ppr = q.insert.params_per_row;
         if ppr > self.backend.max_params() {
             return Err(Error::too_large(format!(
                 "a row of {ppr} bind parameters exceeds the protocol limit of {}",

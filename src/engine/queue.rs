@@ -2,12 +2,14 @@
 //! flush takes from it.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::Mutex;
 
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use super::backend::Backend;
+use crate::classify::InsertShape;
 use crate::error::Error;
 
 /// The reply channel of one queued row.
@@ -31,6 +33,9 @@ pub(crate) struct State<B: Backend> {
 
 /// The queue of one statement shape.
 pub(crate) struct ShapeQueue<B: Backend> {
+    /// The statement as the classifier read it.
+    pub(crate) insert: Arc<InsertShape>,
+    /// What the backend prepared for it.
     pub(crate) shape: B::Shape,
     /// Most rows one statement of this shape may carry (rows, parameter limit).
     pub(crate) cap_rows: usize,
@@ -50,8 +55,14 @@ pub(crate) struct Taken<B: Backend> {
 }
 
 impl<B: Backend> ShapeQueue<B> {
-    pub(crate) fn new(shape: B::Shape, cap_rows: usize, cap_bytes: usize) -> Self {
+    pub(crate) fn new(
+        insert: Arc<InsertShape>,
+        shape: B::Shape,
+        cap_rows: usize,
+        cap_bytes: usize,
+    ) -> Self {
         ShapeQueue {
+            insert,
             shape,
             cap_rows: cap_rows.max(1),
             cap_bytes: cap_bytes.max(1),

@@ -202,7 +202,6 @@ impl Mem {
 }
 
 impl Backend for Mem {
-    type Conn = Conn;
     type Connections = Mem;
     type Row = i64;
     type Output = i64;
@@ -216,14 +215,6 @@ impl Backend for Mem {
 
     fn max_statement_bytes(&self) -> usize {
         self.max_statement_bytes
-    }
-
-    fn params_per_row(_: &()) -> usize {
-        1
-    }
-
-    fn label(_: &()) -> &str {
-        "t"
     }
 
     async fn prepare_shape(
@@ -420,6 +411,22 @@ impl H {
     }
 }
 
+/// Lets everything finish and checks that the spawned caller, the queued
+/// callers and the last caller each got their own row back.
+async fn drain_all_own(
+    h: &H,
+    spawned: (i64, JoinHandle<Result<i64, Error>>),
+    queued: Vec<Caller>,
+    (v, mut last): Caller,
+) {
+    h.drain().await;
+    assert_ok_own(v, outcome(&mut last));
+    assert_ok_own(spawned.0, finished(spawned.1).await);
+    for (v, mut caller) in queued {
+        assert_ok_own(v, outcome(&mut caller));
+    }
+}
+
 fn assert_ok_own(v: i64, r: Result<i64, Error>) {
     match r {
         Ok(out) => assert_eq!(out, v, "row {v} got another row's outcome"),
@@ -488,6 +495,28 @@ async fn scenario(s: Scenario) -> (H, Vec<(i64, JoinHandle<Result<i64, Error>>)>
     (h, others)
 }
 
+/// Polls `fut` up to `k` times, opening the next statement's gate and
+/// settling before every poll but the first, and calls `pending` after each
+/// poll that did not complete it. The output if it completed.
+async fn poll_times<T>(
+    h: &H,
+    fut: &mut BoxFut<T>,
+    k: usize,
+    mut pending: impl FnMut(),
+) -> Option<T> {
+    for i in 0..k {
+        if i > 0 {
+            h.mem().release_next();
+            settle().await;
+        }
+        if let Poll::Ready(r) = poll(fut) {
+            return Some(r);
+        }
+        pending();
+    }
+    None
+}
+
 /// Drops the row's future after `k` polls (opening the oldest waiting gate
 /// and settling between polls), finishes all work, checks that nothing
 /// leaked and the row ran once or not at all. Returns where it was dropped.
@@ -495,17 +524,7 @@ async fn cancel_after(s: Scenario, k: usize) -> Stage {
     let (h, others) = scenario(s).await;
     let mut fut = h.submit(ROW);
     let mut stage = Stage::NotQueued;
-    let mut output = None;
-    for i in 0..k {
-        if i > 0 {
-            h.mem().release_next();
-            settle().await;
-        }
-        if let Poll::Ready(r) = poll(&mut fut) {
-            output = Some(r);
-            stage = Stage::Done;
-            break;
-        }
+    let output = poll_times(&h, &mut fut, k, || {
         stage = if h.mem().times_sent(ROW) > 0 {
             Stage::Sent
         } else if h.queued().contains(&ROW) {
@@ -517,6 +536,10 @@ async fn cancel_after(s: Scenario, k: usize) -> Stage {
             // Never through the queue: sent from this task.
             assert!(h.queue_is_idle() && h.stats().queued == 0);
         }
+    })
+    .await;
+    if output.is_some() {
+        stage = Stage::Done;
     }
     drop(fut);
     h.drain().await;
@@ -569,32 +592,24 @@ async fn cancel_at_every_poll_point(s: Scenario) -> Vec<Stage> {
     stages
 }
 
+/// Each way a row reaches a statement, dropped at every poll point: the
+/// inline fast path never queues; a row waiting for a queue slot or a free
+/// connection has not queued after its first poll.
 #[tokio::test(start_paused = true)]
-async fn cancel_inline_at_every_poll_point() {
-    let stages = cancel_at_every_poll_point(Scenario::Inline).await;
-    // Polled once, the row holds a connection not used yet.
-    assert_eq!(stages[..2], [Stage::NotQueued; 2]);
-    assert!(stages.contains(&Stage::Sent) && !stages.contains(&Stage::Queued));
-}
-
-#[tokio::test(start_paused = true)]
-async fn cancel_queued_at_every_poll_point() {
-    let stages = cancel_at_every_poll_point(Scenario::Queued).await;
-    assert!(stages.contains(&Stage::Queued) && stages.contains(&Stage::Sent));
-}
-
-#[tokio::test(start_paused = true)]
-async fn cancel_while_waiting_for_a_queue_slot_at_every_poll_point() {
-    let stages = cancel_at_every_poll_point(Scenario::SlotWait).await;
-    // Polled once, the row waits for a slot.
-    assert_eq!(stages[..2], [Stage::NotQueued; 2]);
-    assert!(stages.contains(&Stage::Queued) && stages.contains(&Stage::Sent));
-}
-
-#[tokio::test(start_paused = true)]
-async fn cancel_timed_at_every_poll_point() {
-    let stages = cancel_at_every_poll_point(Scenario::Timed).await;
-    assert!(stages.contains(&Stage::Queued) && stages.contains(&Stage::Sent));
+async fn cancel_at_every_poll_point_on_every_path() {
+    for (scenario, first_polls_not_queued, queues) in [
+        (Scenario::Inline, true, false),
+        (Scenario::Queued, false, true),
+        (Scenario::SlotWait, true, true),
+        (Scenario::Timed, false, true),
+    ] {
+        let stages = cancel_at_every_poll_point(scenario).await;
+        if first_polls_not_queued {
+            assert_eq!(stages[..2], [Stage::NotQueued; 2], "{scenario:?}");
+        }
+        assert!(stages.contains(&Stage::Sent), "{scenario:?}");
+        assert_eq!(stages.contains(&Stage::Queued), queues, "{scenario:?}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -604,17 +619,7 @@ async fn cancel_submit_many_at_every_poll_point() {
         assert!(k < 100, "submit_many never completes");
         let h = H::new(1, config().max_rows(2)).await;
         let mut fut = h.submit_many(&rows);
-        let mut output = None;
-        for i in 0..k {
-            if i > 0 {
-                h.mem().release_next();
-                settle().await;
-            }
-            if let Poll::Ready(r) = poll(&mut fut) {
-                output = Some(r);
-                break;
-            }
-        }
+        let output = poll_times(&h, &mut fut, k, || {}).await;
         let sent_at_drop = h.mem().log();
         drop(fut);
         h.drain().await;
@@ -736,12 +741,39 @@ async fn queue_full_wait_blocks_until_a_flush_takes_rows() {
     assert!(poll(&mut d).is_pending());
     assert_eq!(h.queued(), [4]);
 
-    h.drain().await;
-    assert!(matches!(poll(&mut d), Poll::Ready(Ok(4))));
-    assert_ok_own(1, finished(a).await);
-    for (v, mut caller) in queued {
-        assert_ok_own(v, outcome(&mut caller));
-    }
+    drain_all_own(&h, (1, a), queued, (4, d)).await;
+    h.assert_no_leaks().await;
+}
+
+/// A slot reserved ahead of the row (tower's `poll_ready`) is the row's
+/// slot: the row queues without waiting, and the slot comes back when a
+/// flush takes the row. A slot of another queue is not taken for this one.
+#[tokio::test(start_paused = true)]
+async fn a_reserved_slot_is_the_rows_own() {
+    let h = H::new(1, config().queue_capacity(1)).await;
+    let a = h.spawn(1);
+    settle().await;
+    let slot = h.e.queue_slots().clone().try_acquire_owned().unwrap();
+    assert_eq!(h.e.queue_slots().available_permits(), 0);
+    let (e, q) = (h.e.clone(), h.q.clone());
+    let mut b: BoxFut<_> = Box::pin(async move { e.submit(&q, 2, ROW_BYTES, Some(slot)).await });
+    assert!(poll(&mut b).is_pending());
+    assert_eq!(h.queued(), [2], "queued on its reserved slot");
+
+    // A slot of another semaphore is dropped, and the row waits for one.
+    let foreign = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+    let (e, q) = (h.e.clone(), h.q.clone());
+    let mut c: BoxFut<_> = Box::pin(async move { e.submit(&q, 3, ROW_BYTES, Some(foreign)).await });
+    assert!(poll(&mut c).is_pending());
+    assert_eq!(h.queued(), [2]);
+
+    // The flush that takes [2] gives its slot back: now [3] queues.
+    assert!(h.mem().release_next());
+    settle().await;
+    assert!(poll(&mut c).is_pending());
+    assert_eq!(h.queued(), [3]);
+    drain_all_own(&h, (1, a), vec![(2, b)], (3, c)).await;
+    assert_eq!(h.e.queue_slots().available_permits(), 1);
     h.assert_no_leaks().await;
 }
 
@@ -762,12 +794,7 @@ async fn queue_full_reject_fails_at_once() {
     assert!(poll(&mut e).is_pending());
     assert_eq!(h.queued(), [5]);
 
-    h.drain().await;
-    assert!(matches!(poll(&mut e), Poll::Ready(Ok(5))));
-    assert_ok_own(1, finished(a).await);
-    for (v, mut caller) in queued {
-        assert_ok_own(v, outcome(&mut caller));
-    }
+    drain_all_own(&h, (1, a), queued, (5, e)).await;
     assert_eq!(h.mem().times_sent(4), 0);
     h.assert_no_leaks().await;
 }

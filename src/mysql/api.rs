@@ -38,15 +38,11 @@ impl Pool {
     /// other on one connection. A row with bad parameters fails alone. The
     /// outer error is for the statement as a whole (it cannot be prepared,
     /// the pool is closed).
-    pub async fn execute_many<I, P>(
+    pub async fn execute_many<P: Into<Params>>(
         &self,
         sql: &str,
-        rows: I,
-    ) -> Result<Vec<Result<Outcome, Error>>, Error>
-    where
-        I: IntoIterator<Item = P>,
-        P: Into<Params>,
-    {
+        rows: impl IntoIterator<Item = P>,
+    ) -> Result<Vec<Result<Outcome, Error>>, Error> {
         let rows = rows.into_iter().map(Into::into).collect();
         self.execute_many_args(sql, rows).await
     }

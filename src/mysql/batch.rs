@@ -11,17 +11,13 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value};
 use tokio::sync::OnceCell;
 
-use super::errors::{chunk_error, closed_before_send, unsent_error};
+use super::errors::{chunk_error, unsent_error};
 use super::table::table_facts;
 use super::{Client, Manager, MySql, Outcome};
 use crate::classify::{Conflict, Dialect, InsertShape, Verb};
 use crate::engine::{Backend, ChunkError, ChunkResult};
 use crate::error::{Error, Kind};
 use crate::explain::NotCoalesced;
-
-/// Most placeholders in one MySQL prepared statement (the protocol's 16-bit
-/// parameter count).
-pub(crate) const MAX_PARAMS: usize = 65535;
 
 /// Statement text and packet headers a coalesced statement may need beyond
 /// its rows' share, at most; shapes whose own text is longer are not
@@ -248,28 +244,19 @@ struct Written {
 }
 
 impl Backend for MySql {
-    type Conn = Client;
+    const DIALECT: Dialect = Dialect::MySql;
+
     type Connections = deadpool::managed::Pool<Manager>;
     type Row = MyRow;
     type Output = Outcome;
     type Shape = MyShape;
 
-    const DIALECT: Dialect = Dialect::MySql;
-
-    fn max_params(&self) -> usize {
-        MAX_PARAMS
-    }
-
     fn max_statement_bytes(&self) -> usize {
         self.row_limit().0
     }
 
-    fn params_per_row(shape: &MyShape) -> usize {
-        shape.params
-    }
-
-    fn label(shape: &MyShape) -> &str {
-        &shape.shape.table
+    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
+        &self.pool
     }
 
     async fn prepare_shape(
@@ -325,10 +312,6 @@ impl Backend for MySql {
         }))
     }
 
-    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
-        &self.pool
-    }
-
     async fn execute<'a>(
         &'a self,
         conn: &'a mut Client,
@@ -345,7 +328,7 @@ impl Backend for MySql {
             }
         };
         if conn.is_disconnected() {
-            return Err(ChunkError::Statement(closed_before_send()));
+            return Err(ChunkError::Statement(Error::closed_before_send()));
         }
         if usize::from(stmt.num_params()) != n * shape.params {
             return Err(ChunkError::Statement(Error::new(

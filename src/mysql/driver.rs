@@ -8,9 +8,9 @@ use mysql_async::consts::StatusFlags;
 use mysql_async::prelude::{Protocol, Queryable};
 use mysql_async::{Opts, OptsBuilder, Params, QueryResult, Row, Statement};
 
-use super::errors::{closed_before_send, sent_error, unsent_error};
+use super::errors::{sent_error, unsent_error};
 use super::manager::{Manager, Redacted};
-use super::{Client, MyOptions, MySql, Outcome};
+use super::{Client, MyOptions, MySql};
 use crate::backend::{Driver, End, Group, GroupReplies, Ran, Stmt};
 use crate::config::PoolSettings;
 use crate::error::{Error, Kind};
@@ -42,7 +42,7 @@ async fn run(
     all_rows: bool,
 ) -> Result<Ran<Row>, Error> {
     if conn.is_disconnected() {
-        return Err(closed_before_send());
+        return Err(Error::closed_before_send());
     }
     let result = match prepared {
         MyPrepared::Text => match conn.query_iter(sql).await {
@@ -197,24 +197,6 @@ impl Driver for MySql {
         run(conn, stmt.sql, stmt.prepared, stmt.bound, stmt.all_rows).await
     }
 
-    async fn run_many<'a>(
-        conn: &'a mut Client,
-        sql: &'a str,
-        prepared: &'a MyPrepared,
-        rows: Vec<Result<Params, Error>>,
-    ) -> Vec<Result<Ran<Row>, Error>> {
-        // One connection, one statement at a time: each its own autocommit
-        // statement.
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            out.push(match row {
-                Ok(params) => run(conn, sql, prepared, params, false).await,
-                Err(e) => Err(e),
-            });
-        }
-        out
-    }
-
     async fn run_group<'a>(conn: &'a mut Client, group: Group<'a, MySql>) -> GroupReplies<Row> {
         let mut replies = GroupReplies {
             begin: None,
@@ -255,7 +237,7 @@ impl Driver for MySql {
         replies
     }
 
-    async fn end<'a>(conn: &'a mut Client, end: End) -> (Result<(), Error>, bool) {
+    async fn end(conn: &mut Client, end: End) -> (Result<(), Error>, bool) {
         let reply = command(conn, end.sql()).await;
         if end == End::Commit && reply.as_ref().is_err_and(Error::is_db) {
             // A refused COMMIT leaves the transaction open: roll it back.
@@ -272,15 +254,6 @@ impl Driver for MySql {
 
     fn lend(conn: &mut Client) {
         conn.lent = true;
-    }
-
-    fn outcome(ran: Ran<Row>) -> Outcome {
-        Outcome::new(
-            ran.affected,
-            true,
-            ran.last_insert_id,
-            ran.rows.into_iter().next(),
-        )
     }
 }
 

@@ -21,36 +21,21 @@ fn params_error(e: &mysql_async::Error) -> bool {
 
 /// Maps a mysql_async error from running a statement that was sent.
 pub(crate) fn sent_error(e: mysql_async::Error) -> Error {
-    match e {
-        mysql_async::Error::Server(_) => Error::with_source(Kind::Db, "database error", e),
-        e if params_error(&e) => Error::with_source(Kind::Params, "bad parameters", e),
-        e => Error::with_source(
-            Kind::OutcomeUnknown,
-            "connection lost while the statement was in flight; it may or may not have committed",
-            e,
-        ),
-    }
+    map(e, true)
 }
 
 /// Maps a mysql_async error from a step that cannot have written anything
 /// (prepare, or a connection already closed before sending).
 pub(crate) fn unsent_error(e: mysql_async::Error) -> Error {
-    match e {
-        mysql_async::Error::Server(_) => Error::with_source(Kind::Db, "database error", e),
-        e if params_error(&e) => Error::with_source(Kind::Params, "bad parameters", e),
-        e => Error::with_source(
-            Kind::ConnectionClosed,
-            "connection lost before the statement was sent",
-            e,
-        ),
-    }
+    map(e, false)
 }
 
-pub(crate) fn closed_before_send() -> Error {
-    Error::new(
-        Kind::ConnectionClosed,
-        "connection closed before the statement was sent",
-    )
+fn map(e: mysql_async::Error, after_send: bool) -> Error {
+    match e {
+        mysql_async::Error::Server(_) => Error::db(e),
+        e if params_error(&e) => Error::with_source(Kind::Params, "bad parameters", e),
+        e => Error::connection_lost(after_send, e),
+    }
 }
 
 /// Server errors that can depend on one row's values: the engine re-runs

@@ -19,7 +19,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 pub use self::builder::PoolBuilder;
 pub use self::transaction::Transaction;
-use crate::backend::{self, Backend, Conn, Stmt};
+use crate::backend::{self, Backend, Conn, Ran, Stmt};
 use crate::classify::{StatementKind, statement_kind};
 use crate::engine::Connections;
 use crate::engine::{Engine, Route};
@@ -158,7 +158,7 @@ impl<B: Backend> Pool<B> {
                     bound,
                     all_rows: false,
                 };
-                B::run(&mut conn, stmt).await.map(B::outcome)
+                B::run(&mut conn, stmt).await.map(Ran::into_outcome)
             }
         }
     }
@@ -207,7 +207,7 @@ impl<B: Backend> Pool<B> {
                 let bound: Vec<_> = rows.into_iter().map(|a| B::bind(&prepared, a)).collect();
                 self.engine.counters.passthrough();
                 let ran = B::run_many(&mut conn, sql, &prepared, bound).await;
-                Ok(ran.into_iter().map(|r| r.map(B::outcome)).collect())
+                Ok(ran.into_iter().map(|r| r.map(Ran::into_outcome)).collect())
             }
         }
     }

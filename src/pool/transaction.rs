@@ -151,7 +151,7 @@ impl<B: Backend> Transaction<B> {
         let bound = B::bind(&prepared, args)?;
         let begin = !tx.open;
         if begin && B::is_broken(c) {
-            return Err(closed_before_sending());
+            return Err(Error::closed_before_send());
         }
         tx.open = true;
         let group = Group {
@@ -193,7 +193,7 @@ impl<B: Backend> Transaction<B> {
         sql: &str,
         args: B::Args<'_>,
     ) -> Result<B::Output, Error> {
-        self.run(sql, args, false).await.map(B::outcome)
+        self.run(sql, args, false).await.map(Ran::into_outcome)
     }
 
     pub(crate) async fn query_args(
@@ -241,7 +241,7 @@ impl<B: Backend> Transaction<B> {
                 bound,
                 all_rows: false,
             };
-            return B::run(c, stmt).await.map(B::outcome);
+            return B::run(c, stmt).await.map(Ran::into_outcome);
         }
         let Transaction { pool, conn, failed } = &mut self;
         let tx = conn
@@ -276,7 +276,7 @@ impl<B: Backend> Transaction<B> {
         }
         let result = replies.statements.pop();
         match (result, replies.end) {
-            (Some(Ok(ran)), Some((Ok(()), _))) => Ok(B::outcome(ran)),
+            (Some(Ok(ran)), Some((Ok(()), _))) => Ok(ran.into_outcome()),
             // The statement failed: nothing committed (PostgreSQL's COMMIT
             // answered ROLLBACK; the MySQL backend sent ROLLBACK).
             (Some(Err(e)), Some((Ok(()), _))) => Err(e),
@@ -353,11 +353,11 @@ pub(super) async fn atomic<B: Backend>(
             .ok_or_else(|| AtomicError::group(Error::internal("one statement expected")))?;
         return B::run(c, stmt)
             .await
-            .map(|ran| vec![B::outcome(ran)])
+            .map(|ran| vec![ran.into_outcome()])
             .map_err(|e| AtomicError::at(0, e));
     }
     if B::is_broken(c) {
-        return Err(AtomicError::group(closed_before_sending()));
+        return Err(AtomicError::group(Error::closed_before_send()));
     }
     // From here on BEGIN may be on the wire without its COMMIT answered: if
     // this future is dropped now, the guard cleans up.
@@ -407,7 +407,7 @@ fn interpret_group<B: Backend>(
     let mut outcomes = Vec::with_capacity(n);
     for (i, reply) in replies.statements.into_iter().enumerate() {
         match reply {
-            Ok(ran) => outcomes.push(B::outcome(ran)),
+            Ok(ran) => outcomes.push(ran.into_outcome()),
             // A statement failed: the transaction is aborted and nothing of
             // it committed.
             Err(e) if e.is_db() || e.is_params() => return Err(AtomicError::at(i, e)),
@@ -423,13 +423,6 @@ fn interpret_group<B: Backend>(
         Some((Ok(()), _)) | None => Err(AtomicError::group(missing_reply())),
         Some((Err(e), _)) => Err(AtomicError::group(e)),
     }
-}
-
-fn closed_before_sending() -> Error {
-    Error::new(
-        Kind::ConnectionClosed,
-        "connection closed before the statement was sent",
-    )
 }
 
 fn missing_reply() -> Error {

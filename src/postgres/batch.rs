@@ -9,8 +9,8 @@ use futures_util::TryStreamExt;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Row, Statement};
 
-use super::encode::{MAX_PARAMS, PgRow, RawValue};
-use super::errors::{closed_before_sending, row_specific, sent_error, unsent_error};
+use super::encode::{PgRow, RawValue};
+use super::errors::{row_specific, sent_error, unsent_error};
 use super::{Client, Manager, Outcome, Postgres};
 use crate::classify::{Conflict, Dialect, InsertShape};
 use crate::engine::{Backend, ChunkError, ChunkResult};
@@ -119,29 +119,20 @@ enum Written {
 }
 
 impl Backend for Postgres {
-    type Conn = Client;
+    const DIALECT: Dialect = Dialect::Postgres;
+
     type Connections = deadpool::managed::Pool<Manager>;
     type Row = PgRow;
     type Output = Outcome;
     type Shape = PgShape;
-
-    const DIALECT: Dialect = Dialect::Postgres;
-
-    fn max_params(&self) -> usize {
-        MAX_PARAMS
-    }
 
     fn max_statement_bytes(&self) -> usize {
         // The protocol's message length is an Int32.
         (i32::MAX as usize) - 4096
     }
 
-    fn params_per_row(shape: &PgShape) -> usize {
-        shape.types.len()
-    }
-
-    fn label(shape: &PgShape) -> &str {
-        &shape.shape.table
+    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
+        &self.pool
     }
 
     async fn prepare_shape(
@@ -176,10 +167,6 @@ impl Backend for Postgres {
         }))
     }
 
-    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
-        &self.pool
-    }
-
     async fn execute<'a>(
         &'a self,
         conn: &'a mut Client,
@@ -193,7 +180,7 @@ impl Backend for Postgres {
             .await
             .map_err(|e| ChunkError::Statement(unsent_error(e)))?;
         if conn.is_closed() {
-            return Err(ChunkError::Statement(closed_before_sending()));
+            return Err(ChunkError::Statement(Error::closed_before_send()));
         }
         let mut params = Vec::with_capacity(rows.len() * shape.types.len());
         for row in rows {

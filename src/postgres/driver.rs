@@ -11,9 +11,9 @@ use futures_util::TryStreamExt;
 use tokio_postgres::{Row, Statement};
 
 use super::encode::{PgArgs, PgRow, encode};
-use super::errors::{closed_before_sending, sent_error, unsent_error};
+use super::errors::{sent_error, unsent_error};
 use super::manager::{ClientWrapper, Manager};
-use super::{Client, Outcome, Postgres};
+use super::{Client, Postgres};
 use crate::backend::{Driver, End, Group, GroupReplies, Ran, Stmt};
 use crate::config::PoolSettings;
 use crate::error::{Error, Kind};
@@ -67,7 +67,7 @@ async fn run_statement(
     all_rows: bool,
 ) -> Result<Ran<Row>, Error> {
     if conn.is_closed() {
-        return Err(closed_before_sending());
+        return Err(Error::closed_before_send());
     }
     if stmt.columns().is_empty() {
         let affected = conn
@@ -243,7 +243,7 @@ impl Driver for Postgres {
         }
     }
 
-    async fn end<'a>(conn: &'a mut Client, end: End) -> (Result<(), Error>, bool) {
+    async fn end(conn: &mut Client, end: End) -> (Result<(), Error>, bool) {
         let reply = conn.batch_execute(end.sql()).await.map_err(sent_error);
         let over = ended(&reply);
         (reply, over)
@@ -251,17 +251,6 @@ impl Driver for Postgres {
 
     fn is_broken(conn: &Client) -> bool {
         conn.is_closed()
-    }
-
-    fn lend(_: &mut Client) {}
-
-    fn outcome(ran: Ran<Row>) -> Outcome {
-        Outcome::new(
-            ran.affected,
-            true,
-            ran.last_insert_id,
-            ran.rows.into_iter().next(),
-        )
     }
 }
 

@@ -1,40 +1,24 @@
 //! How tokio-postgres errors map to batchpool's [`Error`] kinds.
 
-use crate::error::{Error, Kind};
+use crate::error::Error;
 
 /// Maps a tokio-postgres error from running a statement that was sent.
 pub(crate) fn sent_error(e: tokio_postgres::Error) -> Error {
-    if e.as_db_error().is_some() {
-        Error::with_source(Kind::Db, "database error", e)
-    } else {
-        Error::with_source(
-            Kind::OutcomeUnknown,
-            "connection lost while the statement was in flight; it may or may not have committed",
-            e,
-        )
-    }
+    map(e, true)
 }
 
 /// Maps a tokio-postgres error from a step that cannot have written anything
 /// (prepare, or a connection already closed before sending).
 pub(crate) fn unsent_error(e: tokio_postgres::Error) -> Error {
-    if e.as_db_error().is_some() {
-        Error::with_source(Kind::Db, "database error", e)
-    } else {
-        Error::with_source(
-            Kind::ConnectionClosed,
-            "connection lost before the statement was sent",
-            e,
-        )
-    }
+    map(e, false)
 }
 
-/// The connection was found closed before anything was written.
-pub(crate) fn closed_before_sending() -> Error {
-    Error::new(
-        Kind::ConnectionClosed,
-        "connection closed before the statement was sent",
-    )
+fn map(e: tokio_postgres::Error, after_send: bool) -> Error {
+    if e.as_db_error().is_some() {
+        Error::db(e)
+    } else {
+        Error::connection_lost(after_send, e)
+    }
 }
 
 /// SQLSTATE classes whose errors can depend on one row's values.

@@ -40,6 +40,26 @@
 //!
 //! [tower]: https://docs.rs/tower
 
+/// `get_ref` / `get_mut` / `into_inner` of a service wrapping `$field: $ty`.
+macro_rules! inner_accessors {
+    ($field:ident: $ty:ident, $what:literal) => {
+        #[doc = concat!("The ", $what, ".")]
+        pub fn get_ref(&self) -> &$ty {
+            &self.$field
+        }
+
+        #[doc = concat!("The ", $what, ", mutably.")]
+        pub fn get_mut(&mut self) -> &mut $ty {
+            &mut self.$field
+        }
+
+        #[doc = concat!("Takes back the ", $what, " (a queue slot this service reserved is given back).")]
+        pub fn into_inner(self) -> $ty {
+            self.$field
+        }
+    };
+}
+
 mod coalesce;
 mod executor;
 mod pool;
@@ -50,7 +70,7 @@ mod service;
 use std::future::Future;
 use std::pin::Pin;
 
-pub use self::coalesce::{Coalesce, CoalesceConfig, CoalesceLayer};
+pub use self::coalesce::{BatchService, Coalesce, CoalesceConfig, CoalesceLayer};
 pub use self::executor::BatchExecutor;
 pub use self::pool::ServicePool;
 #[cfg(feature = "postgres")]

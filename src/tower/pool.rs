@@ -1,6 +1,7 @@
 //! [`ServicePool`]: what the tower services need from a pool, implemented by
 //! both backends' pools.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -58,65 +59,69 @@ pub trait ServicePool: sealed::Sealed + Clone + Send + Sync + 'static {
     type Outcome: Send + 'static;
 }
 
-fn queue_slots<B: Backend>(pool: &Pool<B>) -> (Arc<Semaphore>, &BatchConfig) {
-    let engine = pool.engine();
-    (engine.queue_slots().clone(), &engine.config)
+/// How a backend's owned bind values become its parameters.
+pub(crate) trait OwnedArgs: Backend {
+    /// One owned bind value.
+    type Value: Send + 'static;
+    /// The parameters of one statement, from its owned values.
+    fn args(values: &mut Vec<Self::Value>) -> Self::Args<'_>;
 }
 
-fn execute_owned<B, V>(
-    pool: &Pool<B>,
-    statement: Statement<V>,
-    reserved: Option<OwnedSemaphorePermit>,
-    args: for<'a> fn(&'a mut Vec<V>) -> B::Args<'a>,
-) -> BoxFuture<'static, Result<B::Output, Error>>
+#[cfg(feature = "postgres")]
+impl OwnedArgs for crate::postgres::Postgres {
+    type Value = super::PgValue;
+    fn args(values: &mut Vec<super::PgValue>) -> crate::postgres::PgArgs<'_> {
+        crate::postgres::PgArgs::Owned(values)
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl OwnedArgs for crate::mysql::MySql {
+    type Value = mysql_async::Value;
+    fn args(values: &mut Vec<mysql_async::Value>) -> mysql_async::Params {
+        mysql_async::Params::Positional(std::mem::take(values))
+    }
+}
+
+/// Runs `f` on a clone of the pool, as a `'static` future.
+fn owned<B, F, T>(pool: &Pool<B>, f: impl FnOnce(Pool<B>) -> F) -> BoxFuture<'static, T>
 where
     B: Backend,
-    V: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
 {
-    let pool = pool.clone();
-    Box::pin(async move {
-        let (sql, mut params) = statement.into_parts();
-        pool.execute_args(&sql, args(&mut params), reserved).await
-    })
+    Box::pin(f(pool.clone()))
 }
 
-fn execute_batch<B, V>(
-    pool: &Pool<B>,
-    batch: Batch<V>,
-    args: for<'a> fn(&'a mut Vec<V>) -> B::Args<'a>,
-) -> BoxFuture<'static, BatchResult<B::Output>>
-where
-    B: Backend,
-    V: Send + 'static,
-{
-    let pool = pool.clone();
-    Box::pin(async move {
-        let (sql, mut rows) = batch.into_parts();
-        let rows = rows.iter_mut().map(args).collect();
-        pool.execute_many_args(&sql, rows).await
-    })
-}
-
-/// Implements [`ServicePool`] for a backend's pool, whose owned values turn
-/// into its parameters with `$args`.
+/// Implements [`ServicePool`] for a backend's pool.
 macro_rules! service_pool {
-    ($backend:ty, $value:ty, $outcome:ty, $args:expr) => {
+    ($backend:ty, $value:ty, $outcome:ty) => {
         impl sealed::Sealed for Pool<$backend> {
             fn queue_slots(&self) -> (Arc<Semaphore>, &BatchConfig) {
-                queue_slots(self)
+                let engine = self.engine();
+                (engine.queue_slots().clone(), &engine.config)
             }
+
             fn execute_owned(
                 &self,
                 statement: Statement<$value>,
                 reserved: Option<OwnedSemaphorePermit>,
-            ) -> BoxFuture<'static, Result<<Self as ServicePool>::Outcome, Error>> {
-                execute_owned(self, statement, reserved, $args)
+            ) -> BoxFuture<'static, Result<$outcome, Error>> {
+                owned(self, |pool| async move {
+                    let (sql, mut params) = statement.into_parts();
+                    let args = <$backend as OwnedArgs>::args(&mut params);
+                    pool.execute_args(&sql, args, reserved).await
+                })
             }
+
             fn execute_batch(
                 &self,
                 batch: Batch<$value>,
-            ) -> BoxFuture<'static, BatchResult<<Self as ServicePool>::Outcome>> {
-                execute_batch(self, batch, $args)
+            ) -> BoxFuture<'static, BatchResult<$outcome>> {
+                owned(self, |pool| async move {
+                    let (sql, mut rows) = batch.into_parts();
+                    let rows = rows.iter_mut().map(<$backend as OwnedArgs>::args).collect();
+                    pool.execute_many_args(&sql, rows).await
+                })
             }
         }
 
@@ -131,14 +136,12 @@ macro_rules! service_pool {
 service_pool!(
     crate::postgres::Postgres,
     super::PgValue,
-    crate::postgres::Outcome,
-    |v| { crate::postgres::PgArgs::Owned(v) }
+    crate::postgres::Outcome
 );
 
 #[cfg(feature = "mysql")]
 service_pool!(
     crate::mysql::MySql,
     mysql_async::Value,
-    crate::mysql::Outcome,
-    |v| { mysql_async::Params::Positional(std::mem::take(v)) }
+    crate::mysql::Outcome
 );

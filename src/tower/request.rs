@@ -1,7 +1,6 @@
 //! The requests: one [`Statement`] with owned parameters, and a [`Batch`]
 //! of rows of one SQL text.
 
-use std::fmt;
 use std::sync::Arc;
 
 #[cfg(feature = "postgres")]
@@ -22,6 +21,7 @@ pub use crate::postgres::PgValue;
 /// assert_eq!(stmt.params().len(), 2);
 /// # }
 /// ```
+#[derive(Debug)]
 pub struct Statement<V> {
     sql: Arc<str>,
     params: Vec<V>,
@@ -67,15 +67,6 @@ impl<V> Statement<V> {
     }
 }
 
-impl<V: fmt::Debug> fmt::Debug for Statement<V> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Statement")
-            .field("sql", &self.sql)
-            .field("params", &self.params)
-            .finish()
-    }
-}
-
 /// A value [`Statement::bind`] accepts for bind value type `V`: for
 /// PostgreSQL ([`PgValue`]) any `ToSql + Send + Sync + 'static` value.
 pub trait IntoValue<V> {
@@ -98,6 +89,7 @@ where
 ///
 /// The inner service must run a batch so that each row's result is its own
 /// (for example [`BatchExecutor`], which uses the pool's `execute_many`).
+#[derive(Debug)]
 pub struct Batch<V> {
     sql: Arc<str>,
     rows: Vec<Vec<V>>,
@@ -135,15 +127,6 @@ impl<V> Batch<V> {
     /// The SQL text and the rows.
     pub fn into_parts(self) -> (Arc<str>, Vec<Vec<V>>) {
         (self.sql, self.rows)
-    }
-}
-
-impl<V: fmt::Debug> fmt::Debug for Batch<V> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Batch")
-            .field("sql", &self.sql)
-            .field("rows", &self.rows)
-            .finish()
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`CoalesceConfig`]: how [`Coalesce`](super::Coalesce) batches rows.
 
-use crate::config::QueueFull;
+use crate::config::{QueueFull, setters};
 
 /// How [`Coalesce`](super::Coalesce) batches rows: the size of a batch and
 /// the bound on rows waiting. (A pool's own coalescing is configured by
@@ -30,21 +30,12 @@ impl Default for CoalesceConfig {
 }
 
 impl CoalesceConfig {
-    /// Sets [`max_rows`](CoalesceConfig::max_rows) (0 counts as 1).
-    pub fn max_rows(mut self, n: usize) -> Self {
-        self.max_rows = n;
-        self
-    }
-
-    /// Sets [`queue_capacity`](CoalesceConfig::queue_capacity) (0 counts as 1).
-    pub fn queue_capacity(mut self, n: usize) -> Self {
-        self.queue_capacity = n;
-        self
-    }
-
-    /// Sets [`queue_full`](CoalesceConfig::queue_full).
-    pub fn queue_full(mut self, q: QueueFull) -> Self {
-        self.queue_full = q;
-        self
+    setters! {
+        /// Sets [`max_rows`](CoalesceConfig::max_rows) (0 counts as 1).
+        max_rows: (usize),
+        /// Sets [`queue_capacity`](CoalesceConfig::queue_capacity) (0 counts as 1).
+        queue_capacity: (usize),
+        /// Sets [`queue_full`](CoalesceConfig::queue_full).
+        queue_full: (QueueFull),
     }
 }

@@ -6,23 +6,19 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
-use tower_service::Service;
 
+use super::BatchService;
 use super::queue::{Entry, RowReply};
 use crate::error::{Error, Kind};
 use crate::tower::{Batch, BoxError};
 
 /// Calls the ready inner service with `entries` as one batch and runs it in
 /// its own task, which sends each row its result.
-pub(crate) fn dispatch<S, V, O, E>(svc: &mut S, sql: &Arc<str>, entries: Vec<Entry>)
-where
-    S: Service<Batch<V>, Response = Vec<Result<O, E>>>,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError> + 'static,
-    E: Into<BoxError> + 'static,
-    V: Send + 'static,
-    O: Send + 'static,
-{
+pub(crate) fn dispatch<S: BatchService<V>, V: Send + 'static>(
+    svc: &mut S,
+    sql: &Arc<str>,
+    entries: Vec<Entry>,
+) {
     let mut rows = Vec::with_capacity(entries.len());
     let mut replies = Vec::with_capacity(entries.len());
     for entry in entries {

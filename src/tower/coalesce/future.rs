@@ -9,12 +9,12 @@ use std::task::{Context, Poll};
 
 use pin_project::{pin_project, pinned_drop};
 use tokio::sync::oneshot;
-use tower_service::Service;
 
+use super::BatchService;
 use super::dispatch::dispatch;
 use super::queue::{Key, RowReply, Shared, Ticket};
 use crate::error::Error;
-use crate::tower::{Batch, BoxError, polled_after_completion};
+use crate::tower::{BoxError, polled_after_completion};
 
 /// Response future of [`Coalesce`](crate::tower::Coalesce): this caller's own
 /// row's result.
@@ -62,16 +62,8 @@ impl<S, V> ResponseFuture<S, V> {
     }
 }
 
-impl<S, V, O, E> Future for ResponseFuture<S, V>
-where
-    S: Service<Batch<V>, Response = Vec<Result<O, E>>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError> + 'static,
-    E: Into<BoxError> + 'static,
-    V: Send + 'static,
-    O: Send + 'static,
-{
-    type Output = Result<O, BoxError>;
+impl<S: BatchService<V>, V: Send + 'static> Future for ResponseFuture<S, V> {
+    type Output = Result<S::Row, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let state = self.project().state;
@@ -90,7 +82,7 @@ where
             if let Poll::Ready(reply) = Pin::new(&mut q.rx).poll(cx) {
                 let out = match reply {
                     Ok(Ok(value)) => value
-                        .downcast::<O>()
+                        .downcast::<S::Row>()
                         .map(|o| *o)
                         .map_err(|_| Error::internal("row result of another type").into()),
                     Ok(Err(e)) => Err(e),

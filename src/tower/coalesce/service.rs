@@ -8,13 +8,13 @@ use std::task::{Context, Poll};
 use tokio::sync::{Semaphore, oneshot};
 use tower_service::Service;
 
-use super::CoalesceConfig;
 use super::future::{Queued, ResponseFuture};
 use super::queue::{Entry, Shared, Ticket};
+use super::{BatchService, CoalesceConfig};
 use crate::config::QueueFull;
 use crate::error::Error;
 use crate::tower::reserve::{Reservation, Taken};
-use crate::tower::{Batch, BoxError, Statement};
+use crate::tower::{BoxError, Statement};
 
 /// Coalesces [`Statement`]s of the same SQL text into [`Batch`]es for the
 /// inner service `S`, which answers one result per row, in order; each
@@ -68,20 +68,7 @@ impl<S> Coalesce<S> {
         super::CoalesceLayer::new(config)
     }
 
-    /// The inner service (each call clones it to dispatch batches).
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service (a reserved queue slot is given back).
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    inner_accessors!(inner: S, "inner service");
 
     /// Rows waiting in this layer's queues now (all clones, all SQL texts).
     pub fn queued(&self) -> usize {
@@ -109,16 +96,8 @@ impl<S: fmt::Debug> fmt::Debug for Coalesce<S> {
     }
 }
 
-impl<S, V, O, E> Service<Statement<V>> for Coalesce<S>
-where
-    S: Service<Batch<V>, Response = Vec<Result<O, E>>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError> + 'static,
-    E: Into<BoxError> + 'static,
-    V: Send + 'static,
-    O: Send + 'static,
-{
-    type Response = O;
+impl<S: BatchService<V>, V: Send + 'static> Service<Statement<V>> for Coalesce<S> {
+    type Response = S::Row;
     type Error = BoxError;
     type Future = ResponseFuture<S, V>;
 

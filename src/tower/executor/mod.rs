@@ -34,20 +34,7 @@ impl<P: ServicePool> BatchExecutor<P> {
 }
 
 impl<P> BatchExecutor<P> {
-    /// The pool.
-    pub fn get_ref(&self) -> &P {
-        &self.pool
-    }
-
-    /// The pool, mutably.
-    pub fn get_mut(&mut self) -> &mut P {
-        &mut self.pool
-    }
-
-    /// The pool.
-    pub fn into_inner(self) -> P {
-        self.pool
-    }
+    inner_accessors!(pool: P, "pool");
 }
 
 impl<P: fmt::Debug> fmt::Debug for BatchExecutor<P> {

@@ -57,20 +57,7 @@ impl<P: ServicePool> PoolService<P> {
 }
 
 impl<P> PoolService<P> {
-    /// The pool.
-    pub fn get_ref(&self) -> &P {
-        &self.pool
-    }
-
-    /// The pool, mutably.
-    pub fn get_mut(&mut self) -> &mut P {
-        &mut self.pool
-    }
-
-    /// The pool (a reserved queue slot is given back).
-    pub fn into_inner(self) -> P {
-        self.pool
-    }
+    inner_accessors!(pool: P, "pool");
 }
 
 impl<P: Clone> Clone for PoolService<P> {
