@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::error::{Error, Kind};
+
 /// What `execute` does when the batch queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QueueFull {
@@ -9,7 +11,7 @@ pub enum QueueFull {
     #[default]
     Wait,
     /// Fail at once with an error for which
-    /// [`Error::is_overloaded`](crate::Error::is_overloaded) is true.
+    /// [`Error::is_overloaded`](crate::error::Error::is_overloaded) is true.
     Reject,
 }
 
@@ -107,10 +109,10 @@ impl BatchConfig {
         enabled: (bool),
     }
 
-    pub(crate) fn validate(&self) -> Result<(), crate::Error> {
+    pub(crate) fn validate(&self) -> Result<(), Error> {
         let bad = |what: &str| {
-            Err(crate::Error::new(
-                crate::error::Kind::Config,
+            Err(Error::new(
+                Kind::Config,
                 format!("invalid batch config: {what}"),
             ))
         };
@@ -163,8 +165,8 @@ impl PoolSettings {
     pub(crate) fn build_pool<M: deadpool::managed::Manager>(
         &self,
         manager: M,
-    ) -> Result<deadpool::managed::Pool<M>, crate::Error> {
-        let config_error = |msg: String| crate::Error::new(crate::error::Kind::Config, msg);
+    ) -> Result<deadpool::managed::Pool<M>, Error> {
+        let config_error = |msg: String| Error::new(Kind::Config, msg);
         if self.max_size == 0 {
             return Err(config_error("max_size must be at least 1".into()));
         }

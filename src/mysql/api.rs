@@ -9,7 +9,7 @@ use crate::error::{AtomicError, Error};
 impl Pool {
     /// Starts building a pool from mysql_async options.
     pub fn from_opts(opts: impl Into<Opts>) -> PoolBuilder {
-        crate::PoolBuilder::new(Ok(opts.into()))
+        crate::pool::PoolBuilder::new(Ok(opts.into()))
     }
 
     /// Runs one statement and returns this caller's own outcome.

@@ -156,7 +156,7 @@ impl std::fmt::Debug for MySql {
     }
 }
 
-impl crate::Backend for MySql {}
+impl crate::backend::Backend for MySql {}
 
 /// MySQL-only builder options.
 #[derive(Debug, Clone)]
@@ -173,18 +173,18 @@ impl Default for MyOptions {
 }
 
 /// A coalescing MySQL / MariaDB connection pool (see [`crate::Pool`]).
-pub type Pool = crate::Pool<MySql>;
+pub type Pool = crate::pool::Pool<MySql>;
 
 /// Builds a [`Pool`].
-pub type PoolBuilder = crate::PoolBuilder<MySql>;
+pub type PoolBuilder = crate::pool::PoolBuilder<MySql>;
 
 /// A MySQL / MariaDB transaction with a lazy `START TRANSACTION` (see
 /// [`crate::Transaction`]).
-pub type Transaction = crate::Transaction<MySql>;
+pub type Transaction = crate::pool::Transaction<MySql>;
 
 /// What one caller's statement did (see [`crate::Outcome`] and
 /// [Per-row outcomes](self#per-row-outcomes)).
-pub type Outcome = crate::Outcome<mysql_async::Row>;
+pub type Outcome = crate::outcome::Outcome<mysql_async::Row>;
 
 /// A pooled connection, from [`Pool::get`]: derefs to
 /// [`mysql_async::Conn`] and goes back to the pool when dropped (after a

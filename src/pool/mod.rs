@@ -143,10 +143,6 @@ impl<B: Backend> Pool<B> {
     ) -> Result<B::Output, Error> {
         self.engine.check_open()?;
         match self.engine.route(sql).await? {
-            Route::Batch(q) => {
-                let (row, bytes) = self.engine.backend.encode_row(&q.shape, args)?;
-                self.engine.submit(&q, row, bytes, reserved).await
-            }
             Route::Pass(reason) => {
                 refuse_control(&reason)?;
                 let mut conn = self.engine.backend.connections().checkout().await?;
@@ -159,6 +155,10 @@ impl<B: Backend> Pool<B> {
                     all_rows: false,
                 };
                 B::run(&mut conn, stmt).await.map(Ran::into_outcome)
+            }
+            Route::Batch(q) => {
+                let (row, bytes) = self.engine.backend.encode_row(&q.shape, args)?;
+                self.engine.submit(&q, row, bytes, reserved).await
             }
         }
     }
@@ -219,7 +219,9 @@ impl<B: Backend> Pool<B> {
         args: B::Args<'_>,
     ) -> Result<Vec<B::QueryRow>, Error> {
         self.engine.check_open()?;
-        refuse_statement::<B>(sql, false)?;
+        if let Route::Pass(reason) = self.engine.route(sql).await? {
+            refuse_control(&reason)?;
+        }
         let mut conn = self.engine.backend.connections().checkout().await?;
         let (prepared, bound) = prepare_one::<B>(&mut conn, sql, args).await?;
         let stmt = Stmt {
@@ -295,12 +297,13 @@ async fn prepare_one<B: Backend>(
     Ok((prepared, bound))
 }
 
-/// Transaction control through `execute` would run on an arbitrary pooled
-/// connection and leave it inside a transaction for some later caller.
+/// Transaction control through `execute` or `query` would run on an
+/// arbitrary pooled connection and leave it inside a transaction for some
+/// later caller.
 fn refuse_control(reason: &NotCoalesced) -> Result<(), Error> {
     match reason {
         NotCoalesced::TransactionControl(keyword) => Err(Error::refused(format!(
-            "{keyword} through Pool::execute would run on an arbitrary pooled connection; \
+            "{keyword} through the pool would run on an arbitrary pooled connection; \
              use Pool::begin / Pool::atomic, or Pool::get for manual transaction control"
         ))),
         _ => Ok(()),

@@ -10,7 +10,7 @@ use crate::error::{AtomicError, Error};
 impl Pool {
     /// Starts building a pool from a parsed tokio-postgres config.
     pub fn from_config(config: tokio_postgres::Config) -> PoolBuilder {
-        crate::PoolBuilder::new(Ok(config))
+        crate::pool::PoolBuilder::new(Ok(config))
     }
 
     /// Runs one statement and returns this caller's own outcome.

@@ -77,19 +77,19 @@ impl std::fmt::Debug for Postgres {
     }
 }
 
-impl crate::Backend for Postgres {}
+impl crate::backend::Backend for Postgres {}
 
 /// A coalescing PostgreSQL connection pool (see [`crate::Pool`]).
-pub type Pool = crate::Pool<Postgres>;
+pub type Pool = crate::pool::Pool<Postgres>;
 
 /// Builds a [`Pool`].
-pub type PoolBuilder = crate::PoolBuilder<Postgres>;
+pub type PoolBuilder = crate::pool::PoolBuilder<Postgres>;
 
 /// A PostgreSQL transaction with a lazy `BEGIN` (see [`crate::Transaction`]).
-pub type Transaction = crate::Transaction<Postgres>;
+pub type Transaction = crate::pool::Transaction<Postgres>;
 
 /// What one caller's statement did (see [`crate::Outcome`]).
-pub type Outcome = crate::Outcome<tokio_postgres::Row>;
+pub type Outcome = crate::outcome::Outcome<tokio_postgres::Row>;
 
 /// A pooled connection, from [`Pool::get`]: derefs to
 /// [`tokio_postgres::Client`] and goes back to the pool when dropped.
