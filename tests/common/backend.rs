@@ -1,0 +1,803 @@
+//! One interface over both backends, so that a test body is written once and
+//! runs against PostgreSQL and MariaDB.
+//!
+//! A shared test is a generic `async fn name<B: TestBackend>()`; the
+//! [`both!`] macro turns a list of them into `pg::name` and `mysql::name`
+//! tests. [`Pg`] and [`My`] implement [`TestBackend`] with each backend's own
+//! pool (`batchpool::postgres::Pool`, `batchpool::mysql::Pool`) and native
+//! parameter API; shared SQL is written with `?` placeholders, which
+//! [`TestBackend::sql`] numbers (`$1, $2, …`) for PostgreSQL. Each half is
+//! compiled only with its cargo feature (`postgres`, `mysql`).
+
+// Each test binary uses only some of these.
+#![allow(unused_imports, unused_macros)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use batchpool::{BatchConfig, Error, Stats};
+
+/// A parameter value of a shared test, bound natively by each backend
+/// (`i32`/`i64`/`f64`/`bool`/`String`, or a text NULL).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Val {
+    Int(i32),
+    BigInt(i64),
+    Float(f64),
+    Bool(bool),
+    Text(String),
+    /// SQL NULL (a text NULL for PostgreSQL).
+    Null,
+}
+
+impl From<i32> for Val {
+    fn from(v: i32) -> Val {
+        Val::Int(v)
+    }
+}
+
+impl From<i64> for Val {
+    fn from(v: i64) -> Val {
+        Val::BigInt(v)
+    }
+}
+
+impl From<f64> for Val {
+    fn from(v: f64) -> Val {
+        Val::Float(v)
+    }
+}
+
+impl From<bool> for Val {
+    fn from(v: bool) -> Val {
+        Val::Bool(v)
+    }
+}
+
+impl From<&str> for Val {
+    fn from(v: &str) -> Val {
+        Val::Text(v.to_string())
+    }
+}
+
+impl From<String> for Val {
+    fn from(v: String) -> Val {
+        Val::Text(v)
+    }
+}
+
+impl<T: Into<Val>> From<Option<T>> for Val {
+    fn from(v: Option<T>) -> Val {
+        v.map_or(Val::Null, Into::into)
+    }
+}
+
+/// `vals![a, b]`: a `Vec<Val>` of parameters.
+macro_rules! vals {
+    ($($v:expr),* $(,)?) => {
+        vec![$($crate::common::backend::Val::from($v)),*]
+    };
+}
+pub(crate) use vals;
+
+/// What the shared tests read from one caller's outcome (each backend's
+/// `Outcome` type).
+pub trait TestOutcome: std::fmt::Debug + Send + 'static {
+    fn rows_affected(&self) -> u64;
+    fn is_exact(&self) -> bool;
+    /// The caller's own generated id where the backend reports one without
+    /// `RETURNING` (MySQL's `last_insert_id`); always `None` for PostgreSQL.
+    fn insert_id(&self) -> Option<u64>;
+    /// Columns 0 (an integer id) and 1 (text) of the `RETURNING` row.
+    fn returned_id_text(&self) -> Option<(i64, String)>;
+}
+
+/// What a shared test needs from a backend. Shared SQL uses `?`
+/// placeholders (see [`TestBackend::sql`]).
+pub trait TestBackend: Send + Sync + 'static {
+    type Pool: Clone + Send + Sync + 'static;
+    type Outcome: TestOutcome;
+    /// A direct connection (no pool, no proxy) for watching and steering
+    /// the server from the side.
+    type Admin: Send;
+
+    /// The backend's name in messages.
+    const NAME: &'static str;
+    /// Column type of an auto-generated 64-bit key.
+    const SERIAL: &'static str;
+    /// Whether outcomes carry per-row generated ids without `RETURNING`
+    /// ([`TestOutcome::insert_id`]).
+    const INSERT_IDS: bool;
+    /// Error codes as (`Error::code()`, [`TestBackend::native_code`]).
+    const DUPLICATE_KEY: (&'static str, &'static str);
+    const CHECK_VIOLATION: (&'static str, &'static str);
+    const SYNTAX_ERROR: (&'static str, &'static str);
+    const NO_SUCH_TABLE: (&'static str, &'static str);
+
+    /// `pg` for PostgreSQL, `my` for MySQL: for the few texts that differ.
+    fn pick<T>(pg: T, my: T) -> T;
+
+    /// `sql` with its `?` placeholders made native (`$1, $2, …` for
+    /// PostgreSQL; unchanged for MySQL). `?` inside quotes is left alone.
+    fn sql(sql: &str) -> String;
+
+    /// The server's own code of a database error: PostgreSQL's SQLSTATE
+    /// (from `as_db_error`), MySQL's error number (from `as_mysql_error`).
+    fn native_code(e: &Error) -> Option<String>;
+
+    /// Fails the test unless the server hands out consecutive
+    /// auto-increment ids within a statement (MySQL's
+    /// `innodb_autoinc_lock_mode` 0 or 1, the default), which per-row ids
+    /// rely on. Nothing to check for PostgreSQL.
+    fn require_consecutive_ids(pool: &Self::Pool) -> impl Future<Output = ()> + Send;
+
+    /// A fresh, empty database on the shared server: its URL.
+    fn fresh_db() -> impl Future<Output = String> + Send;
+
+    /// A pool on `url` with `max_size` connections and `config` batching.
+    fn pool(url: &str, config: BatchConfig, max_size: usize) -> Self::Pool;
+
+    /// A pool reaching the database of `url` through a TCP proxy listening
+    /// on `proxy`.
+    fn pool_via(url: &str, proxy: SocketAddr, config: BatchConfig, max_size: usize) -> Self::Pool;
+
+    /// The server address behind `url` (for a proxy in front of it).
+    fn upstream(url: &str) -> SocketAddr;
+
+    /// `pool.execute(sql, params)`.
+    fn execute(
+        pool: &Self::Pool,
+        sql: &str,
+        params: &[Val],
+    ) -> impl Future<Output = Result<Self::Outcome, Error>> + Send;
+
+    /// `pool.execute_many(sql, rows)`.
+    #[allow(clippy::type_complexity)]
+    fn execute_many(
+        pool: &Self::Pool,
+        sql: &str,
+        rows: &[Vec<Val>],
+    ) -> impl Future<Output = Result<Vec<Result<Self::Outcome, Error>>, Error>> + Send;
+
+    /// `pool.query(sql, params)` with every column read as text (`None` for
+    /// NULL); SQL that wants typed columns casts them.
+    fn query_text(
+        pool: &Self::Pool,
+        sql: &str,
+        params: &[Val],
+    ) -> impl Future<Output = Result<Vec<Vec<Option<String>>>, Error>> + Send;
+
+    /// `pool.query(sql, params)`, column 0 of every row as an `i32`
+    /// (an `INT` column).
+    fn query_i32(
+        pool: &Self::Pool,
+        sql: &str,
+        params: &[Val],
+    ) -> impl Future<Output = Result<Vec<i32>, Error>> + Send;
+
+    /// `pool.query_one(sql, params)`, column 0 as an `i64` (a count).
+    fn query_i64(
+        pool: &Self::Pool,
+        sql: &str,
+        params: &[Val],
+    ) -> impl Future<Output = Result<i64, Error>> + Send;
+
+    fn stats(pool: &Self::Pool) -> Stats;
+    /// `(status.size, status.available)`.
+    fn size_available(pool: &Self::Pool) -> (usize, usize);
+    /// `pool.get()`: a connection the caller holds until it drops it.
+    fn hold(pool: &Self::Pool) -> impl Future<Output = Box<dyn Send>> + Send;
+    fn close(pool: &Self::Pool) -> impl Future<Output = ()> + Send;
+
+    /// A direct connection to the database of `url`.
+    fn admin(url: &str) -> impl Future<Output = Self::Admin> + Send;
+    /// Runs `sql` (no parameters, any number of statements) on `admin`.
+    fn admin_run(admin: &mut Self::Admin, sql: &str) -> impl Future<Output = ()> + Send;
+    /// Connection ids (backend pids, thread ids) of other sessions whose
+    /// statement starts with `prefix` and waits for a row lock.
+    fn lock_waiters(admin: &mut Self::Admin, prefix: &str)
+    -> impl Future<Output = Vec<u64>> + Send;
+    /// Whether another session is running a statement starting with `prefix`.
+    fn running(admin: &mut Self::Admin, prefix: &str) -> impl Future<Output = bool> + Send;
+    /// Has the server end session `id` (pg_terminate_backend / KILL).
+    fn kill_session(admin: &mut Self::Admin, id: u64) -> impl Future<Output = ()> + Send;
+}
+
+/// `count(*)` of `table`.
+pub async fn count<B: TestBackend>(pool: &B::Pool, table: &str) -> i64 {
+    B::query_i64(pool, &format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .expect("count")
+}
+
+/// Waits until the pool's queues are empty and no flush runs (it always
+/// gets there: every queued row is flushed or cancelled).
+pub async fn settle<B: TestBackend>(pool: &B::Pool) {
+    wait_for("the pool to settle", || {
+        let s = B::stats(pool);
+        s.queued == 0 && s.in_flight == 0
+    })
+    .await;
+}
+
+/// Every connection is back in the pool: none leaked. (A flush hands its
+/// rows their outcomes a moment before it returns its connection, so this
+/// waits for that first.)
+pub async fn all_returned<B: TestBackend>(pool: &B::Pool) {
+    wait_for("every connection back in the pool", || {
+        let (size, available) = B::size_available(pool);
+        size == available
+    })
+    .await;
+    let (size, available) = B::size_available(pool);
+    assert_eq!(size, available, "pool size, available connections");
+}
+
+/// Polls `condition` every 10 ms until it holds; see [`Patience`].
+pub async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    let patience = Patience::new(what);
+    while !condition() {
+        patience.wait().await;
+    }
+}
+
+/// The pause of a polling loop, only for conditions that are certain to
+/// become true: `loop { if done { break } patience.wait().await }`. After
+/// 120 s it fails the test (a bug, not a slow machine) instead of hanging.
+pub struct Patience<'a> {
+    what: &'a str,
+    start: std::time::Instant,
+}
+
+impl<'a> Patience<'a> {
+    pub fn new(what: &'a str) -> Patience<'a> {
+        Patience {
+            what,
+            start: std::time::Instant::now(),
+        }
+    }
+
+    pub async fn wait(&self) {
+        assert!(
+            self.start.elapsed() < std::time::Duration::from_secs(120),
+            "gave up waiting for {}",
+            self.what
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs generic test bodies as `pg::name` and `mysql::name` tests, each
+/// compiled with its backend's feature. Every entry ends with a comma and is
+/// either `(tokio::test arguments) name` (an `async fn name<B>()`) or
+/// `test name` (a plain `fn name<B>()`):
+///
+/// ```ignore
+/// both! {
+///     (flavor = "multi_thread", worker_threads = 2) close_flushes_queued_rows,
+///     test rewritten_statement_inserts_n_rows,
+/// }
+/// ```
+macro_rules! both {
+    ($($entries:tt)*) => {
+        #[cfg(feature = "postgres")]
+        mod pg {
+            $crate::common::backend::tests_for!(Pg; $($entries)*);
+        }
+        #[cfg(feature = "mysql")]
+        mod mysql {
+            $crate::common::backend::tests_for!(My; $($entries)*);
+        }
+    };
+}
+pub(crate) use both;
+
+/// [`both!`] for one backend.
+macro_rules! tests_for {
+    ($backend:ident;) => {};
+    ($backend:ident; test $name:ident, $($rest:tt)*) => {
+        #[test]
+        fn $name() {
+            super::$name::<$crate::common::backend::$backend>()
+        }
+        $crate::common::backend::tests_for!($backend; $($rest)*);
+    };
+    ($backend:ident; ($($args:tt)*) $name:ident, $($rest:tt)*) => {
+        #[tokio::test($($args)*)]
+        async fn $name() {
+            super::$name::<$crate::common::backend::$backend>().await
+        }
+        $crate::common::backend::tests_for!($backend; $($rest)*);
+    };
+}
+pub(crate) use tests_for;
+
+/// `?` → `$1, $2, …` outside quotes and comments-free SQL (the shared tests'
+/// statements).
+#[cfg(feature = "postgres")]
+fn number_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let (mut n, mut quote) = (0, None);
+    for c in sql.chars() {
+        match (c, quote) {
+            ('\'' | '"', None) => quote = Some(c),
+            (q, Some(open)) if q == open => quote = None,
+            ('?', None) => {
+                n += 1;
+                out.push_str(&format!("${n}"));
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(feature = "postgres")]
+pub use pg::{Pg, pg_upstream, pg_via};
+
+#[cfg(feature = "postgres")]
+mod pg {
+    use super::*;
+    use batchpool::postgres::{Outcome, Pool};
+    use tokio_postgres::types::ToSql;
+
+    /// PostgreSQL through `batchpool::postgres::Pool`.
+    pub struct Pg;
+
+    static NULL_TEXT: Option<String> = None;
+
+    fn refs(params: &[Val]) -> Vec<&(dyn ToSql + Sync)> {
+        params
+            .iter()
+            .map(|v| -> &(dyn ToSql + Sync) {
+                match v {
+                    Val::Int(i) => i,
+                    Val::BigInt(i) => i,
+                    Val::Float(f) => f,
+                    Val::Bool(b) => b,
+                    Val::Text(s) => s,
+                    Val::Null => &NULL_TEXT,
+                }
+            })
+            .collect()
+    }
+
+    /// The server address behind a PostgreSQL URL (`localhost` as 127.0.0.1).
+    pub fn pg_upstream(url: &str) -> SocketAddr {
+        let parsed: tokio_postgres::Config = url.parse().expect("test url");
+        let port = parsed.get_ports().first().copied().unwrap_or(5432);
+        let host = match parsed.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(h)) if h != "localhost" => h.clone(),
+            _ => "127.0.0.1".to_string(),
+        };
+        format!("{host}:{port}").parse().expect("upstream address")
+    }
+
+    /// A config reaching the database of `url` through `proxy`.
+    pub fn pg_via(url: &str, proxy: SocketAddr) -> tokio_postgres::Config {
+        let parsed: tokio_postgres::Config = url.parse().expect("test url");
+        let mut config = tokio_postgres::Config::new();
+        config.host(proxy.ip().to_string()).port(proxy.port());
+        if let Some(user) = parsed.get_user() {
+            config.user(user);
+        }
+        if let Some(db) = parsed.get_dbname() {
+            config.dbname(db);
+        }
+        config
+    }
+
+    impl TestOutcome for Outcome {
+        fn rows_affected(&self) -> u64 {
+            Outcome::rows_affected(self)
+        }
+        fn is_exact(&self) -> bool {
+            Outcome::is_exact(self)
+        }
+        fn insert_id(&self) -> Option<u64> {
+            None
+        }
+        fn returned_id_text(&self) -> Option<(i64, String)> {
+            self.returned().map(|r| (r.get(0), r.get(1)))
+        }
+    }
+
+    impl TestBackend for Pg {
+        type Pool = Pool;
+        type Outcome = Outcome;
+        type Admin = tokio_postgres::Client;
+        const NAME: &'static str = "PostgreSQL";
+        const SERIAL: &'static str = "bigserial";
+        const INSERT_IDS: bool = false;
+        const DUPLICATE_KEY: (&'static str, &'static str) = ("23505", "23505");
+        const CHECK_VIOLATION: (&'static str, &'static str) = ("23514", "23514");
+        const SYNTAX_ERROR: (&'static str, &'static str) = ("42601", "42601");
+        const NO_SUCH_TABLE: (&'static str, &'static str) = ("42P01", "42P01");
+
+        fn pick<T>(pg: T, _my: T) -> T {
+            pg
+        }
+
+        fn sql(sql: &str) -> String {
+            number_placeholders(sql)
+        }
+
+        fn native_code(e: &Error) -> Option<String> {
+            e.as_db_error().map(|db| db.code().code().to_string())
+        }
+
+        async fn require_consecutive_ids(_: &Pool) {}
+
+        async fn fresh_db() -> String {
+            crate::common::pg_fresh_db().await
+        }
+
+        fn pool(url: &str, config: BatchConfig, max_size: usize) -> Pool {
+            Pool::builder(url)
+                .max_size(max_size)
+                .batching(config)
+                .build()
+                .expect("build pool")
+        }
+
+        fn pool_via(url: &str, proxy: SocketAddr, config: BatchConfig, max_size: usize) -> Pool {
+            Pool::from_config(pg_via(url, proxy))
+                .max_size(max_size)
+                .batching(config)
+                .build()
+                .expect("build pool")
+        }
+
+        fn upstream(url: &str) -> SocketAddr {
+            pg_upstream(url)
+        }
+
+        async fn execute(pool: &Pool, sql: &str, params: &[Val]) -> Result<Outcome, Error> {
+            pool.execute(sql, &refs(params)).await
+        }
+
+        async fn execute_many(
+            pool: &Pool,
+            sql: &str,
+            rows: &[Vec<Val>],
+        ) -> Result<Vec<Result<Outcome, Error>>, Error> {
+            let rows: Vec<Vec<&(dyn ToSql + Sync)>> = rows.iter().map(|r| refs(r)).collect();
+            pool.execute_many(sql, &rows).await
+        }
+
+        async fn query_text(
+            pool: &Pool,
+            sql: &str,
+            params: &[Val],
+        ) -> Result<Vec<Vec<Option<String>>>, Error> {
+            let rows = pool.query(sql, &refs(params)).await?;
+            Ok(rows
+                .iter()
+                .map(|r| (0..r.len()).map(|i| r.get(i)).collect())
+                .collect())
+        }
+
+        async fn query_i32(pool: &Pool, sql: &str, params: &[Val]) -> Result<Vec<i32>, Error> {
+            let rows = pool.query(sql, &refs(params)).await?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        }
+
+        async fn query_i64(pool: &Pool, sql: &str, params: &[Val]) -> Result<i64, Error> {
+            Ok(pool.query_one(sql, &refs(params)).await?.get(0))
+        }
+
+        fn stats(pool: &Pool) -> Stats {
+            pool.stats()
+        }
+
+        fn size_available(pool: &Pool) -> (usize, usize) {
+            let s = pool.status();
+            (s.size, s.available)
+        }
+
+        async fn hold(pool: &Pool) -> Box<dyn Send> {
+            Box::new(pool.get().await.expect("a pooled connection"))
+        }
+
+        async fn close(pool: &Pool) {
+            pool.close().await
+        }
+
+        async fn admin(url: &str) -> tokio_postgres::Client {
+            let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .expect("admin connection");
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            client
+        }
+
+        async fn admin_run(admin: &mut tokio_postgres::Client, sql: &str) {
+            admin.batch_execute(sql).await.expect(sql)
+        }
+
+        async fn lock_waiters(admin: &mut tokio_postgres::Client, prefix: &str) -> Vec<u64> {
+            admin
+                .query(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                     AND starts_with(query, $1) AND datname = current_database() \
+                     AND pid <> pg_backend_pid()",
+                    &[&prefix],
+                )
+                .await
+                .expect("pg_stat_activity")
+                .iter()
+                .map(|r| r.get::<_, i32>(0) as u64)
+                .collect()
+        }
+
+        async fn running(admin: &mut tokio_postgres::Client, prefix: &str) -> bool {
+            let n: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' \
+                     AND starts_with(query, $1) AND datname = current_database() \
+                     AND pid <> pg_backend_pid()",
+                    &[&prefix],
+                )
+                .await
+                .expect("pg_stat_activity")
+                .get(0);
+            n > 0
+        }
+
+        async fn kill_session(admin: &mut tokio_postgres::Client, id: u64) {
+            let pid = id as i32;
+            admin
+                .query("SELECT pg_terminate_backend($1)", &[&pid])
+                .await
+                .expect("pg_terminate_backend");
+        }
+    }
+}
+
+#[cfg(feature = "mysql")]
+pub use my::{My, my_tcp_opts};
+
+#[cfg(feature = "mysql")]
+mod my {
+    use super::*;
+    use batchpool::mysql::{Outcome, Pool};
+    use mysql_async::prelude::Queryable;
+    use mysql_async::{Opts, OptsBuilder, Params, Value};
+
+    /// MariaDB / MySQL through `batchpool::mysql::Pool`.
+    pub struct My;
+
+    fn params(params: &[Val]) -> Params {
+        if params.is_empty() {
+            return Params::Empty;
+        }
+        Params::Positional(
+            params
+                .iter()
+                .map(|v| match v {
+                    Val::Int(i) => Value::from(*i),
+                    Val::BigInt(i) => Value::from(*i),
+                    Val::Float(f) => Value::from(*f),
+                    Val::Bool(b) => Value::from(*b),
+                    Val::Text(s) => Value::from(s.as_str()),
+                    Val::Null => Value::NULL,
+                })
+                .collect(),
+        )
+    }
+
+    /// TCP only (mysql_async would otherwise move to the server's unix socket).
+    pub fn my_tcp_opts(url: &str) -> OptsBuilder {
+        OptsBuilder::from_opts(Opts::from_url(url).expect("test url")).prefer_socket(false)
+    }
+
+    fn text(v: Value) -> Option<String> {
+        match v {
+            Value::NULL => None,
+            Value::Bytes(b) => Some(String::from_utf8(b).expect("utf-8 column")),
+            other => Some(other.as_sql(true).trim_matches('\'').to_string()),
+        }
+    }
+
+    impl TestOutcome for Outcome {
+        fn rows_affected(&self) -> u64 {
+            Outcome::rows_affected(self)
+        }
+        fn is_exact(&self) -> bool {
+            Outcome::is_exact(self)
+        }
+        fn insert_id(&self) -> Option<u64> {
+            self.last_insert_id()
+        }
+        fn returned_id_text(&self) -> Option<(i64, String)> {
+            self.returned()
+                .map(|r| (r.get(0).expect("id"), r.get(1).expect("text")))
+        }
+    }
+
+    impl TestBackend for My {
+        type Pool = Pool;
+        type Outcome = Outcome;
+        type Admin = mysql_async::Conn;
+        const NAME: &'static str = "MariaDB";
+        const SERIAL: &'static str = "BIGINT AUTO_INCREMENT";
+        const INSERT_IDS: bool = true;
+        const DUPLICATE_KEY: (&'static str, &'static str) = ("23000", "1062");
+        const CHECK_VIOLATION: (&'static str, &'static str) = ("23000", "4025");
+        const SYNTAX_ERROR: (&'static str, &'static str) = ("42000", "1064");
+        const NO_SUCH_TABLE: (&'static str, &'static str) = ("42S02", "1146");
+
+        fn pick<T>(_pg: T, my: T) -> T {
+            my
+        }
+
+        fn sql(sql: &str) -> String {
+            sql.to_string()
+        }
+
+        fn native_code(e: &Error) -> Option<String> {
+            e.as_mysql_error().map(|m| m.code.to_string())
+        }
+
+        /// Per-row ids are only claimed with `innodb_autoinc_lock_mode` 0 or
+        /// 1 (the MariaDB default, and the throwaway server's); tests that
+        /// check them say so when pointed at a server configured otherwise.
+        async fn require_consecutive_ids(pool: &Pool) {
+            let mode: i64 = pool
+                .query_one("SELECT @@innodb_autoinc_lock_mode", ())
+                .await
+                .unwrap()
+                .get(0)
+                .unwrap();
+            assert!(
+                mode == 0 || mode == 1,
+                "this test needs innodb_autoinc_lock_mode 0 or 1 (the default), the server has {mode}"
+            );
+        }
+
+        async fn fresh_db() -> String {
+            crate::common::mysql_fresh_db().await
+        }
+
+        fn pool(url: &str, config: BatchConfig, max_size: usize) -> Pool {
+            Pool::builder(url)
+                .max_size(max_size)
+                .batching(config)
+                .build()
+                .expect("build pool")
+        }
+
+        fn pool_via(url: &str, proxy: SocketAddr, config: BatchConfig, max_size: usize) -> Pool {
+            let via = my_tcp_opts(url)
+                .ip_or_hostname(proxy.ip().to_string())
+                .tcp_port(proxy.port());
+            Pool::from_opts(via)
+                .max_size(max_size)
+                .batching(config)
+                .build()
+                .expect("build pool")
+        }
+
+        fn upstream(url: &str) -> SocketAddr {
+            let opts = Opts::from_url(url).expect("test url");
+            let host = match opts.ip_or_hostname() {
+                "localhost" => "127.0.0.1".to_string(),
+                h => h.to_string(),
+            };
+            format!("{host}:{}", opts.tcp_port())
+                .parse()
+                .expect("upstream address")
+        }
+
+        async fn execute(pool: &Pool, sql: &str, p: &[Val]) -> Result<Outcome, Error> {
+            pool.execute(sql, params(p)).await
+        }
+
+        async fn execute_many(
+            pool: &Pool,
+            sql: &str,
+            rows: &[Vec<Val>],
+        ) -> Result<Vec<Result<Outcome, Error>>, Error> {
+            pool.execute_many(sql, rows.iter().map(|r| params(r))).await
+        }
+
+        async fn query_text(
+            pool: &Pool,
+            sql: &str,
+            p: &[Val],
+        ) -> Result<Vec<Vec<Option<String>>>, Error> {
+            let rows = pool.query(sql, params(p)).await?;
+            Ok(rows
+                .into_iter()
+                .map(|r| r.unwrap().into_iter().map(text).collect())
+                .collect())
+        }
+
+        async fn query_i32(pool: &Pool, sql: &str, p: &[Val]) -> Result<Vec<i32>, Error> {
+            let rows = pool.query(sql, params(p)).await?;
+            Ok(rows.iter().map(|r| r.get(0).expect("an INT")).collect())
+        }
+
+        async fn query_i64(pool: &Pool, sql: &str, p: &[Val]) -> Result<i64, Error> {
+            Ok(pool
+                .query_one(sql, params(p))
+                .await?
+                .get(0)
+                .expect("an integer"))
+        }
+
+        fn stats(pool: &Pool) -> Stats {
+            pool.stats()
+        }
+
+        fn size_available(pool: &Pool) -> (usize, usize) {
+            let s = pool.status();
+            (s.size, s.available)
+        }
+
+        async fn hold(pool: &Pool) -> Box<dyn Send> {
+            Box::new(pool.get().await.expect("a pooled connection"))
+        }
+
+        async fn close(pool: &Pool) {
+            pool.close().await
+        }
+
+        async fn admin(url: &str) -> mysql_async::Conn {
+            mysql_async::Conn::new(my_tcp_opts(url))
+                .await
+                .expect("admin connection")
+        }
+
+        async fn admin_run(admin: &mut mysql_async::Conn, sql: &str) {
+            admin.query_drop(sql).await.expect(sql)
+        }
+
+        async fn lock_waiters(admin: &mut mysql_async::Conn, prefix: &str) -> Vec<u64> {
+            // Not information_schema.INNODB_TRX: that is a cache refreshed
+            // only after 100 ms without readers, so a poller never sees it
+            // change. The monitor output is always current.
+            let status: Option<(String, String, String)> = admin
+                .query_first("SHOW ENGINE INNODB STATUS")
+                .await
+                .expect("SHOW ENGINE INNODB STATUS");
+            let (_, _, status) = status.expect("InnoDB monitor output");
+            let db: Option<String> = admin.query_first("SELECT DATABASE()").await.expect("db");
+            let in_db = format!(" of table `{}`.", db.expect("a database"));
+            status
+                .split("---TRANSACTION ")
+                .filter(|t| {
+                    t.contains("\nLOCK WAIT ")
+                        && t.contains(&in_db)
+                        && t.lines().any(|l| l.starts_with(prefix))
+                })
+                .filter_map(|t| {
+                    let after = t.split(" thread id ").nth(1)?;
+                    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+                    digits.parse().ok()
+                })
+                .collect()
+        }
+
+        async fn running(admin: &mut mysql_async::Conn, prefix: &str) -> bool {
+            let n: Option<i64> = admin
+                .exec_first(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                     WHERE LEFT(INFO, CHAR_LENGTH(?)) = ? AND DB = DATABASE() \
+                     AND ID <> CONNECTION_ID()",
+                    (prefix, prefix),
+                )
+                .await
+                .expect("PROCESSLIST");
+            n.unwrap_or(0) > 0
+        }
+
+        async fn kill_session(admin: &mut mysql_async::Conn, id: u64) {
+            admin.query_drop(format!("KILL {id}")).await.expect("KILL")
+        }
+    }
+}
