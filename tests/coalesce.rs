@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use batchpool::BatchConfig;
-use common::backend::{TestBackend, TestOutcome, Val, both, count, vals};
+use common::backend::{DbError, TestBackend, TestOutcome, Val, both, count, vals};
 use tokio::sync::Barrier;
 
 both! {
@@ -19,21 +19,24 @@ both! {
     (flavor = "multi_thread", worker_threads = 2) duplicate_key_fails_only_its_caller,
     (flavor = "multi_thread", worker_threads = 2) concurrent_violations_fail_only_offenders,
     (flavor = "multi_thread", worker_threads = 2) hostile_values_are_stored_verbatim,
+    (flavor = "multi_thread", worker_threads = 2) tricky_statements_are_batched_or_passed_through_correctly,
     (flavor = "multi_thread", worker_threads = 2) bad_input_gets_a_clear_error_for_its_caller_only,
     (flavor = "multi_thread", worker_threads = 4) max_in_flight_bounds_concurrent_flushes,
     test rewritten_statement_inserts_n_rows,
 }
 
-async fn pool_with<B: TestBackend>(config: BatchConfig, max_size: usize) -> B::Pool {
-    B::pool(&B::fresh_db().await, config, max_size)
+/// A pool on a fresh database holding the table `ddl` creates (`SERIAL`
+/// in it is the backend's auto-generated 64-bit key type).
+async fn table_with<B: TestBackend>(config: BatchConfig, max_size: usize, ddl: &str) -> B::Pool {
+    let pool = B::pool(&B::fresh_db().await, config, max_size);
+    let ddl = ddl.replace("SERIAL", B::SERIAL);
+    B::execute(&pool, &ddl, &[]).await.unwrap();
+    pool
 }
 
-async fn pool<B: TestBackend>() -> B::Pool {
-    pool_with::<B>(BatchConfig::default(), 4).await
-}
-
-async fn run<B: TestBackend>(pool: &B::Pool, sql: &str) {
-    B::execute(pool, sql, &[]).await.unwrap();
+/// [`table_with`] the default batching and 4 connections.
+async fn table<B: TestBackend>(ddl: &str) -> B::Pool {
+    table_with::<B>(BatchConfig::default(), 4, ddl).await
 }
 
 /// `n` callers released at once, each inserting its own row.
@@ -61,13 +64,11 @@ async fn gated_callers<B: TestBackend, T: Send + 'static>(
 }
 
 async fn two_hundred_concurrent_callers_are_coalesced<B: TestBackend>() {
-    let pool = pool::<B>().await;
+    let pool = table::<B>(
+        "CREATE TABLE users (id SERIAL PRIMARY KEY, name VARCHAR(100) NOT NULL, email VARCHAR(200))",
+    )
+    .await;
     B::require_consecutive_ids(&pool).await;
-    let ddl = format!(
-        "CREATE TABLE users (id {} PRIMARY KEY, name VARCHAR(100) NOT NULL, email VARCHAR(200))",
-        B::SERIAL
-    );
-    run::<B>(&pool, &ddl).await;
     let sql = B::sql("INSERT INTO users (name, email) VALUES (?, ?)");
     let results = gated_callers::<B, _>(&pool, &sql, 200, |i| {
         let name = format!("user{i}");
@@ -112,13 +113,11 @@ async fn two_hundred_concurrent_callers_are_coalesced<B: TestBackend>() {
 }
 
 async fn returning_gives_each_caller_its_own_row<B: TestBackend>() {
-    let pool = pool::<B>().await;
-    let ddl = format!(
-        "CREATE TABLE items (id {} PRIMARY KEY, label VARCHAR(50) NOT NULL, \
+    let pool = table::<B>(
+        "CREATE TABLE items (id SERIAL PRIMARY KEY, label VARCHAR(50) NOT NULL, \
          made TIMESTAMP DEFAULT CURRENT_TIMESTAMP)",
-        B::SERIAL
-    );
-    run::<B>(&pool, &ddl).await;
+    )
+    .await;
     let sql = B::sql("INSERT INTO items (label) VALUES (?) RETURNING id, label");
     let results = gated_callers::<B, _>(&pool, &sql, 150, |i| {
         let label = format!("label-{i}");
@@ -143,13 +142,11 @@ async fn returning_gives_each_caller_its_own_row<B: TestBackend>() {
 }
 
 async fn duplicate_key_fails_only_its_caller<B: TestBackend>() {
-    let pool = pool::<B>().await;
+    let pool = table::<B>(
+        "CREATE TABLE accounts (id SERIAL PRIMARY KEY, email VARCHAR(100) NOT NULL UNIQUE)",
+    )
+    .await;
     B::require_consecutive_ids(&pool).await;
-    let ddl = format!(
-        "CREATE TABLE accounts (id {} PRIMARY KEY, email VARCHAR(100) NOT NULL UNIQUE)",
-        B::SERIAL
-    );
-    run::<B>(&pool, &ddl).await;
     let sql = B::sql("INSERT INTO accounts (email) VALUES (?)");
     B::execute(&pool, &sql, &vals!["taken@example.com"])
         .await
@@ -171,7 +168,7 @@ async fn duplicate_key_fails_only_its_caller<B: TestBackend>() {
     for (i, r) in results.iter().enumerate() {
         if i == 50 {
             let e = r.as_ref().expect_err("duplicate must fail");
-            let (code, native) = B::DUPLICATE_KEY;
+            let (code, native) = B::codes(DbError::DuplicateKey);
             assert_eq!(e.code(), Some(code), "{e}");
             assert_eq!(B::native_code(e).as_deref(), Some(native), "{e}");
             assert!(e.is_db() && !e.is_outcome_unknown() && !e.is_retryable());
@@ -197,20 +194,17 @@ async fn duplicate_key_fails_only_its_caller<B: TestBackend>() {
 }
 
 async fn concurrent_violations_fail_only_offenders<B: TestBackend>() {
-    let pool = pool_with::<B>(
-        BatchConfig::default().max_delay(std::time::Duration::from_millis(50)),
-        2,
-    )
-    .await;
     let ddl = format!(
         "CREATE TABLE t (k INT PRIMARY KEY, v VARCHAR(10) NOT NULL CHECK (v <> 'bad'), n {})",
         B::pick("INT", "TINYINT")
     );
-    run::<B>(&pool, &ddl).await;
+    let config = BatchConfig::default().max_delay(std::time::Duration::from_millis(50));
+    let pool = table_with::<B>(config, 2, &ddl).await;
     // 10 check violations and key 7 inserted twice; for MySQL also one
     // NULL into NOT NULL (1048), one string too long (1406), one
     // out-of-range value (1264).
-    let (check, duplicate) = (B::CHECK_VIOLATION.1, B::DUPLICATE_KEY.1);
+    let check = B::codes(DbError::CheckViolation).1;
+    let duplicate = B::codes(DbError::DuplicateKey).1;
     let mut expected = BTreeMap::from([(check, 10), (duplicate, 1)]);
     let extra: &[(i32, &str)] = B::pick(&[], &[(41, "1048"), (42, "1406"), (44, "1264")]);
     expected.extend(extra.iter().map(|&(_, code)| (code, 1)));
@@ -255,12 +249,10 @@ async fn concurrent_violations_fail_only_offenders<B: TestBackend>() {
 }
 
 async fn hostile_values_are_stored_verbatim<B: TestBackend>() {
-    let pool = pool::<B>().await;
     let charset = B::pick("", " DEFAULT CHARSET=utf8mb4");
-    run::<B>(
-        &pool,
-        &format!("CREATE TABLE notes (id INT PRIMARY KEY, body TEXT){charset}"),
-    )
+    let pool = table::<B>(&format!(
+        "CREATE TABLE notes (id INT PRIMARY KEY, body TEXT){charset}"
+    ))
     .await;
     let mut values: Vec<Option<String>> = [
         "it's",
@@ -307,11 +299,87 @@ async fn hostile_values_are_stored_verbatim<B: TestBackend>() {
     assert_eq!(count::<B>(&pool, "notes").await, values.len() as i64);
 }
 
+/// Statements the pool must read right, each backend in its own dialect
+/// (case, quoting, comments, placeholders inside strings and calls,
+/// `DEFAULT`), and statements it must pass through unchanged.
+async fn tricky_statements_are_batched_or_passed_through_correctly<B: TestBackend>() {
+    let pool = table::<B>(B::pick(
+        "CREATE TABLE \"values\" (id serial PRIMARY KEY, \"Name\" text, doc jsonb, \
+         n int DEFAULT 7, at timestamptz)",
+        "CREATE TABLE `values` (id INT AUTO_INCREMENT PRIMARY KEY, `Name` VARCHAR(50), \
+         doc JSON, n INT DEFAULT 7, at DATETIME)",
+    ))
+    .await;
+    let json = "{\"a\": 1}";
+    let statements = B::pick(
+        [
+            (
+                "insert into \"values\" (\"Name\", doc) values (lower($1), ($2::text)::jsonb)",
+                vals!["N0", json],
+            ),
+            (
+                "INSERT INTO \"values\" (\"Name\", n, at) VALUES ($1, DEFAULT, now()) -- trailing $9 comment",
+                vals!["N1"],
+            ),
+            (
+                "/* lead */ INSERT INTO public.\"values\" (\"Name\") VALUES ($1 || ' $1 ' || $1);",
+                vals!["N2"],
+            ),
+        ],
+        [
+            (
+                "insert into `values` (`Name`, doc) value (lower(?), ?)",
+                vals!["N0", json],
+            ),
+            (
+                "INSERT INTO `values` (`Name`, n, at) VALUES (?, DEFAULT, now()) -- trailing ? comment",
+                vals!["N1"],
+            ),
+            (
+                "/* lead */ INSERT INTO `values` (`Name`) VALUES (CONCAT(?, ' ? ', ?)) # tail ?",
+                vals!["N2", "x"],
+            ),
+        ],
+    );
+    for (sql, params) in &statements {
+        let r = B::execute(&pool, sql, params).await;
+        assert_eq!(r.unwrap().rows_affected(), 1, "{sql}");
+    }
+    let read = B::pick(
+        "SELECT \"Name\", doc::text, n::text FROM \"values\" ORDER BY id",
+        "SELECT `Name`, doc, CAST(n AS CHAR) FROM `values` ORDER BY id",
+    );
+    let text = |v: &str| Some(v.to_string());
+    assert_eq!(
+        B::query_text(&pool, read, &[]).await.unwrap(),
+        [
+            [text("n0"), text(json), text("7")],
+            [text("N1"), None, text("7")],
+            [text(B::pick("N2 $1 N2", "N2 ? x")), None, text("7")],
+        ]
+    );
+    // Not batchable, but must still work unchanged.
+    let q = B::pick("\"", "`");
+    let update = format!("UPDATE {q}values{q} SET n = n + 1 WHERE {q}Name{q} = ?");
+    let out = B::execute(&pool, &B::sql(&update), &vals!["N1"]).await;
+    assert_eq!(out.unwrap().rows_affected(), 1);
+    let returning = B::pick(" RETURNING id", "");
+    let two = format!("INSERT INTO {q}values{q} ({q}Name{q}) VALUES (?), (?){returning}");
+    let out = B::execute(&pool, &B::sql(&two), &vals!["a", "b"])
+        .await
+        .unwrap();
+    assert_eq!(out.rows_affected(), 2);
+    if B::INSERT_IDS {
+        assert!(out.insert_id().is_some());
+    }
+    let stats = B::stats(&pool);
+    assert!(stats.passthrough >= 2, "{stats:?}");
+}
+
 /// What both backends refuse alike; each one's own refusals are in its
 /// `*_coalesce.rs`.
 async fn bad_input_gets_a_clear_error_for_its_caller_only<B: TestBackend>() {
-    let pool = pool::<B>().await;
-    run::<B>(&pool, "CREATE TABLE p (a INT, b VARCHAR(10))").await;
+    let pool = table::<B>("CREATE TABLE p (a INT, b VARCHAR(10))").await;
     let sql = B::sql("INSERT INTO p (a, b) VALUES (?, ?)");
     // Too few parameters.
     let e = B::execute(&pool, &sql, &vals![1]).await.unwrap_err();
@@ -319,9 +387,13 @@ async fn bad_input_gets_a_clear_error_for_its_caller_only<B: TestBackend>() {
     assert!(e.to_string().contains("2 parameters"), "{e}");
     // Malformed SQL and unknown tables: the server's own error.
     for ((code, native), bad, params) in [
-        (B::SYNTAX_ERROR, "INSRT INTO p VALUES (1)", vals![]),
         (
-            B::NO_SUCH_TABLE,
+            B::codes(DbError::SyntaxError),
+            "INSRT INTO p VALUES (1)",
+            vals![],
+        ),
+        (
+            B::codes(DbError::NoSuchTable),
             "INSERT INTO missing_table (a) VALUES (?)",
             vals![1],
         ),
@@ -340,8 +412,8 @@ async fn bad_input_gets_a_clear_error_for_its_caller_only<B: TestBackend>() {
 }
 
 async fn max_in_flight_bounds_concurrent_flushes<B: TestBackend>() {
-    let pool = pool_with::<B>(BatchConfig::default().max_in_flight(1), 4).await;
-    run::<B>(&pool, "CREATE TABLE mif (k INT PRIMARY KEY)").await;
+    let config = BatchConfig::default().max_in_flight(1);
+    let pool = table_with::<B>(config, 4, "CREATE TABLE mif (k INT PRIMARY KEY)").await;
     let sampler = {
         let pool = pool.clone();
         tokio::spawn(async move {
@@ -392,13 +464,11 @@ fn rewritten_statement_inserts_n_rows<B: TestBackend>() {
 }
 
 async fn inserts_n_rows<B: TestBackend>(n: usize, max_rows: usize) {
-    let pool = pool_with::<B>(BatchConfig::default().max_rows(max_rows), 3).await;
+    let config = BatchConfig::default().max_rows(max_rows);
+    let ddl =
+        "CREATE TABLE r (id SERIAL PRIMARY KEY, a BIGINT, b TEXT, c DOUBLE PRECISION, d BOOL)";
+    let pool = table_with::<B>(config, 3, ddl).await;
     B::require_consecutive_ids(&pool).await;
-    let ddl = format!(
-        "CREATE TABLE r (id {} PRIMARY KEY, a BIGINT, b TEXT, c DOUBLE PRECISION, d BOOL)",
-        B::SERIAL
-    );
-    run::<B>(&pool, &ddl).await;
     let sql = B::pick(
         "INSERT INTO r (a, b, c, d) VALUES ($1, $2, $3, upper($2) IS NOT NULL AND $4)",
         "INSERT INTO r (a, b, c, d) VALUES (?, ?, ?, UPPER(?) IS NOT NULL AND ?)",

@@ -286,67 +286,6 @@ async fn upserts_run_one_by_one_when_asked_and_are_exact() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tricky_statements_are_batched_or_passed_through_correctly() {
-    let pool = pool().await;
-    pool.execute(
-        "CREATE TABLE `values` (id INT AUTO_INCREMENT PRIMARY KEY, `Name` VARCHAR(50), \
-         doc JSON, n INT DEFAULT 7, at DATETIME)",
-        (),
-    )
-    .await
-    .unwrap();
-    let sqls = [
-        "insert into `values` (`Name`, doc) value (lower(?), ?)",
-        "INSERT INTO `values` (`Name`, n, at) VALUES (?, DEFAULT, now()) -- trailing ? comment",
-        "/* lead */ INSERT INTO `values` (`Name`) VALUES (CONCAT(?, ' ? ', ?)) # tail ?",
-    ];
-    let r0 = pool.execute(sqls[0], ("N0", "{\"a\": 1}")).await;
-    let r1 = pool.execute(sqls[1], ("N1",)).await;
-    let r2 = pool.execute(sqls[2], ("N2", "x")).await;
-    for (r, sql) in [r0, r1, r2].into_iter().zip(sqls) {
-        assert_eq!(r.unwrap().rows_affected(), 1, "{sql}");
-    }
-    let rows = pool
-        .query("SELECT `Name`, doc, n FROM `values` ORDER BY id", ())
-        .await
-        .unwrap();
-    let got: Vec<(String, Option<String>, i32)> = rows
-        .iter()
-        .map(|r| (r.get(0).unwrap(), r.get(1).unwrap(), r.get(2).unwrap()))
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            ("n0".to_string(), Some("{\"a\": 1}".to_string()), 7),
-            ("N1".to_string(), None, 7),
-            ("N2 ? x".to_string(), None, 7),
-        ]
-    );
-    // Not batchable, but must still work unchanged.
-    let out = pool
-        .execute("UPDATE `values` SET n = n + 1 WHERE `Name` = ?", ("N1",))
-        .await
-        .unwrap();
-    assert_eq!(out.rows_affected(), 1);
-    let out = pool
-        .execute("INSERT INTO `values` (`Name`) VALUES (?), (?)", ("a", "b"))
-        .await
-        .unwrap();
-    assert_eq!(out.rows_affected(), 2);
-    assert!(out.last_insert_id().is_some());
-    // Named parameters run on their own.
-    let out = pool
-        .execute(
-            "INSERT INTO `values` (`Name`, n) VALUES (:name, :n)",
-            params! { "name" => "named", "n" => 3 },
-        )
-        .await
-        .unwrap();
-    assert_eq!(out.rows_affected(), 1);
-    assert!(pool.stats().passthrough >= 3, "{:?}", pool.stats());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_transactional_tables_are_not_coalesced() {
     let pool = pool().await;
     pool.execute(
@@ -378,7 +317,7 @@ async fn non_transactional_tables_are_not_coalesced() {
 /// MariaDB's own refusals; those both backends share are in `coalesce.rs`
 /// (`bad_input_gets_a_clear_error_for_its_caller_only`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn named_parameters_and_bad_configuration_are_refused() {
+async fn named_parameters_run_alone_and_bad_configuration_is_refused() {
     let pool = pool().await;
     pool.execute("CREATE TABLE p (a INT, b VARCHAR(10))", ())
         .await
@@ -401,7 +340,18 @@ async fn named_parameters_and_bad_configuration_are_refused() {
     let rows: Vec<Vec<Value>> = vec![vec![1.into(), "one".into()]];
     let results = pool.execute_many(sql, rows).await.unwrap();
     assert!(results[0].is_ok(), "{results:?}");
-    assert_eq!(count(&pool, "p").await, 1);
+    // Named parameters run on their own.
+    let passthrough = pool.stats().passthrough;
+    let out = pool
+        .execute(
+            "INSERT INTO p (a, b) VALUES (:a, :b)",
+            params! { "a" => 2, "b" => "named" },
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.rows_affected(), 1);
+    assert!(pool.stats().passthrough > passthrough, "{:?}", pool.stats());
+    assert_eq!(count(&pool, "p").await, 2);
     let status = pool.status();
     assert_eq!(status.size, status.available, "{status:?}");
     // Debug output never shows the password.

@@ -80,66 +80,6 @@ async fn on_conflict_do_nothing_reports_exact_per_row_counts() {
     assert!(pool.stats().batches >= 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tricky_statements_are_batched_or_passed_through_correctly() {
-    let pool = pool().await;
-    pool.execute(
-        "CREATE TABLE \"values\" (id serial PRIMARY KEY, \"Name\" text, doc jsonb, n int DEFAULT 7, at timestamptz)",
-        &[],
-    )
-    .await
-    .unwrap();
-    let sqls = [
-        "insert into \"values\" (\"Name\", doc) values (lower($1), ($2::text)::jsonb)",
-        "INSERT INTO \"values\" (\"Name\", n, at) VALUES ($1, DEFAULT, now()) -- trailing $9 comment",
-        "/* lead */ INSERT INTO public.\"values\" (\"Name\") VALUES ($1 || ' $1 ' || $1);",
-    ];
-    for (i, sql) in sqls.iter().enumerate() {
-        let name = format!("N{i}");
-        let r = if i == 0 {
-            pool.execute(sql, &[&name, &"{\"a\": 1}"]).await
-        } else {
-            pool.execute(sql, &[&name]).await
-        };
-        assert_eq!(r.unwrap().rows_affected(), 1, "{sql}");
-    }
-    let rows = pool
-        .query(
-            "SELECT \"Name\", doc::text, n FROM \"values\" ORDER BY id",
-            &[],
-        )
-        .await
-        .unwrap();
-    let got: Vec<(String, Option<String>, i32)> = rows
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            ("n0".to_string(), Some("{\"a\": 1}".to_string()), 7),
-            ("N1".to_string(), None, 7),
-            ("N2 $1 N2".to_string(), None, 7),
-        ]
-    );
-    // Not batchable, but must still work unchanged.
-    pool.execute(
-        "UPDATE \"values\" SET n = n + 1 WHERE \"Name\" = $1",
-        &[&"N1"],
-    )
-    .await
-    .unwrap();
-    let out = pool
-        .execute(
-            "INSERT INTO \"values\" (\"Name\") VALUES ($1), ($2) RETURNING id",
-            &[&"a", &"b"],
-        )
-        .await
-        .unwrap();
-    assert_eq!(out.rows_affected(), 2);
-    assert!(pool.stats().passthrough >= 2);
-}
-
 /// PostgreSQL's own refusals; those both backends share are in
 /// `coalesce.rs` (`bad_input_gets_a_clear_error_for_its_caller_only`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

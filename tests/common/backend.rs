@@ -30,39 +30,21 @@ pub enum Val {
     Null,
 }
 
-impl From<i32> for Val {
-    fn from(v: i32) -> Val {
-        Val::Int(v)
-    }
+/// `impl From<type> for Val` for each `type => variant`.
+macro_rules! val_from {
+    ($($t:ty => $variant:ident),*) => {
+        $(impl From<$t> for Val {
+            fn from(v: $t) -> Val {
+                Val::$variant(v)
+            }
+        })*
+    };
 }
-
-impl From<i64> for Val {
-    fn from(v: i64) -> Val {
-        Val::BigInt(v)
-    }
-}
-
-impl From<f64> for Val {
-    fn from(v: f64) -> Val {
-        Val::Float(v)
-    }
-}
-
-impl From<bool> for Val {
-    fn from(v: bool) -> Val {
-        Val::Bool(v)
-    }
-}
+val_from!(i32 => Int, i64 => BigInt, f64 => Float, bool => Bool, String => Text);
 
 impl From<&str> for Val {
     fn from(v: &str) -> Val {
         Val::Text(v.to_string())
-    }
-}
-
-impl From<String> for Val {
-    fn from(v: String) -> Val {
-        Val::Text(v)
     }
 }
 
@@ -92,6 +74,24 @@ pub trait TestOutcome: std::fmt::Debug + Send + 'static {
     fn returned_id_text(&self) -> Option<(i64, String)>;
 }
 
+/// Database errors the shared tests provoke on both backends.
+#[derive(Clone, Copy, Debug)]
+pub enum DbError {
+    DuplicateKey,
+    CheckViolation,
+    SyntaxError,
+    NoSuchTable,
+}
+
+/// Per [`DbError`], in order: PostgreSQL's SQLSTATE (its native code too),
+/// MySQL's SQLSTATE and MySQL's error number.
+const CODES: [(&str, &str, &str); 4] = [
+    ("23505", "23000", "1062"),
+    ("23514", "23000", "4025"),
+    ("42601", "42000", "1064"),
+    ("42P01", "42S02", "1146"),
+];
+
 /// What a shared test needs from a backend. Shared SQL uses `?`
 /// placeholders (see [`TestBackend::sql`]).
 pub trait TestBackend: Send + Sync + 'static {
@@ -101,25 +101,55 @@ pub trait TestBackend: Send + Sync + 'static {
     /// the server from the side.
     type Admin: Send;
 
-    /// The backend's name in messages.
-    const NAME: &'static str;
-    /// Column type of an auto-generated 64-bit key.
-    const SERIAL: &'static str;
-    /// Whether outcomes carry per-row generated ids without `RETURNING`
-    /// ([`TestOutcome::insert_id`]).
-    const INSERT_IDS: bool;
-    /// Error codes as (`Error::code()`, [`TestBackend::native_code`]).
-    const DUPLICATE_KEY: (&'static str, &'static str);
-    const CHECK_VIOLATION: (&'static str, &'static str);
-    const SYNTAX_ERROR: (&'static str, &'static str);
-    const NO_SUCH_TABLE: (&'static str, &'static str);
+    /// PostgreSQL (`true`) or MySQL (`false`): the few texts and codes that
+    /// differ are chosen from it, here in the trait ([`TestBackend::pick`]).
+    const IS_PG: bool;
 
+    /// The backend's name in messages.
+    const NAME: &'static str = if Self::IS_PG { "PostgreSQL" } else { "MariaDB" };
+    /// Column type of an auto-generated 64-bit key.
+    const SERIAL: &'static str = if Self::IS_PG {
+        "bigserial"
+    } else {
+        "BIGINT AUTO_INCREMENT"
+    };
+    /// Whether outcomes carry per-row generated ids without `RETURNING`
+    /// ([`TestOutcome::insert_id`]): MySQL's `last_insert_id`.
+    const INSERT_IDS: bool = !Self::IS_PG;
     /// `pg` for PostgreSQL, `my` for MySQL: for the few texts that differ.
-    fn pick<T>(pg: T, my: T) -> T;
+    fn pick<T>(pg: T, my: T) -> T {
+        if Self::IS_PG { pg } else { my }
+    }
+
+    /// The codes of `error` as (`Error::code()`, [`TestBackend::native_code`]).
+    fn codes(error: DbError) -> (&'static str, &'static str) {
+        let (pg, sqlstate, number) = CODES[error as usize];
+        Self::pick((pg, pg), (sqlstate, number))
+    }
 
     /// `sql` with its `?` placeholders made native (`$1, $2, …` for
     /// PostgreSQL; unchanged for MySQL). `?` inside quotes is left alone.
-    fn sql(sql: &str) -> String;
+    fn sql(sql: &str) -> String {
+        if !Self::IS_PG {
+            return sql.to_string();
+        }
+        let mut out = String::with_capacity(sql.len() + 8);
+        let (mut n, mut quote) = (0, None);
+        for c in sql.chars() {
+            match (c, quote) {
+                ('\'' | '"', None) => quote = Some(c),
+                (q, Some(open)) if q == open => quote = None,
+                ('?', None) => {
+                    n += 1;
+                    out.push_str(&format!("${n}"));
+                    continue;
+                }
+                _ => {}
+            }
+            out.push(c);
+        }
+        out
+    }
 
     /// The server's own code of a database error: PostgreSQL's SQLSTATE
     /// (from `as_db_error`), MySQL's error number (from `as_mysql_error`).
@@ -312,26 +342,36 @@ macro_rules! tests_for {
 }
 pub(crate) use tests_for;
 
-/// `?` → `$1, $2, …` outside quotes and comments-free SQL (the shared tests'
-/// statements).
-#[cfg(feature = "postgres")]
-fn number_placeholders(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len() + 8);
-    let (mut n, mut quote) = (0, None);
-    for c in sql.chars() {
-        match (c, quote) {
-            ('\'' | '"', None) => quote = Some(c),
-            (q, Some(open)) if q == open => quote = None,
-            ('?', None) => {
-                n += 1;
-                out.push_str(&format!("${n}"));
-                continue;
-            }
-            _ => {}
+/// The [`TestBackend`] methods that read the same for both pools (same
+/// method names, different types), inside each `impl TestBackend`.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! same_pool_api {
+    () => {
+        fn pool(url: &str, config: BatchConfig, max_size: usize) -> Pool {
+            Pool::builder(url)
+                .max_size(max_size)
+                .batching(config)
+                .build()
+                .expect("build pool")
         }
-        out.push(c);
-    }
-    out
+
+        fn stats(pool: &Pool) -> Stats {
+            pool.stats()
+        }
+
+        fn size_available(pool: &Pool) -> (usize, usize) {
+            let s = pool.status();
+            (s.size, s.available)
+        }
+
+        async fn hold(pool: &Pool) -> Box<dyn Send> {
+            Box::new(pool.get().await.expect("a pooled connection"))
+        }
+
+        async fn close(pool: &Pool) {
+            pool.close().await
+        }
+    };
 }
 
 #[cfg(feature = "postgres")]
@@ -408,21 +448,7 @@ mod pg {
         type Pool = Pool;
         type Outcome = Outcome;
         type Admin = tokio_postgres::Client;
-        const NAME: &'static str = "PostgreSQL";
-        const SERIAL: &'static str = "bigserial";
-        const INSERT_IDS: bool = false;
-        const DUPLICATE_KEY: (&'static str, &'static str) = ("23505", "23505");
-        const CHECK_VIOLATION: (&'static str, &'static str) = ("23514", "23514");
-        const SYNTAX_ERROR: (&'static str, &'static str) = ("42601", "42601");
-        const NO_SUCH_TABLE: (&'static str, &'static str) = ("42P01", "42P01");
-
-        fn pick<T>(pg: T, _my: T) -> T {
-            pg
-        }
-
-        fn sql(sql: &str) -> String {
-            number_placeholders(sql)
-        }
+        const IS_PG: bool = true;
 
         fn native_code(e: &Error) -> Option<String> {
             e.as_db_error().map(|db| db.code().code().to_string())
@@ -432,14 +458,6 @@ mod pg {
 
         async fn fresh_db() -> String {
             crate::common::pg_fresh_db().await
-        }
-
-        fn pool(url: &str, config: BatchConfig, max_size: usize) -> Pool {
-            Pool::builder(url)
-                .max_size(max_size)
-                .batching(config)
-                .build()
-                .expect("build pool")
         }
 
         fn pool_via(url: &str, proxy: SocketAddr, config: BatchConfig, max_size: usize) -> Pool {
@@ -488,22 +506,7 @@ mod pg {
             Ok(pool.query_one(sql, &refs(params)).await?.get(0))
         }
 
-        fn stats(pool: &Pool) -> Stats {
-            pool.stats()
-        }
-
-        fn size_available(pool: &Pool) -> (usize, usize) {
-            let s = pool.status();
-            (s.size, s.available)
-        }
-
-        async fn hold(pool: &Pool) -> Box<dyn Send> {
-            Box::new(pool.get().await.expect("a pooled connection"))
-        }
-
-        async fn close(pool: &Pool) {
-            pool.close().await
-        }
+        same_pool_api!();
 
         async fn admin(url: &str) -> tokio_postgres::Client {
             let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -623,21 +626,7 @@ mod my {
         type Pool = Pool;
         type Outcome = Outcome;
         type Admin = mysql_async::Conn;
-        const NAME: &'static str = "MariaDB";
-        const SERIAL: &'static str = "BIGINT AUTO_INCREMENT";
-        const INSERT_IDS: bool = true;
-        const DUPLICATE_KEY: (&'static str, &'static str) = ("23000", "1062");
-        const CHECK_VIOLATION: (&'static str, &'static str) = ("23000", "4025");
-        const SYNTAX_ERROR: (&'static str, &'static str) = ("42000", "1064");
-        const NO_SUCH_TABLE: (&'static str, &'static str) = ("42S02", "1146");
-
-        fn pick<T>(_pg: T, my: T) -> T {
-            my
-        }
-
-        fn sql(sql: &str) -> String {
-            sql.to_string()
-        }
+        const IS_PG: bool = false;
 
         fn native_code(e: &Error) -> Option<String> {
             e.as_mysql_error().map(|m| m.code.to_string())
@@ -661,14 +650,6 @@ mod my {
 
         async fn fresh_db() -> String {
             crate::common::mysql_fresh_db().await
-        }
-
-        fn pool(url: &str, config: BatchConfig, max_size: usize) -> Pool {
-            Pool::builder(url)
-                .max_size(max_size)
-                .batching(config)
-                .build()
-                .expect("build pool")
         }
 
         fn pool_via(url: &str, proxy: SocketAddr, config: BatchConfig, max_size: usize) -> Pool {
@@ -730,22 +711,7 @@ mod my {
                 .expect("an integer"))
         }
 
-        fn stats(pool: &Pool) -> Stats {
-            pool.stats()
-        }
-
-        fn size_available(pool: &Pool) -> (usize, usize) {
-            let s = pool.status();
-            (s.size, s.available)
-        }
-
-        async fn hold(pool: &Pool) -> Box<dyn Send> {
-            Box::new(pool.get().await.expect("a pooled connection"))
-        }
-
-        async fn close(pool: &Pool) {
-            pool.close().await
-        }
+        same_pool_api!();
 
         async fn admin(url: &str) -> mysql_async::Conn {
             mysql_async::Conn::new(my_tcp_opts(url))
