@@ -375,7 +375,7 @@ macro_rules! same_pool_api {
 }
 
 #[cfg(feature = "postgres")]
-pub use pg::{Pg, pg_upstream, pg_via};
+pub use pg::{Pg, pg_params, pg_upstream, pg_via};
 
 #[cfg(feature = "postgres")]
 mod pg {
@@ -388,7 +388,8 @@ mod pg {
 
     static NULL_TEXT: Option<String> = None;
 
-    fn refs(params: &[Val]) -> Vec<&(dyn ToSql + Sync)> {
+    /// `params` as tokio-postgres parameters.
+    pub fn pg_params(params: &[Val]) -> Vec<&(dyn ToSql + Sync)> {
         params
             .iter()
             .map(|v| -> &(dyn ToSql + Sync) {
@@ -473,7 +474,7 @@ mod pg {
         }
 
         async fn execute(pool: &Pool, sql: &str, params: &[Val]) -> Result<Outcome, Error> {
-            pool.execute(sql, &refs(params)).await
+            pool.execute(sql, &pg_params(params)).await
         }
 
         async fn execute_many(
@@ -481,7 +482,7 @@ mod pg {
             sql: &str,
             rows: &[Vec<Val>],
         ) -> Result<Vec<Result<Outcome, Error>>, Error> {
-            let rows: Vec<Vec<&(dyn ToSql + Sync)>> = rows.iter().map(|r| refs(r)).collect();
+            let rows: Vec<Vec<&(dyn ToSql + Sync)>> = rows.iter().map(|r| pg_params(r)).collect();
             pool.execute_many(sql, &rows).await
         }
 
@@ -490,7 +491,7 @@ mod pg {
             sql: &str,
             params: &[Val],
         ) -> Result<Vec<Vec<Option<String>>>, Error> {
-            let rows = pool.query(sql, &refs(params)).await?;
+            let rows = pool.query(sql, &pg_params(params)).await?;
             Ok(rows
                 .iter()
                 .map(|r| (0..r.len()).map(|i| r.get(i)).collect())
@@ -498,12 +499,12 @@ mod pg {
         }
 
         async fn query_i32(pool: &Pool, sql: &str, params: &[Val]) -> Result<Vec<i32>, Error> {
-            let rows = pool.query(sql, &refs(params)).await?;
+            let rows = pool.query(sql, &pg_params(params)).await?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
         }
 
         async fn query_i64(pool: &Pool, sql: &str, params: &[Val]) -> Result<i64, Error> {
-            Ok(pool.query_one(sql, &refs(params)).await?.get(0))
+            Ok(pool.query_one(sql, &pg_params(params)).await?.get(0))
         }
 
         same_pool_api!();
@@ -562,7 +563,7 @@ mod pg {
 }
 
 #[cfg(feature = "mysql")]
-pub use my::{My, my_tcp_opts};
+pub use my::{My, my_params, my_tcp_opts};
 
 #[cfg(feature = "mysql")]
 mod my {
@@ -574,7 +575,8 @@ mod my {
     /// MariaDB / MySQL through `batchpool::mysql::Pool`.
     pub struct My;
 
-    fn params(params: &[Val]) -> Params {
+    /// `params` as mysql_async parameters (`Params::Empty` for none).
+    pub fn my_params(params: &[Val]) -> Params {
         if params.is_empty() {
             return Params::Empty;
         }
@@ -675,7 +677,7 @@ mod my {
         }
 
         async fn execute(pool: &Pool, sql: &str, p: &[Val]) -> Result<Outcome, Error> {
-            pool.execute(sql, params(p)).await
+            pool.execute(sql, my_params(p)).await
         }
 
         async fn execute_many(
@@ -683,7 +685,8 @@ mod my {
             sql: &str,
             rows: &[Vec<Val>],
         ) -> Result<Vec<Result<Outcome, Error>>, Error> {
-            pool.execute_many(sql, rows.iter().map(|r| params(r))).await
+            pool.execute_many(sql, rows.iter().map(|r| my_params(r)))
+                .await
         }
 
         async fn query_text(
@@ -691,7 +694,7 @@ mod my {
             sql: &str,
             p: &[Val],
         ) -> Result<Vec<Vec<Option<String>>>, Error> {
-            let rows = pool.query(sql, params(p)).await?;
+            let rows = pool.query(sql, my_params(p)).await?;
             Ok(rows
                 .into_iter()
                 .map(|r| r.unwrap().into_iter().map(text).collect())
@@ -699,13 +702,13 @@ mod my {
         }
 
         async fn query_i32(pool: &Pool, sql: &str, p: &[Val]) -> Result<Vec<i32>, Error> {
-            let rows = pool.query(sql, params(p)).await?;
+            let rows = pool.query(sql, my_params(p)).await?;
             Ok(rows.iter().map(|r| r.get(0).expect("an INT")).collect())
         }
 
         async fn query_i64(pool: &Pool, sql: &str, p: &[Val]) -> Result<i64, Error> {
             Ok(pool
-                .query_one(sql, params(p))
+                .query_one(sql, my_params(p))
                 .await?
                 .get(0)
                 .expect("an integer"))

@@ -31,6 +31,7 @@ mod mysql;
 #[cfg(feature = "postgres")]
 mod pg;
 pub mod proxy;
+pub mod tx;
 mod util;
 
 #[cfg(feature = "mysql")]
