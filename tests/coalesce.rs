@@ -34,6 +34,13 @@ async fn table_with<B: TestBackend>(config: BatchConfig, max_size: usize, ddl: &
     pool
 }
 
+/// [`table`] for a test that checks per-row auto-increment ids.
+async fn ids_table<B: TestBackend>(ddl: &str) -> B::Pool {
+    let pool = table::<B>(ddl).await;
+    B::require_consecutive_ids(&pool).await;
+    pool
+}
+
 /// [`table_with`] the default batching and 4 connections.
 async fn table<B: TestBackend>(ddl: &str) -> B::Pool {
     table_with::<B>(BatchConfig::default(), 4, ddl).await
@@ -64,11 +71,10 @@ async fn gated_callers<B: TestBackend, T: Send + 'static>(
 }
 
 async fn two_hundred_concurrent_callers_are_coalesced<B: TestBackend>() {
-    let pool = table::<B>(
+    let pool = ids_table::<B>(
         "CREATE TABLE users (id SERIAL PRIMARY KEY, name VARCHAR(100) NOT NULL, email VARCHAR(200))",
     )
     .await;
-    B::require_consecutive_ids(&pool).await;
     let sql = B::sql("INSERT INTO users (name, email) VALUES (?, ?)");
     let results = gated_callers::<B, _>(&pool, &sql, 200, |i| {
         let name = format!("user{i}");
@@ -142,11 +148,10 @@ async fn returning_gives_each_caller_its_own_row<B: TestBackend>() {
 }
 
 async fn duplicate_key_fails_only_its_caller<B: TestBackend>() {
-    let pool = table::<B>(
+    let pool = ids_table::<B>(
         "CREATE TABLE accounts (id SERIAL PRIMARY KEY, email VARCHAR(100) NOT NULL UNIQUE)",
     )
     .await;
-    B::require_consecutive_ids(&pool).await;
     let sql = B::sql("INSERT INTO accounts (email) VALUES (?)");
     B::execute(&pool, &sql, &vals!["taken@example.com"])
         .await
@@ -468,7 +473,7 @@ async fn inserts_n_rows<B: TestBackend>(n: usize, max_rows: usize) {
     let ddl =
         "CREATE TABLE r (id SERIAL PRIMARY KEY, a BIGINT, b TEXT, c DOUBLE PRECISION, d BOOL)";
     let pool = table_with::<B>(config, 3, ddl).await;
-    B::require_consecutive_ids(&pool).await;
+    B::require_consecutive_ids(&pool).await; // the test checks per-row ids
     let sql = B::pick(
         "INSERT INTO r (a, b, c, d) VALUES ($1, $2, $3, upper($2) IS NOT NULL AND $4)",
         "INSERT INTO r (a, b, c, d) VALUES (?, ?, ?, UPPER(?) IS NOT NULL AND ?)",

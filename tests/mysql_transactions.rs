@@ -7,11 +7,10 @@ mod common;
 use std::time::Duration;
 
 use common::backend::My;
-use common::tx::{Env, TxBackend, hold_until_sent};
+use common::tx::{Env, TxBackend, hold_until_sent, three};
 use mysql_async::Params;
 
 const INS: &str = <My as TxBackend>::INS;
-const INS_BANG: &str = <My as TxBackend>::INS_BANG;
 const TOUCH: &str = <My as TxBackend>::TOUCH;
 
 fn p(params: impl Into<Params>) -> Params {
@@ -25,20 +24,10 @@ async fn env(max_size: usize) -> Env<My> {
 #[tokio::test]
 async fn group_of_three_is_n_plus_two_round_trips_and_one_transaction() {
     let env = env(1).await;
-    let group = |k: i32| {
-        let pool = env.pool.clone();
-        async move {
-            pool.atomic([
-                (INS, p((k, "v"))),
-                (INS_BANG, p((k + 1, "w"))),
-                (TOUCH, p((k,))),
-            ])
-            .await
-        }
-    };
-    group(0).await.unwrap(); // prepared
+    let (zero, ten) = (three::<My>(0, "v", "w"), three::<My>(10, "v", "w"));
+    My::atomic(&env.pool, &zero).await.unwrap(); // prepared
 
-    let (out, trips, log) = env.count(group(10)).await;
+    let (out, trips, log) = env.count(My::atomic(&env.pool, &ten)).await;
     let out = out.unwrap();
     assert_eq!(
         out.iter().map(|o| o.rows_affected()).collect::<Vec<_>>(),

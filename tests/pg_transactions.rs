@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::backend::Pg;
-use common::tx::{Env, Sent, TxBackend, hold_until_sent, pg_connect};
+use common::backend::{Pg, TestBackend};
+use common::tx::{Env, Sent, TxBackend, hold_until_sent, pg_connect, three};
 
 const INS: &str = <Pg as TxBackend>::INS;
 const INS_BANG: &str = <Pg as TxBackend>::INS_BANG;
@@ -23,17 +23,8 @@ async fn group_of_three_is_one_round_trip_and_one_transaction() {
 
     // First use of the texts on this connection: one round trip prepares all
     // three, one runs the group.
-    let pool = &env.pool;
-    let group = |k: i32| async move {
-        let v = format!("v{k}");
-        pool.atomic(&[
-            (INS, &[&k, &v]),
-            (INS_BANG, &[&(k + 1), &v]),
-            (TOUCH, &[&k]),
-        ])
-        .await
-    };
-    let (out, trips, log) = env.count(group(10)).await;
+    let (ten, twenty) = (three::<Pg>(10, "v10", "v10"), three::<Pg>(20, "v20", "v20"));
+    let (out, trips, log) = env.count(Pg::atomic(&env.pool, &ten)).await;
     let out = out.unwrap();
     assert_eq!(trips, 2, "prepare (once) + the group");
     assert_eq!(
@@ -43,27 +34,16 @@ async fn group_of_three_is_one_round_trip_and_one_transaction() {
     assert_eq!(log, ["BEGIN", INS, INS_BANG, TOUCH, "COMMIT"]);
 
     // Prepared: one round trip.
-    let (out, trips, log) = env.count(group(20)).await;
+    let (out, trips, log) = env.count(Pg::atomic(&env.pool, &twenty)).await;
     out.unwrap();
     assert_eq!(trips, 1);
     assert_eq!(log, ["BEGIN", INS, INS_BANG, TOUCH, "COMMIT"]);
 
     // One transaction wrote all three rows' versions.
-    let admin = pg_connect(&env.db).await;
-    let xmins = admin
-        .query(
-            "SELECT DISTINCT xmin::text FROM item WHERE k IN (20, 21)",
-            &[],
-        )
-        .await
-        .unwrap();
-    assert_eq!(xmins.len(), 1);
-    let v: String = admin
-        .query_one("SELECT v FROM item WHERE k = 20", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(v, "v20+");
+    let sql = "SELECT count(DISTINCT xmin::text) FROM item WHERE k IN (20, 21)";
+    assert_eq!(Pg::query_i64(&env.pool, sql, &[]).await.unwrap(), 1);
+    let v = Pg::query_text(&env.pool, "SELECT v FROM item WHERE k = 20", &[]).await;
+    assert_eq!(v.unwrap(), [[Some("v20+".to_string())]]);
     env.pooled_connections_clean().await;
 }
 
@@ -94,21 +74,11 @@ async fn tokio_postgres_reports_commit_of_aborted_transaction_as_ok() {
 #[tokio::test]
 async fn cancelled_atomic_group_leaves_no_open_transaction() {
     let env = env(1).await;
-    let group = |k: i32| {
-        let pool = env.pool.clone();
-        async move {
-            pool.atomic(&[
-                (INS, &[&k, &"x"]),
-                (INS_BANG, &[&(k + 1), &"y"]),
-                (TOUCH, &[&k]),
-            ])
-            .await
-        }
-    };
-    group(0).await.unwrap(); // prepared
+    let (zero, ten) = (three::<Pg>(0, "x", "y"), three::<Pg>(10, "x", "y"));
+    Pg::atomic(&env.pool, &zero).await.unwrap(); // prepared
 
     {
-        let fut = group(10);
+        let fut = Pg::atomic(&env.pool, &ten);
         tokio::pin!(fut);
         hold_until_sent(&env.proxy, &mut fut).await;
         // The server runs the whole group meanwhile; only its replies wait.

@@ -110,7 +110,9 @@ async fn lazy_transaction_round_trips<B: TxBackend>() {
         available,
         "no connection taken yet"
     );
-    let (out, first, log) = env.count(B::tx_execute(&mut tx, B::INS, &vals![1, "a"])).await;
+    let (out, first, log) = env
+        .count(B::tx_execute(&mut tx, B::INS, &vals![1, "a"]))
+        .await;
     assert_eq!(out.unwrap().rows_affected(), 1);
     assert_eq!(first, B::pick(1, 2), "BEGIN, then the statement");
     assert_eq!(log, env.expect(&[Sent::Begin, Sent::Statement(B::INS)]));
@@ -167,7 +169,9 @@ async fn execute_and_commit_alone_is_autocommit_and_last_rides_with_commit<B: Tx
     let mut tx = B::begin(&env.pool);
     let (out, trips, log) = env
         .count(async {
-            B::tx_execute(&mut tx, B::INS, &vals![2, "b"]).await.unwrap();
+            B::tx_execute(&mut tx, B::INS, &vals![2, "b"])
+                .await
+                .unwrap();
             B::tx_execute_and_commit(tx, B::TOUCH, &vals![2]).await
         })
         .await;
@@ -184,7 +188,9 @@ async fn execute_and_commit_alone_is_autocommit_and_last_rides_with_commit<B: Tx
 
     // The last statement failing: nothing of the transaction commits.
     let mut tx = B::begin(&env.pool);
-    B::tx_execute(&mut tx, B::INS, &vals![3, "c"]).await.unwrap();
+    B::tx_execute(&mut tx, B::INS, &vals![3, "c"])
+        .await
+        .unwrap();
     let err = B::tx_execute_and_commit(tx, B::INS, &vals![1, "dup"])
         .await
         .unwrap_err();
@@ -199,7 +205,9 @@ async fn failed_statement_makes_commit_fail_and_roll_back<B: TxBackend>() {
     env.insert(1, "one").await;
 
     let mut tx = B::begin(&env.pool);
-    B::tx_execute(&mut tx, B::INS, &vals![2, "two"]).await.unwrap();
+    B::tx_execute(&mut tx, B::INS, &vals![2, "two"])
+        .await
+        .unwrap();
     let dup = B::tx_execute(&mut tx, B::INS, &vals![1, "dup"])
         .await
         .unwrap_err();

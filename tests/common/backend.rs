@@ -342,8 +342,31 @@ macro_rules! tests_for {
 }
 pub(crate) use tests_for;
 
-/// The [`TestBackend`] methods that read the same for both pools (same
-/// method names, different types), inside each `impl TestBackend`.
+/// What reads the same for both backends (same method names, different
+/// types): `impl TestOutcome for Outcome` (with the module's `insert_id` and
+/// `returned_id_text`), and, inside each `impl TestBackend`, the pool's
+/// plain methods.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! same_outcome_api {
+    () => {
+        impl TestOutcome for Outcome {
+            fn rows_affected(&self) -> u64 {
+                Outcome::rows_affected(self)
+            }
+            fn is_exact(&self) -> bool {
+                Outcome::is_exact(self)
+            }
+            fn insert_id(&self) -> Option<u64> {
+                insert_id(self)
+            }
+            fn returned_id_text(&self) -> Option<(i64, String)> {
+                returned_id_text(self)
+            }
+        }
+    };
+}
+
+/// See [`same_outcome_api`].
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! same_pool_api {
     () => {
@@ -430,20 +453,15 @@ mod pg {
         config
     }
 
-    impl TestOutcome for Outcome {
-        fn rows_affected(&self) -> u64 {
-            Outcome::rows_affected(self)
-        }
-        fn is_exact(&self) -> bool {
-            Outcome::is_exact(self)
-        }
-        fn insert_id(&self) -> Option<u64> {
-            None
-        }
-        fn returned_id_text(&self) -> Option<(i64, String)> {
-            self.returned().map(|r| (r.get(0), r.get(1)))
-        }
+    fn insert_id(_: &Outcome) -> Option<u64> {
+        None
     }
+
+    fn returned_id_text(out: &Outcome) -> Option<(i64, String)> {
+        out.returned().map(|r| (r.get(0), r.get(1)))
+    }
+
+    same_outcome_api!();
 
     impl TestBackend for Pg {
         type Pool = Pool;
@@ -608,21 +626,16 @@ mod my {
         }
     }
 
-    impl TestOutcome for Outcome {
-        fn rows_affected(&self) -> u64 {
-            Outcome::rows_affected(self)
-        }
-        fn is_exact(&self) -> bool {
-            Outcome::is_exact(self)
-        }
-        fn insert_id(&self) -> Option<u64> {
-            self.last_insert_id()
-        }
-        fn returned_id_text(&self) -> Option<(i64, String)> {
-            self.returned()
-                .map(|r| (r.get(0).expect("id"), r.get(1).expect("text")))
-        }
+    fn insert_id(out: &Outcome) -> Option<u64> {
+        out.last_insert_id()
     }
+
+    fn returned_id_text(out: &Outcome) -> Option<(i64, String)> {
+        out.returned()
+            .map(|r| (r.get(0).expect("id"), r.get(1).expect("text")))
+    }
+
+    same_outcome_api!();
 
     impl TestBackend for My {
         type Pool = Pool;

@@ -71,9 +71,11 @@ pub trait TxBackend: TestBackend + Sized {
     /// MariaDB: with an active InnoDB transaction).
     fn open_transactions(admin: &mut Self::Admin, db: &str) -> impl Future<Output = i64> + Send;
 
-    /// Takes every connection of the pool at once and tells, for each,
-    /// whether it is inside a transaction.
-    fn pooled_in_transaction(pool: &Self::Pool) -> impl Future<Output = Vec<bool>> + Send;
+    /// A pooled connection (`Pool::get`).
+    type Conn: Send;
+    fn get(pool: &Self::Pool) -> impl Future<Output = Self::Conn> + Send;
+    /// Whether the connection is inside a transaction.
+    fn in_transaction(conn: &mut Self::Conn) -> impl Future<Output = bool> + Send;
 
     /// The name of the constraint a database error names, where the
     /// backend's error says it (PostgreSQL).
@@ -187,9 +189,16 @@ impl<B: TxBackend> Env<B> {
     /// the server for this database.
     pub async fn pooled_connections_clean(&self) {
         self.all_returned().await;
-        for in_tx in B::pooled_in_transaction(&self.pool).await {
+        let (size, _) = B::size_available(&self.pool);
+        let mut held = Vec::new();
+        for _ in 0..size {
+            held.push(B::get(&self.pool).await);
+        }
+        for conn in &mut held {
+            let in_tx = B::in_transaction(conn).await;
             assert!(!in_tx, "a pooled connection was inside a transaction");
         }
+        drop(held);
         assert_eq!(self.open_transactions().await, 0);
     }
 
@@ -199,6 +208,15 @@ impl<B: TxBackend> Env<B> {
             .await
             .unwrap();
     }
+}
+
+/// The group `[INS (k, v), INS_BANG (k + 1, w), TOUCH k]`.
+pub fn three<B: TxBackend>(k: i32, v: &str, w: &str) -> Vec<(&'static str, Vec<Val>)> {
+    vec![
+        (B::INS, vec![k.into(), v.into()]),
+        (B::INS_BANG, vec![(k + 1).into(), w.into()]),
+        (B::TOUCH, vec![k.into()]),
+    ]
 }
 
 /// Holds the proxy's replies, polls `fut` until the client has sent
@@ -263,6 +281,7 @@ mod pg {
 
     impl TxBackend for Pg {
         type Tx = Transaction;
+        type Conn = batchpool::postgres::Client;
 
         async fn env(max_size: usize) -> Env<Pg> {
             let db = Env::<Pg>::new_db_name();
@@ -344,28 +363,23 @@ mod pg {
                 .get(0)
         }
 
-        async fn pooled_in_transaction(pool: &Pool) -> Vec<bool> {
-            let size = pool.status().size;
-            let mut held = Vec::new();
-            for _ in 0..size {
-                held.push(pool.get().await.unwrap());
-            }
-            let mut out = Vec::new();
-            for conn in &held {
-                // Simple protocol: the statement's own implicit transaction
-                // starts with it, unless one was already open.
-                let fresh = conn
-                    .simple_query("SELECT now() = statement_timestamp()")
-                    .await
-                    .unwrap()
-                    .into_iter()
-                    .find_map(|m| match m {
-                        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
-                        _ => None,
-                    });
-                out.push(fresh.as_deref() != Some("t"));
-            }
-            out
+        async fn get(pool: &Pool) -> Self::Conn {
+            pool.get().await.unwrap()
+        }
+
+        async fn in_transaction(conn: &mut Self::Conn) -> bool {
+            // Simple protocol: the statement's own implicit transaction
+            // starts with it, unless one was already open.
+            let fresh = conn
+                .simple_query("SELECT now() = statement_timestamp()")
+                .await
+                .unwrap()
+                .into_iter()
+                .find_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                    _ => None,
+                });
+            fresh.as_deref() != Some("t")
         }
 
         fn constraint(e: &Error) -> Option<String> {
@@ -477,6 +491,7 @@ mod my {
 
     impl TxBackend for My {
         type Tx = Transaction;
+        type Conn = batchpool::mysql::PooledConn;
 
         async fn env(max_size: usize) -> Env<My> {
             let db = Env::<My>::new_db_name();
@@ -579,18 +594,13 @@ mod my {
                 .count() as i64
         }
 
-        async fn pooled_in_transaction(pool: &Pool) -> Vec<bool> {
-            let size = pool.status().size;
-            let mut held = Vec::new();
-            for _ in 0..size {
-                held.push(pool.get().await.unwrap());
-            }
-            let mut out = Vec::new();
-            for conn in &mut held {
-                let in_tx: Option<i64> = conn.query_first("SELECT @@in_transaction").await.unwrap();
-                out.push(in_tx != Some(0));
-            }
-            out
+        async fn get(pool: &Pool) -> Self::Conn {
+            pool.get().await.unwrap()
+        }
+
+        async fn in_transaction(conn: &mut Self::Conn) -> bool {
+            let in_tx: Option<i64> = conn.query_first("SELECT @@in_transaction").await.unwrap();
+            in_tx != Some(0)
         }
 
         fn constraint(_: &Error) -> Option<String> {
