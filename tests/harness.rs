@@ -5,11 +5,13 @@
 mod common;
 
 use common::*;
+#[cfg(feature = "mysql")]
 use mysql_async::prelude::Queryable;
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "postgres")]
 async fn pg(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
@@ -20,12 +22,14 @@ async fn pg(url: &str) -> tokio_postgres::Client {
     client
 }
 
+#[cfg(feature = "mysql")]
 async fn my(url: &str) -> mysql_async::Conn {
     mysql_async::Conn::new(mysql_async::Opts::from_url(url).unwrap())
         .await
         .unwrap_or_else(|e| panic!("connect {url}: {e}"))
 }
 
+#[cfg(feature = "postgres")]
 async fn pg_show(c: &tokio_postgres::Client, name: &str) -> String {
     c.query_one(&format!("SHOW {name}"), &[])
         .await
@@ -64,6 +68,27 @@ fn processes_mentioning(needle: &str, watchdogs: bool) -> Vec<String> {
     found
 }
 
+/// The server's process is visible, and dropping `server` stops it, frees
+/// its port and removes its dir.
+fn removed_on_drop<S>(kind: &str, server: S, dir: &Path, port: u16) {
+    let procs = processes_mentioning(&dir.to_string_lossy(), false);
+    assert!(
+        !procs.is_empty(),
+        "the server process must be visible before drop"
+    );
+    let t = Instant::now();
+    drop(server);
+    eprintln!("{kind} drop took {:?}", t.elapsed());
+    assert!(!dir.exists(), "{} still exists after drop", dir.display());
+    assert!(
+        port_refuses(port),
+        "port {port} still accepts connections after drop"
+    );
+    let procs = processes_mentioning(&dir.to_string_lossy(), true);
+    assert!(procs.is_empty(), "still running after drop: {procs:?}");
+}
+
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn pg_shared_server_answers_select_1() {
     let url = pg_url();
@@ -76,6 +101,7 @@ async fn pg_shared_server_answers_select_1() {
     eprintln!("pg_url={url} version={v}");
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn pg_fresh_dbs_are_distinct_and_isolated() {
     let a = pg_fresh_db().await;
@@ -114,6 +140,7 @@ async fn pg_fresh_dbs_are_distinct_and_isolated() {
     assert_eq!(err.code().map(|c| c.code()), Some("42P01"), "{err}");
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn pg_fresh_dbs_many_concurrently() {
     let urls = join_all_spawned((0..8).map(|_| pg_fresh_db())).await;
@@ -132,6 +159,7 @@ async fn pg_fresh_dbs_many_concurrently() {
     assert_eq!(names.len(), 8);
 }
 
+#[cfg(feature = "mysql")]
 #[tokio::test]
 async fn mysql_shared_server_answers_select_1() {
     let url = mysql_url();
@@ -148,6 +176,7 @@ async fn mysql_shared_server_answers_select_1() {
     eprintln!("mysql_url={url} version={v}");
 }
 
+#[cfg(feature = "mysql")]
 #[tokio::test]
 async fn mysql_fresh_dbs_are_distinct_and_isolated() {
     let a = mysql_fresh_db().await;
@@ -184,6 +213,7 @@ async fn mysql_fresh_dbs_are_distinct_and_isolated() {
     cb.disconnect().await.unwrap();
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn pg_server_applies_settings_and_is_removed_on_drop() {
     let t = Instant::now();
@@ -217,23 +247,10 @@ async fn pg_server_applies_settings_and_is_removed_on_drop() {
         let v = pg_version(&server.url()).await;
         assert!(v.starts_with("PostgreSQL "), "{v}");
     }
-    let procs = processes_mentioning(&dir.to_string_lossy(), false);
-    assert!(
-        !procs.is_empty(),
-        "the server process must be visible before drop"
-    );
-    let t = Instant::now();
-    drop(server);
-    eprintln!("PgServer drop took {:?}", t.elapsed());
-    assert!(!dir.exists(), "{} still exists after drop", dir.display());
-    assert!(
-        port_refuses(port),
-        "port {port} still accepts connections after drop"
-    );
-    let procs = processes_mentioning(&dir.to_string_lossy(), true);
-    assert!(procs.is_empty(), "still running after drop: {procs:?}");
+    removed_on_drop("PgServer", server, &dir, port);
 }
 
+#[cfg(feature = "mysql")]
 #[tokio::test]
 async fn mysql_server_applies_args_and_is_removed_on_drop() {
     let t = Instant::now();
@@ -273,29 +290,18 @@ async fn mysql_server_applies_args_and_is_removed_on_drop() {
         assert_eq!(maxc, Some(300));
         c.disconnect().await.unwrap();
     }
-    let procs = processes_mentioning(&dir.to_string_lossy(), false);
-    assert!(
-        !procs.is_empty(),
-        "the server process must be visible before drop"
-    );
-    let t = Instant::now();
-    drop(server);
-    eprintln!("MysqlServer drop took {:?}", t.elapsed());
-    assert!(!dir.exists(), "{} still exists after drop", dir.display());
-    assert!(
-        port_refuses(port),
-        "port {port} still accepts connections after drop"
-    );
-    let procs = processes_mentioning(&dir.to_string_lossy(), true);
-    assert!(procs.is_empty(), "still running after drop: {procs:?}");
+    removed_on_drop("MysqlServer", server, &dir, port);
 }
 
+#[cfg(all(feature = "postgres", feature = "mysql"))]
 const CHILD_ENV: &str = "BP_HARNESS_WATCHDOG_CHILD";
+#[cfg(all(feature = "postgres", feature = "mysql"))]
 const CHILD_TAG: &str = "BP_CHILD_SERVER";
 
 /// Runs this very test in a child process that starts servers and then calls
 /// `std::process::exit` (no Drop runs); the watchdogs must then stop the
 /// servers and delete their dirs.
+#[cfg(all(feature = "postgres", feature = "mysql"))]
 #[test]
 fn watchdog_cleans_up_after_process_exit() {
     if std::env::var_os(CHILD_ENV).is_some() {
@@ -367,6 +373,7 @@ fn watchdog_cleans_up_after_process_exit() {
 }
 
 /// Minimal join_all (no futures crate): polls the futures concurrently.
+#[cfg(feature = "postgres")]
 async fn join_all_spawned<F: std::future::Future<Output = String> + Send + 'static>(
     futs: impl Iterator<Item = F>,
 ) -> Vec<String> {
