@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::backend::{DbError, TestBackend, both};
 use common::*;
 #[cfg(feature = "mysql")]
 use mysql_async::prelude::Queryable;
@@ -88,129 +89,78 @@ fn removed_on_drop<S>(kind: &str, server: S, dir: &Path, port: u16) {
     assert!(procs.is_empty(), "still running after drop: {procs:?}");
 }
 
-#[cfg(feature = "postgres")]
-#[tokio::test]
-async fn pg_shared_server_answers_select_1() {
-    let url = pg_url();
-    assert_eq!(url, pg_url(), "pg_url() is stable within a process");
-    let c = pg(&url).await;
-    let one: i32 = c.query_one("SELECT 1", &[]).await.unwrap().get(0);
-    assert_eq!(one, 1);
-    let v = pg_version(&url).await;
-    assert!(v.starts_with("PostgreSQL "), "{v}");
-    eprintln!("pg_url={url} version={v}");
+both! {
+    (flavor = "current_thread") shared_server_answers_select_1,
+    (flavor = "current_thread") fresh_dbs_are_distinct_and_isolated,
+    (flavor = "current_thread") fresh_dbs_many_concurrently,
 }
 
-#[cfg(feature = "postgres")]
-#[tokio::test]
-async fn pg_fresh_dbs_are_distinct_and_isolated() {
-    let a = pg_fresh_db().await;
-    let b = pg_fresh_db().await;
+/// The rows of `sql` on `admin`, as text.
+async fn rows<B: TestBackend>(admin: &mut B::Admin, sql: &str) -> Vec<Vec<Option<String>>> {
+    B::admin_rows(admin, sql)
+        .await
+        .unwrap_or_else(|(code, e)| panic!("{sql}: {code} {e}"))
+}
+
+/// The name of the database `url` connects to.
+async fn current_database<B: TestBackend>(url: &str) -> String {
+    let sql = B::pick("SELECT current_database()", "SELECT DATABASE()");
+    let rows = rows::<B>(&mut B::admin(url).await, sql).await;
+    rows[0][0].clone().expect("a database")
+}
+
+async fn shared_server_answers_select_1<B: TestBackend>() {
+    let url = B::url();
+    assert_eq!(url, B::url(), "the URL is stable within a process");
+    let one = rows::<B>(&mut B::admin(&url).await, "SELECT 1").await;
+    assert_eq!(one, [[Some("1".to_string())]]);
+    let v = B::version(&url).await;
+    let looks_right = B::pick(
+        v.starts_with("PostgreSQL "),
+        v.contains("MariaDB") || v.chars().next().is_some_and(|c| c.is_ascii_digit()),
+    );
+    assert!(looks_right, "{v}");
+    eprintln!("{} url={url} version={v}", B::NAME);
+}
+
+async fn fresh_dbs_are_distinct_and_isolated<B: TestBackend>() {
+    let a = B::fresh_db().await;
+    let b = B::fresh_db().await;
     assert_ne!(a, b);
-    let ca = pg(&a).await;
-    let cb = pg(&b).await;
-    let da: String = ca
-        .query_one("SELECT current_database()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let db: String = cb
-        .query_one("SELECT current_database()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let (da, db) = (
+        current_database::<B>(&a).await,
+        current_database::<B>(&b).await,
+    );
     assert_ne!(da, db);
     assert!(da.starts_with("bp_") && db.starts_with("bp_"), "{da} {db}");
-    ca.batch_execute("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
-        .await
-        .unwrap();
-    let n: i64 = ca
-        .query_one("SELECT count(*) FROM t", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(n, 1);
-    let absent: bool = cb
-        .query_one("SELECT to_regclass('public.t') IS NULL", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert!(absent, "table t from {da} must not exist in {db}");
-    let err = cb.query("SELECT * FROM t", &[]).await.unwrap_err();
-    assert_eq!(err.code().map(|c| c.code()), Some("42P01"), "{err}");
+    let (mut ca, mut cb) = (B::admin(&a).await, B::admin(&b).await);
+    B::admin_run(&mut ca, "CREATE TABLE t (x INT); INSERT INTO t VALUES (1)").await;
+    let n = rows::<B>(&mut ca, "SELECT count(*) FROM t").await;
+    assert_eq!(n, [[Some("1".to_string())]]);
+    let absent = B::pick(
+        "SELECT to_regclass('public.t') IS NULL",
+        "SELECT COUNT(*) = 0 FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name = 't'",
+    );
+    let yes = B::pick("t", "1").to_string();
+    assert_eq!(
+        rows::<B>(&mut cb, absent).await,
+        [[Some(yes)]],
+        "table t from {da} must not exist in {db}"
+    );
+    let (code, e) = B::admin_rows(&mut cb, "SELECT * FROM t").await.unwrap_err();
+    assert_eq!(code, B::codes(DbError::NoSuchTable).1, "{e}");
 }
 
-#[cfg(feature = "postgres")]
-#[tokio::test]
-async fn pg_fresh_dbs_many_concurrently() {
-    let urls = join_all_spawned((0..8).map(|_| pg_fresh_db())).await;
+async fn fresh_dbs_many_concurrently<B: TestBackend>() {
+    let created: Vec<_> = (0..8).map(|_| tokio::spawn(B::fresh_db())).collect();
     let mut names = Vec::new();
-    for u in &urls {
-        let c = pg(u).await;
-        let d: String = c
-            .query_one("SELECT current_database()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        names.push(d);
+    for url in created {
+        names.push(current_database::<B>(&url.await.unwrap()).await);
     }
     names.sort();
     names.dedup();
     assert_eq!(names.len(), 8);
-}
-
-#[cfg(feature = "mysql")]
-#[tokio::test]
-async fn mysql_shared_server_answers_select_1() {
-    let url = mysql_url();
-    assert_eq!(url, mysql_url(), "mysql_url() is stable within a process");
-    let mut c = my(&url).await;
-    let one: Option<i64> = c.query_first("SELECT 1").await.unwrap();
-    assert_eq!(one, Some(1));
-    c.disconnect().await.unwrap();
-    let v = mysql_version(&url).await;
-    assert!(
-        v.contains("MariaDB") || v.chars().next().is_some_and(|c| c.is_ascii_digit()),
-        "{v}"
-    );
-    eprintln!("mysql_url={url} version={v}");
-}
-
-#[cfg(feature = "mysql")]
-#[tokio::test]
-async fn mysql_fresh_dbs_are_distinct_and_isolated() {
-    let a = mysql_fresh_db().await;
-    let b = mysql_fresh_db().await;
-    assert_ne!(a, b);
-    let mut ca = my(&a).await;
-    let mut cb = my(&b).await;
-    let da: Option<String> = ca.query_first("SELECT DATABASE()").await.unwrap();
-    let db: Option<String> = cb.query_first("SELECT DATABASE()").await.unwrap();
-    assert_ne!(da, db);
-    assert!(da.as_deref().unwrap().starts_with("bp_"), "{da:?}");
-    ca.query_drop("CREATE TABLE t (x INT); INSERT INTO t VALUES (1)")
-        .await
-        .unwrap();
-    let n: Option<i64> = ca.query_first("SELECT COUNT(*) FROM t").await.unwrap();
-    assert_eq!(n, Some(1));
-    let present: Option<i64> = cb
-        .query_first(
-            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 't'",
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        present,
-        Some(0),
-        "table t from {da:?} must not exist in {db:?}"
-    );
-    let err = cb.query_drop("SELECT * FROM t").await.unwrap_err();
-    assert!(
-        err.to_string().contains("1146") || err.to_string().contains("doesn't exist"),
-        "{err}"
-    );
-    ca.disconnect().await.unwrap();
-    cb.disconnect().await.unwrap();
 }
 
 #[cfg(feature = "postgres")]
@@ -370,17 +320,4 @@ fn watchdog_cleans_up_after_process_exit() {
         servers.len(),
         t.elapsed()
     );
-}
-
-/// Minimal join_all (no futures crate): polls the futures concurrently.
-#[cfg(feature = "postgres")]
-async fn join_all_spawned<F: std::future::Future<Output = String> + Send + 'static>(
-    futs: impl Iterator<Item = F>,
-) -> Vec<String> {
-    let handles: Vec<_> = futs.map(tokio::spawn).collect();
-    let mut out = Vec::new();
-    for h in handles {
-        out.push(h.await.unwrap());
-    }
-    out
 }

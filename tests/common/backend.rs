@@ -161,6 +161,12 @@ pub trait TestBackend: Send + Sync + 'static {
     /// rely on. Nothing to check for PostgreSQL.
     fn require_consecutive_ids(pool: &Self::Pool) -> impl Future<Output = ()> + Send;
 
+    /// The shared server of this test process (`pg_url` / `mysql_url`).
+    fn url() -> String;
+
+    /// The server's version string.
+    fn version(url: &str) -> impl Future<Output = String> + Send;
+
     /// A fresh, empty database on the shared server: its URL.
     fn fresh_db() -> impl Future<Output = String> + Send;
 
@@ -223,6 +229,13 @@ pub trait TestBackend: Send + Sync + 'static {
     fn admin(url: &str) -> impl Future<Output = Self::Admin> + Send;
     /// Runs `sql` (no parameters, any number of statements) on `admin`.
     fn admin_run(admin: &mut Self::Admin, sql: &str) -> impl Future<Output = ()> + Send;
+    /// Runs a query on `admin` through the text protocol: every column as
+    /// text (`None` for NULL), or the error's native code and message.
+    #[allow(clippy::type_complexity)]
+    fn admin_rows(
+        admin: &mut Self::Admin,
+        sql: &str,
+    ) -> impl Future<Output = Result<Vec<Vec<Option<String>>>, (String, String)>> + Send;
     /// Connection ids (backend pids, thread ids) of other sessions whose
     /// statement starts with `prefix` and waits for a row lock.
     fn lock_waiters(admin: &mut Self::Admin, prefix: &str)
@@ -366,10 +379,26 @@ macro_rules! same_outcome_api {
     };
 }
 
-/// See [`same_outcome_api`].
+/// See [`same_outcome_api`]; the arguments name the harness functions of
+/// the backend (`pg_url`, `pg_version`, `pg_fresh_db`).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! same_pool_api {
-    () => {
+    ($url:ident, $version:ident, $fresh_db:ident) => {
+        type Pool = Pool;
+        type Outcome = Outcome;
+
+        fn url() -> String {
+            crate::common::$url()
+        }
+
+        async fn version(url: &str) -> String {
+            crate::common::$version(url).await
+        }
+
+        async fn fresh_db() -> String {
+            crate::common::$fresh_db().await
+        }
+
         fn pool(url: &str, config: BatchConfig, max_size: usize) -> Pool {
             Pool::builder(url)
                 .max_size(max_size)
@@ -464,8 +493,7 @@ mod pg {
     same_outcome_api!();
 
     impl TestBackend for Pg {
-        type Pool = Pool;
-        type Outcome = Outcome;
+        same_pool_api!(pg_url, pg_version, pg_fresh_db);
         type Admin = tokio_postgres::Client;
         const IS_PG: bool = true;
 
@@ -474,10 +502,6 @@ mod pg {
         }
 
         async fn require_consecutive_ids(_: &Pool) {}
-
-        async fn fresh_db() -> String {
-            crate::common::pg_fresh_db().await
-        }
 
         fn pool_via(url: &str, proxy: SocketAddr, config: BatchConfig, max_size: usize) -> Pool {
             Pool::from_config(pg_via(url, proxy))
@@ -525,8 +549,6 @@ mod pg {
             Ok(pool.query_one(sql, &pg_params(params)).await?.get(0))
         }
 
-        same_pool_api!();
-
         async fn admin(url: &str) -> tokio_postgres::Client {
             let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
                 .await
@@ -539,6 +561,25 @@ mod pg {
 
         async fn admin_run(admin: &mut tokio_postgres::Client, sql: &str) {
             admin.batch_execute(sql).await.expect(sql)
+        }
+
+        async fn admin_rows(
+            admin: &mut tokio_postgres::Client,
+            sql: &str,
+        ) -> Result<Vec<Vec<Option<String>>>, (String, String)> {
+            let messages = admin.simple_query(sql).await.map_err(|e| {
+                let code = e.code().map(|c| c.code().to_string());
+                (code.unwrap_or_default(), e.to_string())
+            })?;
+            Ok(messages
+                .iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => {
+                        Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+                    }
+                    _ => None,
+                })
+                .collect())
         }
 
         async fn lock_waiters(admin: &mut tokio_postgres::Client, prefix: &str) -> Vec<u64> {
@@ -638,8 +679,7 @@ mod my {
     same_outcome_api!();
 
     impl TestBackend for My {
-        type Pool = Pool;
-        type Outcome = Outcome;
+        same_pool_api!(mysql_url, mysql_version, mysql_fresh_db);
         type Admin = mysql_async::Conn;
         const IS_PG: bool = false;
 
@@ -661,10 +701,6 @@ mod my {
                 mode == 0 || mode == 1,
                 "this test needs innodb_autoinc_lock_mode 0 or 1 (the default), the server has {mode}"
             );
-        }
-
-        async fn fresh_db() -> String {
-            crate::common::mysql_fresh_db().await
         }
 
         fn pool_via(url: &str, proxy: SocketAddr, config: BatchConfig, max_size: usize) -> Pool {
@@ -727,8 +763,6 @@ mod my {
                 .expect("an integer"))
         }
 
-        same_pool_api!();
-
         async fn admin(url: &str) -> mysql_async::Conn {
             mysql_async::Conn::new(my_tcp_opts(url))
                 .await
@@ -737,6 +771,20 @@ mod my {
 
         async fn admin_run(admin: &mut mysql_async::Conn, sql: &str) {
             admin.query_drop(sql).await.expect(sql)
+        }
+
+        async fn admin_rows(
+            admin: &mut mysql_async::Conn,
+            sql: &str,
+        ) -> Result<Vec<Vec<Option<String>>>, (String, String)> {
+            match admin.query::<mysql_async::Row, _>(sql).await {
+                Ok(rows) => Ok(rows
+                    .into_iter()
+                    .map(|r| r.unwrap().into_iter().map(text).collect())
+                    .collect()),
+                Err(mysql_async::Error::Server(e)) => Err((e.code.to_string(), e.message)),
+                Err(e) => Err((String::new(), e.to_string())),
+            }
         }
 
         async fn lock_waiters(admin: &mut mysql_async::Conn, prefix: &str) -> Vec<u64> {
