@@ -10,19 +10,25 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use batchpool::BatchConfig;
-use common::backend::{DbError, TestBackend, TestOutcome, Val, both, count, vals};
+use common::backend::{DbError, TestBackend, TestOutcome, Val, both, count, max_stat, vals};
 use tokio::sync::Barrier;
 
 both! {
-    (flavor = "multi_thread", worker_threads = 4) two_hundred_concurrent_callers_are_coalesced,
-    (flavor = "multi_thread", worker_threads = 4) returning_gives_each_caller_its_own_row,
-    (flavor = "multi_thread", worker_threads = 2) duplicate_key_fails_only_its_caller,
-    (flavor = "multi_thread", worker_threads = 2) concurrent_violations_fail_only_offenders,
-    (flavor = "multi_thread", worker_threads = 2) hostile_values_are_stored_verbatim,
-    (flavor = "multi_thread", worker_threads = 2) tricky_statements_are_batched_or_passed_through_correctly,
-    (flavor = "multi_thread", worker_threads = 2) bad_input_gets_a_clear_error_for_its_caller_only,
-    (flavor = "multi_thread", worker_threads = 4) max_in_flight_bounds_concurrent_flushes,
-    test rewritten_statement_inserts_n_rows,
+    (flavor = "multi_thread", worker_threads = 4) => [
+        two_hundred_concurrent_callers_are_coalesced,
+        returning_gives_each_caller_its_own_row,
+        max_in_flight_bounds_concurrent_flushes,
+    ],
+    (flavor = "multi_thread", worker_threads = 2) => [
+        duplicate_key_fails_only_its_caller,
+        concurrent_violations_fail_only_offenders,
+        hostile_values_are_stored_verbatim,
+        tricky_statements_are_batched_or_passed_through_correctly,
+        bad_input_gets_a_clear_error_for_its_caller_only,
+    ],
+    test => [
+        rewritten_statement_inserts_n_rows,
+    ],
 }
 
 /// A pool on a fresh database holding the table `ddl` creates (`SERIAL`
@@ -419,17 +425,8 @@ async fn bad_input_gets_a_clear_error_for_its_caller_only<B: TestBackend>() {
 async fn max_in_flight_bounds_concurrent_flushes<B: TestBackend>() {
     let config = BatchConfig::default().max_in_flight(1);
     let pool = table_with::<B>(config, 4, "CREATE TABLE mif (k INT PRIMARY KEY)").await;
-    let sampler = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            let mut max = 0;
-            for _ in 0..300 {
-                max = max.max(B::stats(&pool).in_flight);
-                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            }
-            max
-        })
-    };
+    let in_flight = |s: &batchpool::Stats| s.in_flight;
+    let sampler = max_stat::<B>(&pool, 300, std::time::Duration::from_millis(1), in_flight);
     let sql = B::sql("INSERT INTO mif (k) VALUES (?)");
     let results = gated_callers::<B, _>(&pool, &sql, 300, |k| ((), vals![k as i32])).await;
     for (_, r) in results {

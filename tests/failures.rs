@@ -17,8 +17,10 @@ use common::backend::{Patience, TestBackend, TestOutcome, all_returned, both, va
 use common::proxy::Proxy;
 
 both! {
-    (flavor = "multi_thread", worker_threads = 4) server_kills_the_connection_mid_batch,
-    (flavor = "multi_thread", worker_threads = 4) connection_cut_while_batch_in_flight_is_outcome_unknown,
+    (flavor = "multi_thread", worker_threads = 4) => [
+        server_kills_the_connection_mid_batch,
+        connection_cut_while_batch_in_flight_is_outcome_unknown,
+    ],
 }
 
 /// A statement whose rows take ~20 ms each to evaluate.

@@ -90,9 +90,11 @@ fn removed_on_drop<S>(kind: &str, server: S, dir: &Path, port: u16) {
 }
 
 both! {
-    (flavor = "current_thread") shared_server_answers_select_1,
-    (flavor = "current_thread") fresh_dbs_are_distinct_and_isolated,
-    (flavor = "current_thread") fresh_dbs_many_concurrently,
+    (flavor = "current_thread") => [
+        shared_server_answers_select_1,
+        fresh_dbs_are_distinct_and_isolated,
+        fresh_dbs_many_concurrently,
+    ],
 }
 
 /// The rows of `sql` on `admin`, as text.

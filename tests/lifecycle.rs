@@ -8,16 +8,22 @@ use std::future::Future;
 use std::time::Duration;
 
 use batchpool::{BatchConfig, QueueFull};
-use common::backend::{TestBackend, TestOutcome, all_returned, both, settle, vals, wait_for};
+use common::backend::{
+    TestBackend, TestOutcome, all_returned, both, max_stat, settle, vals, wait_for,
+};
 use rand::Rng;
 
 both! {
-    (flavor = "multi_thread", worker_threads = 4) cancellation_at_random_points_loses_nothing_acknowledged,
-    (flavor = "multi_thread", worker_threads = 2) futures_dropped_before_sending_insert_nothing,
-    (flavor = "multi_thread", worker_threads = 2) dropping_futures_at_every_poll_point_is_safe,
-    (flavor = "multi_thread", worker_threads = 4) tiny_queue_bound_still_completes_everything,
-    (flavor = "multi_thread", worker_threads = 2) full_queue_fails_fast_when_configured,
-    (flavor = "multi_thread", worker_threads = 2) close_flushes_queued_rows_then_refuses_work,
+    (flavor = "multi_thread", worker_threads = 4) => [
+        cancellation_at_random_points_loses_nothing_acknowledged,
+        tiny_queue_bound_still_completes_everything,
+    ],
+    (flavor = "multi_thread", worker_threads = 2) => [
+        futures_dropped_before_sending_insert_nothing,
+        dropping_futures_at_every_poll_point_is_safe,
+        full_queue_fails_fast_when_configured,
+        close_flushes_queued_rows_then_refuses_work,
+    ],
 }
 
 /// A fresh database with table `table (k, v)`, and a pool on it.
@@ -179,17 +185,8 @@ async fn tiny_queue_bound_still_completes_everything<B: TestBackend>() {
     let config = BatchConfig::default().queue_capacity(4).max_rows(16);
     let (pool, _) = pool_with::<B>(config, 2, "b").await;
     let sql = B::sql("INSERT INTO b (k, v) VALUES (?, 'q')");
-    let sampler = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            let mut max = 0;
-            for _ in 0..400 {
-                max = max.max(B::stats(&pool).queued);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            max
-        })
-    };
+    let queued = |s: &batchpool::Stats| s.queued;
+    let sampler = max_stat::<B>(&pool, 400, Duration::from_millis(2), queued);
     let mut tasks = tokio::task::JoinSet::new();
     for k in 0..1000i32 {
         let (pool, sql) = (pool.clone(), sql.clone());

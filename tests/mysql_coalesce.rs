@@ -17,6 +17,13 @@ async fn pool_with(config: BatchConfig, max_size: usize) -> Pool {
     My::pool(&My::fresh_db().await, config, max_size)
 }
 
+/// A pool on a fresh database holding the table `ddl` creates.
+async fn table(ddl: &str) -> Pool {
+    let pool = pool().await;
+    My::execute(&pool, ddl, &[]).await.unwrap();
+    pool
+}
+
 async fn pool() -> Pool {
     pool_with(BatchConfig::default(), 4).await
 }
@@ -24,6 +31,18 @@ async fn pool() -> Pool {
 async fn count(pool: &Pool, table: &str) -> i64 {
     common::backend::count::<My>(pool, table).await
 }
+
+/// Column 0 of the one row `sql` returns.
+async fn scalar<T: mysql_async::prelude::FromValue>(
+    pool: &Pool,
+    sql: &str,
+    params: impl Into<mysql_async::Params>,
+) -> T {
+    let row = pool.query_one(sql, params).await.unwrap();
+    row.get(0).expect("a value")
+}
+
+const UPSERT: &str = "INSERT INTO kv (k, v) VALUES (?, ?) ON DUPLICATE KEY UPDATE v = VALUES(v)";
 
 async fn require_consecutive_lock_mode(pool: &Pool) {
     My::require_consecutive_ids(pool).await
@@ -56,12 +75,7 @@ async fn ids_follow_auto_increment_increment() {
     for (tag, r) in tags.iter().zip(&results) {
         let id = r.as_ref().unwrap().last_insert_id().expect("id");
         assert!(seen.insert(id));
-        let stored: String = pool
-            .query_one("SELECT tag FROM steps WHERE id = ?", (id,))
-            .await
-            .unwrap()
-            .get(0)
-            .unwrap();
+        let stored: String = scalar(&pool, "SELECT tag FROM steps WHERE id = ?", (id,)).await;
         assert_eq!(&stored, tag);
     }
     let ids: Vec<u64> = results
@@ -77,13 +91,7 @@ async fn ids_follow_auto_increment_increment() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_are_not_claimed_when_not_provable() {
-    let pool = pool().await;
-    pool.execute(
-        "CREATE TABLE expl (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)",
-        (),
-    )
-    .await
-    .unwrap();
+    let pool = table("CREATE TABLE expl (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)").await;
     // The statement names the auto-increment column: ids are the caller's
     // own (or generated for NULL), not consecutive.
     let rows: Vec<(Option<i32>, i32)> = (0..20)
@@ -141,23 +149,11 @@ async fn ids_are_not_claimed_under_interleaved_lock_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upsert_counts_are_exact_or_say_so() {
-    let pool = pool().await;
-    pool.execute(
-        "CREATE TABLE kv (k INT PRIMARY KEY, v VARCHAR(20) NOT NULL)",
-        (),
-    )
-    .await
-    .unwrap();
+    let pool = table("CREATE TABLE kv (k INT PRIMARY KEY, v VARCHAR(20) NOT NULL)").await;
     // ODKU over keys repeated inside the batch: rows apply in order, the
     // last value of each key wins, exactly as one by one.
     let data: Vec<(i32, String)> = (0..60).map(|i| (i % 20, format!("v{i}"))).collect();
-    let results = pool
-        .execute_many(
-            "INSERT INTO kv (k, v) VALUES (?, ?) ON DUPLICATE KEY UPDATE v = VALUES(v)",
-            data.clone(),
-        )
-        .await
-        .unwrap();
+    let results = pool.execute_many(UPSERT, data.clone()).await.unwrap();
     for (i, r) in results.iter().enumerate() {
         let out = r.as_ref().expect("upsert ok");
         // The statement holding the 20 inserts (1 each) also holds updates
@@ -174,68 +170,43 @@ async fn upsert_counts_are_exact_or_say_so() {
     }
     assert_eq!(count(&pool, "kv").await, 20);
     for k in 0..20i32 {
-        let v: String = pool
-            .query_one("SELECT v FROM kv WHERE k = ?", (k,))
-            .await
-            .unwrap()
-            .get(0)
-            .unwrap();
+        let v: String = scalar(&pool, "SELECT v FROM kv WHERE k = ?", (k,)).await;
         assert_eq!(v, format!("v{}", k + 40));
     }
-    // All updates: 2 each, exact.
-    let results = pool
-        .execute_many(
-            "INSERT INTO kv (k, v) VALUES (?, ?) ON DUPLICATE KEY UPDATE v = VALUES(v)",
-            (0..20).map(|k| (k, format!("w{k}"))),
-        )
-        .await
-        .unwrap();
-    for r in &results {
-        let out = r.as_ref().unwrap();
-        assert!(out.is_exact());
-        assert_eq!(out.rows_affected(), 2);
+    // Statements whose rows all count alike are exact; a mix is not.
+    let ignore = "INSERT IGNORE INTO kv (k, v) VALUES (?, ?)";
+    let cases = [
+        ("all updates: 2 each", UPSERT, 0..20, "w", Some(2)),
+        (
+            "INSERT IGNORE, every row new",
+            ignore,
+            100..110,
+            "new",
+            Some(1),
+        ),
+        (
+            "INSERT IGNORE, every row exists",
+            ignore,
+            100..110,
+            "again",
+            Some(0),
+        ),
+        // 8 rows (one statement): 5 exist, 3 are new.
+        ("INSERT IGNORE, mixed", ignore, 105..113, "mixed", None),
+    ];
+    for (case, sql, keys, value, per_row) in cases {
+        let rows = keys.map(|k| (k, format!("{value}{k}")));
+        for r in pool.execute_many(sql, rows).await.unwrap() {
+            let out = r.unwrap();
+            assert_eq!(out.is_exact(), per_row.is_some(), "{case}: {out:?}");
+            if let Some(n) = per_row {
+                assert_eq!(out.rows_affected(), n, "{case}: {out:?}");
+            }
+        }
     }
-    // INSERT IGNORE where every row is new (exact 1) / every row exists
-    // (exact 0) / mixed (not exact).
-    let fresh = pool
-        .execute_many(
-            "INSERT IGNORE INTO kv (k, v) VALUES (?, ?)",
-            (100..110).map(|k| (k, "new")),
-        )
-        .await
-        .unwrap();
-    assert!(fresh.iter().all(|r| {
-        let o = r.as_ref().unwrap();
-        o.is_exact() && o.rows_affected() == 1
-    }));
-    let old = pool
-        .execute_many(
-            "INSERT IGNORE INTO kv (k, v) VALUES (?, ?)",
-            (100..110).map(|k| (k, "again")),
-        )
-        .await
-        .unwrap();
-    assert!(old.iter().all(|r| {
-        let o = r.as_ref().unwrap();
-        o.is_exact() && o.rows_affected() == 0
-    }));
-    let mixed = pool
-        .execute_many(
-            "INSERT IGNORE INTO kv (k, v) VALUES (?, ?)",
-            // 8 rows (one statement): 5 exist, 3 are new.
-            (105..113).map(|k| (k, "mixed")),
-        )
-        .await
-        .unwrap();
-    assert!(mixed.iter().all(|r| !r.as_ref().unwrap().is_exact()));
     assert_eq!(count(&pool, "kv").await, 33);
-    let stored: String = pool
-        .query_one("SELECT v FROM kv WHERE k = 100", ())
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
-    assert_eq!(stored, "new", "INSERT IGNORE must not overwrite");
+    let stored: String = scalar(&pool, "SELECT v FROM kv WHERE k = 100", ()).await;
+    assert_eq!(stored, "new100", "INSERT IGNORE must not overwrite");
     // REPLACE of new keys: exact 1 each.
     let replaced = pool
         .execute_many(
@@ -287,13 +258,7 @@ async fn upserts_run_one_by_one_when_asked_and_are_exact() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_transactional_tables_are_not_coalesced() {
-    let pool = pool().await;
-    pool.execute(
-        "CREATE TABLE m (k INT PRIMARY KEY, v INT NOT NULL) ENGINE=MyISAM",
-        (),
-    )
-    .await
-    .unwrap();
+    let pool = table("CREATE TABLE m (k INT PRIMARY KEY, v INT NOT NULL) ENGINE=MyISAM").await;
     // A duplicate in the middle: with MyISAM a multi-row statement would
     // keep the rows before it, so these must run one by one.
     let rows: Vec<(i32, i32)> = (0..10).map(|i| (if i == 6 { 2 } else { i }, i)).collect();
@@ -318,10 +283,7 @@ async fn non_transactional_tables_are_not_coalesced() {
 /// (`bad_input_gets_a_clear_error_for_its_caller_only`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn named_parameters_run_alone_and_bad_configuration_is_refused() {
-    let pool = pool().await;
-    pool.execute("CREATE TABLE p (a INT, b VARCHAR(10))", ())
-        .await
-        .unwrap();
+    let pool = table("CREATE TABLE p (a INT, b VARCHAR(10))").await;
     let sql = "INSERT INTO p (a, b) VALUES (?, ?)";
     // Named parameters for a `?` statement.
     let e = pool
@@ -399,12 +361,7 @@ async fn escape_hatch_is_reset_before_reuse() {
         .max_size(1)
         .build()
         .unwrap();
-    let db: String = pool
-        .query_one("SELECT DATABASE()", ())
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let db: String = scalar(&pool, "SELECT DATABASE()", ()).await;
     let keys: Vec<i32> = check
         .query(&format!("SELECT k FROM `{db}`.h ORDER BY k"), ())
         .await
@@ -427,12 +384,7 @@ async fn statements_respect_max_allowed_packet() {
     const PACKET: usize = 65536;
     let server = common::MysqlServer::start(&[&format!("--max-allowed-packet={PACKET}")]);
     let pool = Pool::builder(&server.url()).max_size(2).build().unwrap();
-    let packet: u64 = pool
-        .query_one("SELECT @@max_allowed_packet", ())
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let packet: u64 = scalar(&pool, "SELECT @@max_allowed_packet", ()).await;
     assert_eq!(packet as usize, PACKET);
     pool.execute(
         "CREATE TABLE blobs (id INT AUTO_INCREMENT PRIMARY KEY, k INT NOT NULL, body MEDIUMTEXT)",
@@ -502,12 +454,7 @@ async fn statements_respect_max_allowed_packet() {
     assert!(stored.iter().all(|(k, _)| *k != 105));
     assert!(stored.contains(&(110, 50 << 10)));
     for (k, row) in rows.iter().enumerate() {
-        let got: String = pool
-            .query_one("SELECT body FROM blobs WHERE k = ?", (k as i32,))
-            .await
-            .unwrap()
-            .get(0)
-            .unwrap();
+        let got: String = scalar(&pool, "SELECT body FROM blobs WHERE k = ?", (k as i32,)).await;
         assert!(got == row.1, "row {k} changed");
     }
     let status = pool.status();

@@ -8,6 +8,13 @@ use batchpool::BatchConfig;
 use batchpool::postgres::Pool;
 use common::backend::{Pg, TestBackend};
 
+/// A pool on a fresh database holding the table `ddl` creates.
+async fn table(ddl: &str) -> Pool {
+    let pool = pool().await;
+    Pg::execute(&pool, ddl, &[]).await.unwrap();
+    pool
+}
+
 async fn pool() -> Pool {
     Pg::pool(&Pg::fresh_db().await, BatchConfig::default(), 4)
 }
@@ -18,10 +25,7 @@ async fn count(pool: &Pool, table: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_conflict_keys_in_one_do_update_batch_succeed() {
-    let pool = pool().await;
-    pool.execute("CREATE TABLE kv (k int PRIMARY KEY, v text NOT NULL)", &[])
-        .await
-        .unwrap();
+    let pool = table("CREATE TABLE kv (k int PRIMARY KEY, v text NOT NULL)").await;
     let data: Vec<(i32, String)> = (0..60).map(|i| (i % 20, format!("v{i}"))).collect();
     let rows: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 2]> =
         data.iter().map(|(k, v)| [k as _, v as _]).collect();
@@ -49,10 +53,7 @@ async fn duplicate_conflict_keys_in_one_do_update_batch_succeed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_conflict_do_nothing_reports_exact_per_row_counts() {
-    let pool = pool().await;
-    pool.execute("CREATE TABLE seen (k int PRIMARY KEY, note text)", &[])
-        .await
-        .unwrap();
+    let pool = table("CREATE TABLE seen (k int PRIMARY KEY, note text)").await;
     pool.execute("INSERT INTO seen (k, note) VALUES (1, 'old')", &[])
         .await
         .unwrap();
@@ -84,10 +85,7 @@ async fn on_conflict_do_nothing_reports_exact_per_row_counts() {
 /// `coalesce.rs` (`bad_input_gets_a_clear_error_for_its_caller_only`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_types_transaction_control_and_too_many_parameters_are_refused() {
-    let pool = pool().await;
-    pool.execute("CREATE TABLE p (a int, b text)", &[])
-        .await
-        .unwrap();
+    let pool = table("CREATE TABLE p (a int, b text)").await;
     let sql = "INSERT INTO p (a, b) VALUES ($1, $2)";
     // Wrong type: a string for an int column.
     let e = pool.execute(sql, &[&"x", &"y"]).await.unwrap_err();

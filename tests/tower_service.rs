@@ -13,9 +13,11 @@ use std::time::Duration;
 use batchpool::postgres::{Outcome, Pool};
 use batchpool::tower::future::BatchFuture;
 use batchpool::tower::{
-    Batch, BatchExecutor, BoxError, CoalesceLayer, PgValue, PoolService, Statement,
+    Batch, BatchExecutor, BoxError, CoalesceLayer, PgValue, PoolService, ServicePool, Statement,
 };
 use batchpool::{BatchConfig, QueueFull};
+use tower::limit::ConcurrencyLimit;
+use tower::timeout::Timeout;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const INSERT: &str = "INSERT INTO events (body) VALUES ($1) RETURNING id";
@@ -57,6 +59,14 @@ fn insert(body: impl Into<String>) -> Statement<PgValue> {
     Statement::new(INSERT).bind(body.into())
 }
 
+/// `PoolService` under a 30 s timeout and a limit of 64 calls at once.
+fn stack<P: ServicePool>(pool: P) -> Timeout<ConcurrencyLimit<PoolService<P>>> {
+    ServiceBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .concurrency_limit(64)
+        .service(PoolService::new(pool))
+}
+
 /// Polls `poll_ready` once, without waiting.
 async fn poll_ready_once<S, R>(svc: &mut S) -> Poll<Result<(), S::Error>>
 where
@@ -77,10 +87,7 @@ async fn ids_to_bodies(pool: &Pool) -> HashMap<i64, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn service_builder_stack_with_timeout_and_concurrency_limit() {
     let pool = pool_with(BatchConfig::default(), 2).await;
-    let svc = ServiceBuilder::new()
-        .timeout(Duration::from_secs(30))
-        .concurrency_limit(64)
-        .service(PoolService::new(pool.clone()));
+    let svc = stack(pool.clone());
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..500 {
         let svc = svc.clone();
@@ -464,6 +471,7 @@ async fn a_failed_batch_reaches_every_row_as_outcome_unknown() {
     assert_eq!(count(&pool).await, 0);
 }
 
+#[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_pool_behind_the_same_service_stack() {
     let url = common::mysql_fresh_db().await;
@@ -477,10 +485,7 @@ async fn mysql_pool_behind_the_same_service_stack() {
     )
     .await
     .unwrap();
-    let svc = ServiceBuilder::new()
-        .timeout(Duration::from_secs(30))
-        .concurrency_limit(64)
-        .service(PoolService::new(pool.clone()));
+    let svc = stack(pool.clone());
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..200 {
         let svc = svc.clone();

@@ -14,15 +14,19 @@ use common::backend::{DbError, TestOutcome, both, count, vals};
 use common::tx::{Sent, TxBackend};
 
 both! {
-    (flavor = "current_thread") single_statement_group_is_one_round_trip_without_begin,
-    (flavor = "current_thread") failing_statement_rolls_back_the_whole_group_and_names_it,
-    (flavor = "current_thread") lazy_transaction_round_trips,
-    (flavor = "current_thread") empty_transactions_and_groups_send_nothing,
-    (flavor = "current_thread") execute_and_commit_alone_is_autocommit_and_last_rides_with_commit,
-    (flavor = "current_thread") failed_statement_makes_commit_fail_and_roll_back,
-    (flavor = "current_thread") dropping_an_open_transaction_rolls_back_and_returns_a_clean_connection,
-    (flavor = "current_thread") transaction_control_and_bad_parameters_are_refused_before_sending,
-    (flavor = "multi_thread", worker_threads = 2) atomic_and_transactions_from_many_tasks,
+    (flavor = "current_thread") => [
+        single_statement_group_is_one_round_trip_without_begin,
+        failing_statement_rolls_back_the_whole_group_and_names_it,
+        lazy_transaction_round_trips,
+        empty_transactions_and_groups_send_nothing,
+        execute_and_commit_alone_is_autocommit_and_last_rides_with_commit,
+        failed_statement_makes_commit_fail_and_roll_back,
+        dropping_an_open_transaction_rolls_back_and_returns_a_clean_connection,
+        transaction_control_and_bad_parameters_are_refused_before_sending,
+    ],
+    (flavor = "multi_thread", worker_threads = 2) => [
+        atomic_and_transactions_from_many_tasks,
+    ],
 }
 
 async fn single_statement_group_is_one_round_trip_without_begin<B: TxBackend>() {
@@ -187,10 +191,7 @@ async fn execute_and_commit_alone_is_autocommit_and_last_rides_with_commit<B: Tx
     assert_eq!(env.keys().await, vec![0, 1, 2]);
 
     // The last statement failing: nothing of the transaction commits.
-    let mut tx = B::begin(&env.pool);
-    B::tx_execute(&mut tx, B::INS, &vals![3, "c"])
-        .await
-        .unwrap();
+    let tx = env.begin_with(3, "c").await;
     let err = B::tx_execute_and_commit(tx, B::INS, &vals![1, "dup"])
         .await
         .unwrap_err();
@@ -204,10 +205,7 @@ async fn failed_statement_makes_commit_fail_and_roll_back<B: TxBackend>() {
     let env = B::env(1).await;
     env.insert(1, "one").await;
 
-    let mut tx = B::begin(&env.pool);
-    B::tx_execute(&mut tx, B::INS, &vals![2, "two"])
-        .await
-        .unwrap();
+    let mut tx = env.begin_with(2, "two").await;
     let dup = B::tx_execute(&mut tx, B::INS, &vals![1, "dup"])
         .await
         .unwrap_err();
@@ -240,10 +238,7 @@ async fn dropping_an_open_transaction_rolls_back_and_returns_a_clean_connection<
     let env = B::env(1).await;
     env.insert(0, "warm").await;
 
-    let mut tx = B::begin(&env.pool);
-    B::tx_execute(&mut tx, B::INS, &vals![5, "five"])
-        .await
-        .unwrap();
+    let mut tx = env.begin_with(5, "five").await;
     let rows = B::tx_query(&mut tx, "SELECT k FROM item ORDER BY k").await;
     assert_eq!(rows.unwrap(), 2, "the transaction sees its own row");
     assert_eq!(env.open_transactions().await, 1);

@@ -228,7 +228,13 @@ pub trait TestBackend: Send + Sync + 'static {
     /// A direct connection to the database of `url`.
     fn admin(url: &str) -> impl Future<Output = Self::Admin> + Send;
     /// Runs `sql` (no parameters, any number of statements) on `admin`.
-    fn admin_run(admin: &mut Self::Admin, sql: &str) -> impl Future<Output = ()> + Send;
+    fn admin_run(admin: &mut Self::Admin, sql: &str) -> impl Future<Output = ()> + Send {
+        async move {
+            if let Err((code, e)) = Self::admin_rows(admin, sql).await {
+                panic!("{sql}: {code} {e}");
+            }
+        }
+    }
     /// Runs a query on `admin` through the text protocol: every column as
     /// text (`None` for NULL), or the error's native code and message.
     #[allow(clippy::type_complexity)]
@@ -261,6 +267,25 @@ pub async fn settle<B: TestBackend>(pool: &B::Pool) {
         s.queued == 0 && s.in_flight == 0
     })
     .await;
+}
+
+/// A task sampling `stat` of the pool's stats `samples` times, `every`
+/// apart: the largest value it saw.
+pub fn max_stat<B: TestBackend>(
+    pool: &B::Pool,
+    samples: usize,
+    every: std::time::Duration,
+    stat: fn(&Stats) -> u64,
+) -> tokio::task::JoinHandle<u64> {
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        let mut max = 0;
+        for _ in 0..samples {
+            max = max.max(stat(&B::stats(&pool)));
+            tokio::time::sleep(every).await;
+        }
+        max
+    })
 }
 
 /// Every connection is back in the pool: none leaked. (A flush hands its
@@ -311,47 +336,47 @@ impl<'a> Patience<'a> {
 }
 
 /// Runs generic test bodies as `pg::name` and `mysql::name` tests, each
-/// compiled with its backend's feature. Every entry ends with a comma and is
-/// either `(tokio::test arguments) name` (an `async fn name<B>()`) or
-/// `test name` (a plain `fn name<B>()`):
+/// compiled with its backend's feature. The tests come in groups: the
+/// `#[tokio::test]` arguments of an `async fn name<B>()`, or `test` for a
+/// plain `fn name<B>()`, then `=>` and the names:
 ///
 /// ```ignore
 /// both! {
-///     (flavor = "multi_thread", worker_threads = 2) close_flushes_queued_rows,
-///     test rewritten_statement_inserts_n_rows,
+///     (flavor = "multi_thread", worker_threads = 2) => [
+///         close_flushes_queued_rows,
+///         full_queue_fails_fast,
+///     ],
+///     test => [rewritten_statement_inserts_n_rows],
 /// }
 /// ```
 macro_rules! both {
-    ($($entries:tt)*) => {
+    ($($group:tt => [$($name:ident),* $(,)?]),* $(,)?) => {
         #[cfg(feature = "postgres")]
         mod pg {
-            $crate::common::backend::tests_for!(Pg; $($entries)*);
+            $($crate::common::backend::tests_for!(Pg, $group, $($name)*);)*
         }
         #[cfg(feature = "mysql")]
         mod mysql {
-            $crate::common::backend::tests_for!(My; $($entries)*);
+            $($crate::common::backend::tests_for!(My, $group, $($name)*);)*
         }
     };
 }
 pub(crate) use both;
 
-/// [`both!`] for one backend.
+/// One group of [`both!`] for one backend.
 macro_rules! tests_for {
-    ($backend:ident;) => {};
-    ($backend:ident; test $name:ident, $($rest:tt)*) => {
+    ($backend:ident, test, $($name:ident)*) => {$(
         #[test]
         fn $name() {
             super::$name::<$crate::common::backend::$backend>()
         }
-        $crate::common::backend::tests_for!($backend; $($rest)*);
-    };
-    ($backend:ident; ($($args:tt)*) $name:ident, $($rest:tt)*) => {
-        #[tokio::test($($args)*)]
+    )*};
+    ($backend:ident, $args:tt, $($name:ident)*) => {$(
+        #[tokio::test $args]
         async fn $name() {
             super::$name::<$crate::common::backend::$backend>().await
         }
-        $crate::common::backend::tests_for!($backend; $($rest)*);
-    };
+    )*};
 }
 pub(crate) use tests_for;
 
@@ -379,13 +404,20 @@ macro_rules! same_outcome_api {
     };
 }
 
-/// See [`same_outcome_api`]; the arguments name the harness functions of
-/// the backend (`pg_url`, `pg_version`, `pg_fresh_db`).
+/// See [`same_outcome_api`]; the arguments are `IS_PG`, the `Admin` type,
+/// and the backend's harness functions (`pg_url`, `pg_version`,
+/// `pg_fresh_db`); the module has its `native_code`.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! same_pool_api {
-    ($url:ident, $version:ident, $fresh_db:ident) => {
+    ($is_pg:expr, $admin:ty, $url:ident, $version:ident, $fresh_db:ident) => {
         type Pool = Pool;
         type Outcome = Outcome;
+        type Admin = $admin;
+        const IS_PG: bool = $is_pg;
+
+        fn native_code(e: &Error) -> Option<String> {
+            native_code(e)
+        }
 
         fn url() -> String {
             crate::common::$url()
@@ -492,14 +524,18 @@ mod pg {
 
     same_outcome_api!();
 
-    impl TestBackend for Pg {
-        same_pool_api!(pg_url, pg_version, pg_fresh_db);
-        type Admin = tokio_postgres::Client;
-        const IS_PG: bool = true;
+    fn native_code(e: &Error) -> Option<String> {
+        e.as_db_error().map(|db| db.code().code().to_string())
+    }
 
-        fn native_code(e: &Error) -> Option<String> {
-            e.as_db_error().map(|db| db.code().code().to_string())
-        }
+    impl TestBackend for Pg {
+        same_pool_api!(
+            true,
+            tokio_postgres::Client,
+            pg_url,
+            pg_version,
+            pg_fresh_db
+        );
 
         async fn require_consecutive_ids(_: &Pool) {}
 
@@ -557,10 +593,6 @@ mod pg {
                 let _ = conn.await;
             });
             client
-        }
-
-        async fn admin_run(admin: &mut tokio_postgres::Client, sql: &str) {
-            admin.batch_execute(sql).await.expect(sql)
         }
 
         async fn admin_rows(
@@ -678,14 +710,18 @@ mod my {
 
     same_outcome_api!();
 
-    impl TestBackend for My {
-        same_pool_api!(mysql_url, mysql_version, mysql_fresh_db);
-        type Admin = mysql_async::Conn;
-        const IS_PG: bool = false;
+    fn native_code(e: &Error) -> Option<String> {
+        e.as_mysql_error().map(|m| m.code.to_string())
+    }
 
-        fn native_code(e: &Error) -> Option<String> {
-            e.as_mysql_error().map(|m| m.code.to_string())
-        }
+    impl TestBackend for My {
+        same_pool_api!(
+            false,
+            mysql_async::Conn,
+            mysql_url,
+            mysql_version,
+            mysql_fresh_db
+        );
 
         /// Per-row ids are only claimed with `innodb_autoinc_lock_mode` 0 or
         /// 1 (the MariaDB default, and the throwaway server's); tests that
@@ -767,10 +803,6 @@ mod my {
             mysql_async::Conn::new(my_tcp_opts(url))
                 .await
                 .expect("admin connection")
-        }
-
-        async fn admin_run(admin: &mut mysql_async::Conn, sql: &str) {
-            admin.query_drop(sql).await.expect(sql)
         }
 
         async fn admin_rows(

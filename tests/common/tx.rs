@@ -202,6 +202,14 @@ impl<B: TxBackend> Env<B> {
         assert_eq!(self.open_transactions().await, 0);
     }
 
+    /// A transaction that has inserted row `k`.
+    pub async fn begin_with(&self, k: i32, v: &str) -> B::Tx {
+        let mut tx = B::begin(&self.pool);
+        let row = [k.into(), v.into()];
+        B::tx_execute(&mut tx, B::INS, &row).await.unwrap();
+        tx
+    }
+
     /// Group `[(INS, k, v)]`, the warm-up most tests start with.
     pub async fn insert(&self, k: i32, v: &str) {
         B::atomic(&self.pool, &[(B::INS, vec![k.into(), v.into()])])
