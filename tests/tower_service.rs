@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::backend::wait_for;
+
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
@@ -131,9 +133,14 @@ async fn service_builder_stack_with_timeout_and_concurrency_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeout_layer_drops_a_queued_row_unsent() {
-    // Timed batching with a delay longer than the per-row timeout: the
-    // timeout drops the row's future while the row is still queued.
+    // Timed batching with a delay longer than the per-row timeout, and both
+    // connections held: the timeout drops the row's future while the row
+    // is still queued.
     let pool = pool_with(BatchConfig::default().max_delay(Duration::from_secs(1)), 2).await;
+    // Learn the statement (refused for its missing parameter, so nothing
+    // is written): the row below queues without a connection.
+    assert!(pool.execute(INSERT, &[]).await.unwrap_err().is_params());
+    let held = [pool.get().await.unwrap(), pool.get().await.unwrap()];
     let svc = ServiceBuilder::new()
         .timeout(Duration::from_millis(200))
         .service(PoolService::new(pool.clone()));
@@ -145,8 +152,9 @@ async fn timeout_layer_drops_a_queued_row_unsent() {
         err.is::<tower::timeout::error::Elapsed>(),
         "the timeout's own error: {err:?}"
     );
+    drop(held);
     // Past the batching delay the flush finds the row's caller gone.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for("the flush", || pool.stats().rows_cancelled == 1).await;
     let stats = pool.stats();
     assert_eq!(stats.rows_cancelled, 1, "{stats:?}");
     assert_eq!(stats.rows, 0, "{stats:?}");
@@ -170,12 +178,7 @@ async fn readiness_blocks_while_the_queue_is_full() {
     }
     let mut third = svc.clone();
     // The spawned rows are queued as soon as their tasks run.
-    for _ in 0..100 {
-        if pool.stats().queued == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for("two rows queued", || pool.stats().queued == 2).await;
     assert_eq!(pool.stats().queued, 2);
     assert!(
         poll_ready_once(&mut third).await.is_pending(),
@@ -229,7 +232,7 @@ async fn reserved_slot_is_released_when_the_service_is_dropped() {
     // b's call uses the slot it reserved; the row queues behind the held
     // connection and completes once it is free.
     let call = tokio::spawn(b.call(insert("b")));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_for("b's row queued", || pool.stats().queued == 1).await;
     assert_eq!(pool.stats().queued, 1);
     drop(held);
     call.await.unwrap().expect("b's row");
@@ -270,7 +273,7 @@ async fn fail_fast_pool_rejects_in_call_and_call_without_ready_waits() {
     let mut a = PoolService::new(pool.clone());
     a.ready().await.unwrap();
     let first = tokio::spawn(a.call(insert("first")));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_for("the first row queued", || pool.stats().queued == 1).await;
     assert_eq!(pool.stats().queued, 1);
 
     let mut b = PoolService::new(pool.clone());
@@ -402,12 +405,7 @@ async fn coalesce_readiness_and_dropped_rows() {
     // connection; its queue slot is free again as soon as it left the queue.
     svc.ready().await.unwrap();
     let a = tokio::spawn(svc.call(insert("a")));
-    for _ in 0..100 {
-        if !sizes.0.lock().unwrap().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for("a dispatched", || !sizes.0.lock().unwrap().is_empty()).await;
     assert_eq!(*sizes.0.lock().unwrap(), vec![1]);
 
     // B takes the only slot and stays queued (the inner limit is in use).
