@@ -9,7 +9,7 @@ use common::*;
 #[cfg(feature = "mysql")]
 use mysql_async::prelude::Queryable;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 #[cfg(feature = "postgres")]
@@ -219,7 +219,10 @@ async fn mysql_server_applies_args_and_is_removed_on_drop() {
         let bind: Option<String> = c.query_first("SELECT @@bind_address").await.unwrap();
         assert_eq!(bind.as_deref(), Some("127.0.0.1"));
         let sock: Option<String> = c.query_first("SELECT @@socket").await.unwrap();
-        assert_eq!(sock.map(PathBuf::from), Some(dir.join("mysql.sock")));
+        assert_eq!(
+            sock.map(std::path::PathBuf::from),
+            Some(dir.join("mysql.sock"))
+        );
         let flush: Option<u64> = c
             .query_first("SELECT @@innodb_flush_log_at_trx_commit")
             .await
@@ -288,12 +291,12 @@ fn watchdog_cleans_up_after_process_exit() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let servers: Vec<(u16, PathBuf)> = stdout
+    let servers: Vec<(u16, std::path::PathBuf)> = stdout
         .lines()
         .filter_map(|l| l.split_once(CHILD_TAG).map(|(_, rest)| rest))
         .map(|l| {
             let (port, dir) = l.trim().split_once(' ').unwrap();
-            (port.parse().unwrap(), PathBuf::from(dir))
+            (port.parse().unwrap(), std::path::PathBuf::from(dir))
         })
         .collect();
     assert_eq!(servers.len(), 2, "child output:\n{stdout}");

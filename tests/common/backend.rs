@@ -57,7 +57,9 @@ impl<T: Into<Val>> From<Option<T>> for Val {
 /// `vals![a, b]`: a `Vec<Val>` of parameters.
 macro_rules! vals {
     ($($v:expr),* $(,)?) => {
-        vec![$($crate::common::backend::Val::from($v)),*]
+        ::std::vec::Vec::<$crate::common::backend::Val>::from([
+            $($crate::common::backend::Val::from($v)),*
+        ])
     };
 }
 pub(crate) use vals;
