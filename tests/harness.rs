@@ -4,12 +4,15 @@
 
 mod common;
 
+use common::backend::{DbError, TestBackend, both};
 use common::*;
+#[cfg(feature = "mysql")]
 use mysql_async::prelude::Queryable;
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "postgres")]
 async fn pg(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
@@ -20,12 +23,14 @@ async fn pg(url: &str) -> tokio_postgres::Client {
     client
 }
 
+#[cfg(feature = "mysql")]
 async fn my(url: &str) -> mysql_async::Conn {
     mysql_async::Conn::new(mysql_async::Opts::from_url(url).unwrap())
         .await
         .unwrap_or_else(|e| panic!("connect {url}: {e}"))
 }
 
+#[cfg(feature = "postgres")]
 async fn pg_show(c: &tokio_postgres::Client, name: &str) -> String {
     c.query_one(&format!("SHOW {name}"), &[])
         .await
@@ -64,126 +69,103 @@ fn processes_mentioning(needle: &str, watchdogs: bool) -> Vec<String> {
     found
 }
 
-#[tokio::test]
-async fn pg_shared_server_answers_select_1() {
-    let url = pg_url();
-    assert_eq!(url, pg_url(), "pg_url() is stable within a process");
-    let c = pg(&url).await;
-    let one: i32 = c.query_one("SELECT 1", &[]).await.unwrap().get(0);
-    assert_eq!(one, 1);
-    let v = pg_version(&url).await;
-    assert!(v.starts_with("PostgreSQL "), "{v}");
-    eprintln!("pg_url={url} version={v}");
+/// The server's process is visible, and dropping `server` stops it, frees
+/// its port and removes its dir.
+fn removed_on_drop<S>(kind: &str, server: S, dir: &Path, port: u16) {
+    let procs = processes_mentioning(&dir.to_string_lossy(), false);
+    assert!(
+        !procs.is_empty(),
+        "the server process must be visible before drop"
+    );
+    let t = Instant::now();
+    drop(server);
+    eprintln!("{kind} drop took {:?}", t.elapsed());
+    assert!(!dir.exists(), "{} still exists after drop", dir.display());
+    assert!(
+        port_refuses(port),
+        "port {port} still accepts connections after drop"
+    );
+    let procs = processes_mentioning(&dir.to_string_lossy(), true);
+    assert!(procs.is_empty(), "still running after drop: {procs:?}");
 }
 
-#[tokio::test]
-async fn pg_fresh_dbs_are_distinct_and_isolated() {
-    let a = pg_fresh_db().await;
-    let b = pg_fresh_db().await;
+both! {
+    (flavor = "current_thread") => [
+        shared_server_answers_select_1,
+        fresh_dbs_are_distinct_and_isolated,
+        fresh_dbs_many_concurrently,
+    ],
+}
+
+/// The rows of `sql` on `admin`, as text.
+async fn rows<B: TestBackend>(admin: &mut B::Admin, sql: &str) -> Vec<Vec<Option<String>>> {
+    B::admin_rows(admin, sql)
+        .await
+        .unwrap_or_else(|(code, e)| panic!("{sql}: {code} {e}"))
+}
+
+/// The name of the database `url` connects to.
+async fn current_database<B: TestBackend>(url: &str) -> String {
+    let sql = B::pick("SELECT current_database()", "SELECT DATABASE()");
+    let rows = rows::<B>(&mut B::admin(url).await, sql).await;
+    rows[0][0].clone().expect("a database")
+}
+
+async fn shared_server_answers_select_1<B: TestBackend>() {
+    let url = B::url();
+    assert_eq!(url, B::url(), "the URL is stable within a process");
+    let one = rows::<B>(&mut B::admin(&url).await, "SELECT 1").await;
+    assert_eq!(one, [[Some("1".to_string())]]);
+    let v = B::version(&url).await;
+    let looks_right = B::pick(
+        v.starts_with("PostgreSQL "),
+        v.contains("MariaDB") || v.chars().next().is_some_and(|c| c.is_ascii_digit()),
+    );
+    assert!(looks_right, "{v}");
+    eprintln!("{} url={url} version={v}", B::NAME);
+}
+
+async fn fresh_dbs_are_distinct_and_isolated<B: TestBackend>() {
+    let a = B::fresh_db().await;
+    let b = B::fresh_db().await;
     assert_ne!(a, b);
-    let ca = pg(&a).await;
-    let cb = pg(&b).await;
-    let da: String = ca
-        .query_one("SELECT current_database()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let db: String = cb
-        .query_one("SELECT current_database()", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let (da, db) = (
+        current_database::<B>(&a).await,
+        current_database::<B>(&b).await,
+    );
     assert_ne!(da, db);
     assert!(da.starts_with("bp_") && db.starts_with("bp_"), "{da} {db}");
-    ca.batch_execute("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
-        .await
-        .unwrap();
-    let n: i64 = ca
-        .query_one("SELECT count(*) FROM t", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(n, 1);
-    let absent: bool = cb
-        .query_one("SELECT to_regclass('public.t') IS NULL", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert!(absent, "table t from {da} must not exist in {db}");
-    let err = cb.query("SELECT * FROM t", &[]).await.unwrap_err();
-    assert_eq!(err.code().map(|c| c.code()), Some("42P01"), "{err}");
+    let (mut ca, mut cb) = (B::admin(&a).await, B::admin(&b).await);
+    B::admin_run(&mut ca, "CREATE TABLE t (x INT); INSERT INTO t VALUES (1)").await;
+    let n = rows::<B>(&mut ca, "SELECT count(*) FROM t").await;
+    assert_eq!(n, [[Some("1".to_string())]]);
+    let absent = B::pick(
+        "SELECT to_regclass('public.t') IS NULL",
+        "SELECT COUNT(*) = 0 FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name = 't'",
+    );
+    let yes = B::pick("t", "1").to_string();
+    assert_eq!(
+        rows::<B>(&mut cb, absent).await,
+        [[Some(yes)]],
+        "table t from {da} must not exist in {db}"
+    );
+    let (code, e) = B::admin_rows(&mut cb, "SELECT * FROM t").await.unwrap_err();
+    assert_eq!(code, B::codes(DbError::NoSuchTable).1, "{e}");
 }
 
-#[tokio::test]
-async fn pg_fresh_dbs_many_concurrently() {
-    let urls = join_all_spawned((0..8).map(|_| pg_fresh_db())).await;
+async fn fresh_dbs_many_concurrently<B: TestBackend>() {
+    let created: Vec<_> = (0..8).map(|_| tokio::spawn(B::fresh_db())).collect();
     let mut names = Vec::new();
-    for u in &urls {
-        let c = pg(u).await;
-        let d: String = c
-            .query_one("SELECT current_database()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        names.push(d);
+    for url in created {
+        names.push(current_database::<B>(&url.await.unwrap()).await);
     }
     names.sort();
     names.dedup();
     assert_eq!(names.len(), 8);
 }
 
-#[tokio::test]
-async fn mysql_shared_server_answers_select_1() {
-    let url = mysql_url();
-    assert_eq!(url, mysql_url(), "mysql_url() is stable within a process");
-    let mut c = my(&url).await;
-    let one: Option<i64> = c.query_first("SELECT 1").await.unwrap();
-    assert_eq!(one, Some(1));
-    c.disconnect().await.unwrap();
-    let v = mysql_version(&url).await;
-    assert!(
-        v.contains("MariaDB") || v.chars().next().is_some_and(|c| c.is_ascii_digit()),
-        "{v}"
-    );
-    eprintln!("mysql_url={url} version={v}");
-}
-
-#[tokio::test]
-async fn mysql_fresh_dbs_are_distinct_and_isolated() {
-    let a = mysql_fresh_db().await;
-    let b = mysql_fresh_db().await;
-    assert_ne!(a, b);
-    let mut ca = my(&a).await;
-    let mut cb = my(&b).await;
-    let da: Option<String> = ca.query_first("SELECT DATABASE()").await.unwrap();
-    let db: Option<String> = cb.query_first("SELECT DATABASE()").await.unwrap();
-    assert_ne!(da, db);
-    assert!(da.as_deref().unwrap().starts_with("bp_"), "{da:?}");
-    ca.query_drop("CREATE TABLE t (x INT); INSERT INTO t VALUES (1)")
-        .await
-        .unwrap();
-    let n: Option<i64> = ca.query_first("SELECT COUNT(*) FROM t").await.unwrap();
-    assert_eq!(n, Some(1));
-    let present: Option<i64> = cb
-        .query_first(
-            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 't'",
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        present,
-        Some(0),
-        "table t from {da:?} must not exist in {db:?}"
-    );
-    let err = cb.query_drop("SELECT * FROM t").await.unwrap_err();
-    assert!(
-        err.to_string().contains("1146") || err.to_string().contains("doesn't exist"),
-        "{err}"
-    );
-    ca.disconnect().await.unwrap();
-    cb.disconnect().await.unwrap();
-}
-
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn pg_server_applies_settings_and_is_removed_on_drop() {
     let t = Instant::now();
@@ -217,23 +199,10 @@ async fn pg_server_applies_settings_and_is_removed_on_drop() {
         let v = pg_version(&server.url()).await;
         assert!(v.starts_with("PostgreSQL "), "{v}");
     }
-    let procs = processes_mentioning(&dir.to_string_lossy(), false);
-    assert!(
-        !procs.is_empty(),
-        "the server process must be visible before drop"
-    );
-    let t = Instant::now();
-    drop(server);
-    eprintln!("PgServer drop took {:?}", t.elapsed());
-    assert!(!dir.exists(), "{} still exists after drop", dir.display());
-    assert!(
-        port_refuses(port),
-        "port {port} still accepts connections after drop"
-    );
-    let procs = processes_mentioning(&dir.to_string_lossy(), true);
-    assert!(procs.is_empty(), "still running after drop: {procs:?}");
+    removed_on_drop("PgServer", server, &dir, port);
 }
 
+#[cfg(feature = "mysql")]
 #[tokio::test]
 async fn mysql_server_applies_args_and_is_removed_on_drop() {
     let t = Instant::now();
@@ -250,7 +219,10 @@ async fn mysql_server_applies_args_and_is_removed_on_drop() {
         let bind: Option<String> = c.query_first("SELECT @@bind_address").await.unwrap();
         assert_eq!(bind.as_deref(), Some("127.0.0.1"));
         let sock: Option<String> = c.query_first("SELECT @@socket").await.unwrap();
-        assert_eq!(sock.map(PathBuf::from), Some(dir.join("mysql.sock")));
+        assert_eq!(
+            sock.map(std::path::PathBuf::from),
+            Some(dir.join("mysql.sock"))
+        );
         let flush: Option<u64> = c
             .query_first("SELECT @@innodb_flush_log_at_trx_commit")
             .await
@@ -273,29 +245,18 @@ async fn mysql_server_applies_args_and_is_removed_on_drop() {
         assert_eq!(maxc, Some(300));
         c.disconnect().await.unwrap();
     }
-    let procs = processes_mentioning(&dir.to_string_lossy(), false);
-    assert!(
-        !procs.is_empty(),
-        "the server process must be visible before drop"
-    );
-    let t = Instant::now();
-    drop(server);
-    eprintln!("MysqlServer drop took {:?}", t.elapsed());
-    assert!(!dir.exists(), "{} still exists after drop", dir.display());
-    assert!(
-        port_refuses(port),
-        "port {port} still accepts connections after drop"
-    );
-    let procs = processes_mentioning(&dir.to_string_lossy(), true);
-    assert!(procs.is_empty(), "still running after drop: {procs:?}");
+    removed_on_drop("MysqlServer", server, &dir, port);
 }
 
+#[cfg(all(feature = "postgres", feature = "mysql"))]
 const CHILD_ENV: &str = "BP_HARNESS_WATCHDOG_CHILD";
+#[cfg(all(feature = "postgres", feature = "mysql"))]
 const CHILD_TAG: &str = "BP_CHILD_SERVER";
 
 /// Runs this very test in a child process that starts servers and then calls
 /// `std::process::exit` (no Drop runs); the watchdogs must then stop the
 /// servers and delete their dirs.
+#[cfg(all(feature = "postgres", feature = "mysql"))]
 #[test]
 fn watchdog_cleans_up_after_process_exit() {
     if std::env::var_os(CHILD_ENV).is_some() {
@@ -330,12 +291,12 @@ fn watchdog_cleans_up_after_process_exit() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let servers: Vec<(u16, PathBuf)> = stdout
+    let servers: Vec<(u16, std::path::PathBuf)> = stdout
         .lines()
         .filter_map(|l| l.split_once(CHILD_TAG).map(|(_, rest)| rest))
         .map(|l| {
             let (port, dir) = l.trim().split_once(' ').unwrap();
-            (port.parse().unwrap(), PathBuf::from(dir))
+            (port.parse().unwrap(), std::path::PathBuf::from(dir))
         })
         .collect();
     assert_eq!(servers.len(), 2, "child output:\n{stdout}");
@@ -364,16 +325,4 @@ fn watchdog_cleans_up_after_process_exit() {
         servers.len(),
         t.elapsed()
     );
-}
-
-/// Minimal join_all (no futures crate): polls the futures concurrently.
-async fn join_all_spawned<F: std::future::Future<Output = String> + Send + 'static>(
-    futs: impl Iterator<Item = F>,
-) -> Vec<String> {
-    let handles: Vec<_> = futs.map(tokio::spawn).collect();
-    let mut out = Vec::new();
-    for h in handles {
-        out.push(h.await.unwrap());
-    }
-    out
 }

@@ -11,9 +11,9 @@ mod axum_service;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use batchpool::postgres::Pool;
+use common::backend::{Patience, pg_upstream, pg_via, wait_for};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
@@ -146,6 +146,31 @@ async fn check_errors(base: &str) {
     assert!(resp.status().is_client_error(), "{}", resp.status());
 }
 
+/// `n` POSTs (at most `in_flight` at once) read back, the error answers,
+/// and every row coalesced and stored once.
+async fn exercise(service: &str, base: &str, pool: &Pool, n: usize, in_flight: usize) {
+    let sent = post_all(base, n, in_flight).await;
+    assert_eq!(sent.len(), n);
+    read_back(base, &sent, in_flight).await;
+    check_errors(base).await;
+    assert_eq!(count(pool).await, n as i64);
+
+    let stats = pool.stats();
+    eprintln!(
+        "{service}: {:.1} rows per batch, {stats:?}",
+        stats.rows_per_batch()
+    );
+    assert_eq!(
+        stats.rows,
+        n as u64 + 1,
+        "{n} rows and the duplicate: {stats:?}"
+    );
+    assert!(
+        stats.rows_per_batch() > 1.0,
+        "POSTs were coalesced: {stats:?}"
+    );
+}
+
 async fn count(pool: &Pool) -> i64 {
     pool.query_one("SELECT count(*) FROM events", &[])
         .await
@@ -160,28 +185,8 @@ fn base(addr: SocketAddr) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn axum_service_two_thousand_concurrent_posts() {
     let pool = pool(4).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = axum_service::app(pool.clone());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let base = base(addr);
-
-    let sent = post_all(&base, 2000, 200).await;
-    assert_eq!(sent.len(), 2000);
-    read_back(&base, &sent, 200).await;
-    check_errors(&base).await;
-    assert_eq!(count(&pool).await, 2000);
-
-    let stats = pool.stats();
-    eprintln!(
-        "axum: {:.1} rows per batch, {stats:?}",
-        stats.rows_per_batch()
-    );
-    assert_eq!(stats.rows, 2001, "2000 rows and the duplicate: {stats:?}");
-    assert!(
-        stats.rows_per_batch() > 1.0,
-        "POSTs were coalesced: {stats:?}"
-    );
+    let (base, server) = serve_axum(pool.clone()).await;
+    exercise("axum", &base, &pool, 2000, 200).await;
     server.abort();
 }
 
@@ -210,51 +215,9 @@ async fn actix_service_concurrent_posts() {
         })
     });
     let handle = handle_rx.recv().expect("server started");
-    let base = base(addr);
-
-    let sent = post_all(&base, 200, 50).await;
-    assert_eq!(sent.len(), 200);
-    read_back(&base, &sent, 50).await;
-    check_errors(&base).await;
-    assert_eq!(count(&pool).await, 200);
-
-    let stats = pool.stats();
-    eprintln!(
-        "actix: {:.1} rows per batch, {stats:?}",
-        stats.rows_per_batch()
-    );
-    assert_eq!(stats.rows, 201, "200 rows and the duplicate: {stats:?}");
-    assert!(
-        stats.rows_per_batch() > 1.0,
-        "POSTs were coalesced: {stats:?}"
-    );
+    exercise("actix", &base(addr), &pool, 200, 50).await;
     handle.stop(true).await;
     server.join().unwrap().expect("server ran");
-}
-
-/// The PostgreSQL server address behind `url`, and a config reaching the
-/// same database through `proxy`.
-fn via_proxy(url: &str, proxy: SocketAddr) -> tokio_postgres::Config {
-    let parsed: tokio_postgres::Config = url.parse().expect("test url");
-    let mut config = tokio_postgres::Config::new();
-    config.host(proxy.ip().to_string()).port(proxy.port());
-    if let Some(user) = parsed.get_user() {
-        config.user(user);
-    }
-    if let Some(db) = parsed.get_dbname() {
-        config.dbname(db);
-    }
-    config
-}
-
-fn upstream(url: &str) -> SocketAddr {
-    let parsed: tokio_postgres::Config = url.parse().expect("test url");
-    let port = parsed.get_ports().first().copied().unwrap_or(5432);
-    let host = match parsed.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(h)) if h != "localhost" => h.clone(),
-        _ => "127.0.0.1".to_string(),
-    };
-    format!("{host}:{port}").parse().expect("upstream address")
 }
 
 async fn serve_axum(pool: Pool) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
@@ -301,12 +264,7 @@ async fn axum_service_maps_overload_to_503() {
         let base = base.clone();
         async move { post(&base, "first").await }
     });
-    for _ in 0..200 {
-        if pool.stats().queued == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for("the first POST queued", || pool.stats().queued == 1).await;
     assert_eq!(pool.stats().queued, 1);
     let (status, body) = post(&base, "second").await;
     assert_eq!(status, 503, "{body}");
@@ -319,8 +277,8 @@ async fn axum_service_maps_overload_to_503() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn axum_service_maps_outcome_unknown_to_500() {
     let url = common::pg_fresh_db().await;
-    let proxy = common::proxy::Proxy::start(upstream(&url)).await;
-    let pool = Pool::from_config(via_proxy(&url, proxy.addr()))
+    let proxy = common::proxy::Proxy::start(pg_upstream(&url)).await;
+    let pool = Pool::from_config(pg_via(&url, proxy.addr()))
         .max_size(1)
         .build()
         .unwrap();
@@ -328,22 +286,27 @@ async fn axum_service_maps_outcome_unknown_to_500() {
     let (base, server) = serve_axum(pool.clone()).await;
     assert_eq!(post(&base, "warm").await.0, 201);
 
-    // The INSERT reaches the server, its reply is held, then the connection
-    // is cut: nobody can tell whether it committed.
+    // The INSERT reaches the server and commits, its reply is held, then
+    // the connection is cut: nobody can tell whether it committed.
     proxy.hold_replies(true);
     let sent_before = proxy.client_bytes();
     let pending = tokio::spawn({
         let base = base.clone();
         async move { post(&base, "in-doubt").await }
     });
-    for _ in 0..500 {
-        if proxy.client_bytes() > sent_before {
+    let direct = Pool::builder(&url).max_size(1).build().unwrap();
+    let patience = Patience::new("the INSERT to commit");
+    loop {
+        let rows = direct
+            .query("SELECT 1 FROM events WHERE key = 'in-doubt'", &[])
+            .await
+            .unwrap();
+        if !rows.is_empty() {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        patience.wait().await;
     }
     assert!(proxy.client_bytes() > sent_before, "the INSERT was sent");
-    tokio::time::sleep(Duration::from_millis(200)).await;
     proxy.kill_all();
     proxy.hold_replies(false);
     let (status, body) = pending.await.unwrap();

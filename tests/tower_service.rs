@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::backend::wait_for;
+
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::sync::{Arc, Mutex};
@@ -13,9 +15,12 @@ use std::time::Duration;
 use batchpool::postgres::{Outcome, Pool};
 use batchpool::tower::future::BatchFuture;
 use batchpool::tower::{
-    Batch, BatchExecutor, BoxError, CoalesceConfig, CoalesceLayer, PgValue, PoolService, Statement,
+    Batch, BatchExecutor, BoxError, CoalesceConfig, CoalesceLayer, PgValue, PoolService,
+    ServicePool, Statement,
 };
 use batchpool::{BatchConfig, QueueFull};
+use tower::limit::ConcurrencyLimit;
+use tower::timeout::Timeout;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const INSERT: &str = "INSERT INTO events (body) VALUES ($1) RETURNING id";
@@ -57,6 +62,14 @@ fn insert(body: impl Into<String>) -> Statement<PgValue> {
     Statement::new(INSERT).bind(body.into())
 }
 
+/// `PoolService` under a 30 s timeout and a limit of 64 calls at once.
+fn stack<P: ServicePool>(pool: P) -> Timeout<ConcurrencyLimit<PoolService<P>>> {
+    ServiceBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .concurrency_limit(64)
+        .service(PoolService::new(pool))
+}
+
 /// Polls `poll_ready` once, without waiting.
 async fn poll_ready_once<S, R>(svc: &mut S) -> Poll<Result<(), S::Error>>
 where
@@ -77,10 +90,7 @@ async fn ids_to_bodies(pool: &Pool) -> HashMap<i64, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn service_builder_stack_with_timeout_and_concurrency_limit() {
     let pool = pool_with(BatchConfig::default(), 2).await;
-    let svc = ServiceBuilder::new()
-        .timeout(Duration::from_secs(30))
-        .concurrency_limit(64)
-        .service(PoolService::new(pool.clone()));
+    let svc = stack(pool.clone());
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..500 {
         let svc = svc.clone();
@@ -124,9 +134,14 @@ async fn service_builder_stack_with_timeout_and_concurrency_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeout_layer_drops_a_queued_row_unsent() {
-    // Timed batching with a delay longer than the per-row timeout: the
-    // timeout drops the row's future while the row is still queued.
+    // Timed batching with a delay longer than the per-row timeout, and both
+    // connections held: the timeout drops the row's future while the row
+    // is still queued.
     let pool = pool_with(BatchConfig::default().max_delay(Duration::from_secs(1)), 2).await;
+    // Learn the statement (refused for its missing parameter, so nothing
+    // is written): the row below queues without a connection.
+    assert!(pool.execute(INSERT, &[]).await.unwrap_err().is_params());
+    let held = [pool.get().await.unwrap(), pool.get().await.unwrap()];
     let svc = ServiceBuilder::new()
         .timeout(Duration::from_millis(200))
         .service(PoolService::new(pool.clone()));
@@ -138,8 +153,9 @@ async fn timeout_layer_drops_a_queued_row_unsent() {
         err.is::<tower::timeout::error::Elapsed>(),
         "the timeout's own error: {err:?}"
     );
+    drop(held);
     // Past the batching delay the flush finds the row's caller gone.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for("the flush", || pool.stats().rows_cancelled == 1).await;
     let stats = pool.stats();
     assert_eq!(stats.rows_cancelled, 1, "{stats:?}");
     assert_eq!(stats.rows, 0, "{stats:?}");
@@ -163,12 +179,7 @@ async fn readiness_blocks_while_the_queue_is_full() {
     }
     let mut third = svc.clone();
     // The spawned rows are queued as soon as their tasks run.
-    for _ in 0..100 {
-        if pool.stats().queued == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for("two rows queued", || pool.stats().queued == 2).await;
     assert_eq!(pool.stats().queued, 2);
     assert!(
         poll_ready_once(&mut third).await.is_pending(),
@@ -222,7 +233,7 @@ async fn reserved_slot_is_released_when_the_service_is_dropped() {
     // b's call uses the slot it reserved; the row queues behind the held
     // connection and completes once it is free.
     let call = tokio::spawn(b.call(insert("b")));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_for("b's row queued", || pool.stats().queued == 1).await;
     assert_eq!(pool.stats().queued, 1);
     drop(held);
     call.await.unwrap().expect("b's row");
@@ -263,7 +274,7 @@ async fn fail_fast_pool_rejects_in_call_and_call_without_ready_waits() {
     let mut a = PoolService::new(pool.clone());
     a.ready().await.unwrap();
     let first = tokio::spawn(a.call(insert("first")));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_for("the first row queued", || pool.stats().queued == 1).await;
     assert_eq!(pool.stats().queued, 1);
 
     let mut b = PoolService::new(pool.clone());
@@ -397,12 +408,7 @@ async fn coalesce_readiness_and_dropped_rows() {
     // connection; its queue slot is free again as soon as it left the queue.
     svc.ready().await.unwrap();
     let a = tokio::spawn(svc.call(insert("a")));
-    for _ in 0..100 {
-        if !sizes.0.lock().unwrap().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for("a dispatched", || !sizes.0.lock().unwrap().is_empty()).await;
     assert_eq!(*sizes.0.lock().unwrap(), vec![1]);
 
     // B takes the only slot and stays queued (the inner limit is in use).
@@ -466,6 +472,7 @@ async fn a_failed_batch_reaches_every_row_as_outcome_unknown() {
     assert_eq!(count(&pool).await, 0);
 }
 
+#[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_pool_behind_the_same_service_stack() {
     let url = common::mysql_fresh_db().await;
@@ -479,10 +486,7 @@ async fn mysql_pool_behind_the_same_service_stack() {
     )
     .await
     .unwrap();
-    let svc = ServiceBuilder::new()
-        .timeout(Duration::from_secs(30))
-        .concurrency_limit(64)
-        .service(PoolService::new(pool.clone()));
+    let svc = stack(pool.clone());
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..200 {
         let svc = svc.clone();

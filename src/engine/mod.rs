@@ -257,7 +257,7 @@ impl<B: Backend> Engine<B> {
 
     /// The queue slots (one permit per queued row), for callers that
     /// reserve a slot ahead of their row (see [`Engine::submit`]).
-    #[cfg(feature = "tower")]
+    #[cfg(any(feature = "tower", test))]
     pub(crate) fn queue_slots(&self) -> &Arc<Semaphore> {
         &self.permits
     }

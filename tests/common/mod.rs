@@ -21,15 +21,23 @@
 //! `std::process::exit`, SIGKILL), stops the server and `rm -rf`s its dir;
 //! this is what removes the shared servers, which live in statics.
 //!
-//! Depends only on std, tokio, tokio-postgres and mysql_async.
+//! Depends only on std, tokio, tokio-postgres and mysql_async (each half only
+//! with its cargo feature, `postgres` / `mysql`), and, in [`backend`], on
+//! batchpool.
 
+pub mod backend;
+#[cfg(feature = "mysql")]
 mod mysql;
+#[cfg(feature = "postgres")]
 mod pg;
 pub mod proxy;
+pub mod tx;
 mod util;
 
+#[cfg(feature = "mysql")]
 #[allow(unused_imports)] // each test binary uses only some of these
 pub use mysql::{MysqlServer, mysql_fresh_db, mysql_url, mysql_version};
+#[cfg(feature = "postgres")]
 #[allow(unused_imports)]
 pub use pg::{PgServer, pg_fresh_db, pg_url, pg_version};
 

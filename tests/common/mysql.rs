@@ -6,8 +6,6 @@ use mysql_async::prelude::Queryable;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// What to tell a user whose machine lacks the server binaries.
@@ -18,9 +16,8 @@ const MISSING: &str = "MariaDB server binaries (mariadb-install-db, mariadbd) no
 /// How long a throwaway server may take to accept `SELECT 1`.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The shared throwaway server of this process (never dropped: its watchdog
-/// removes it when the process exits).
-static SHARED: OnceLock<MysqlServer> = OnceLock::new();
+/// The shared throwaway server of this process, or `MYSQL_URL`'s server.
+static SHARED: util::Shared<MysqlServer> = util::Shared::new();
 
 /// MariaDB/MySQL server for this process: the `MYSQL_URL` environment
 /// variable if set (`mysql://root@127.0.0.1:3306/test` style), else a
@@ -30,10 +27,7 @@ static SHARED: OnceLock<MysqlServer> = OnceLock::new();
 ///
 /// Blocks while the server starts (about 2 s): call it before awaiting.
 pub fn mysql_url() -> String {
-    if let Some(url) = util::env_nonempty("MYSQL_URL") {
-        return url;
-    }
-    SHARED.get_or_init(|| MysqlServer::start(&[])).url()
+    SHARED.url("MYSQL_URL", || MysqlServer::start(&[]), MysqlServer::url)
 }
 
 /// Creates a new, uniquely named database (`bp_<pid>_<counter>_<nanos>`) on
@@ -44,36 +38,24 @@ pub fn mysql_url() -> String {
 /// drops `bp_<pid>_…` databases whose process no longer exists on this
 /// machine (leftovers of earlier runs), unless `BATCHPOOL_KEEP_DBS=1`.
 pub async fn mysql_fresh_db() -> String {
-    static SWEPT: AtomicBool = AtomicBool::new(false);
     let base = mysql_url();
     let mut conn = connect(&base).await;
-    let external = util::env_nonempty("MYSQL_URL").is_some();
-    if external
-        && util::env_nonempty("BATCHPOOL_KEEP_DBS").is_none()
-        && !SWEPT.swap(true, Ordering::SeqCst)
-    {
-        if let Ok(names) = conn
-            .query::<String, _>("SHOW DATABASES LIKE 'bp\\_%'")
-            .await
-        {
-            for name in names.into_iter().filter(|n| util::is_stale_db_name(n)) {
-                let _ = conn
-                    .query_drop(format!("DROP DATABASE IF EXISTS `{name}`"))
-                    .await;
-            }
-        }
-    }
-    let name = util::unique_db_name();
-    conn.query_drop(format!("CREATE DATABASE `{name}`"))
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "CREATE DATABASE {name} on {} failed: {e}",
-                util::redact(&base)
-            )
-        });
+    let url = SHARED.fresh_db("MYSQL_URL", &base, &mut conn).await;
     let _ = conn.disconnect().await;
-    util::with_database(&base, &name)
+    url
+}
+
+impl util::DbAdmin for mysql_async::Conn {
+    const TEST_DBS: &'static str = "SHOW DATABASES LIKE 'bp\\_%'";
+    const QUOTE: char = '`';
+
+    async fn names(&mut self, sql: &str) -> Vec<String> {
+        self.query(sql).await.unwrap_or_default()
+    }
+
+    async fn run(&mut self, sql: &str) -> Result<(), String> {
+        self.query_drop(sql).await.map_err(|e| e.to_string())
+    }
 }
 
 /// The server's version string (`SELECT VERSION()`), for bench reports.
@@ -167,19 +149,7 @@ impl MysqlServer {
         if root {
             install.arg("--user=mysql");
         }
-        let out = install
-            .current_dir(&server.dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", install_db.display()));
-        if !out.status.success() {
-            panic!(
-                "mariadb-install-db failed ({}):\n{}\n{}",
-                out.status,
-                util::tail_str(&String::from_utf8_lossy(&out.stdout), 20),
-                util::tail_str(&String::from_utf8_lossy(&out.stderr), 20)
-            );
-        }
+        util::run_setup("mariadb-install-db", &mut install, &server.dir);
 
         let log = server.dir.join("mariadbd.log");
         for attempt in 1..=5 {

@@ -5,17 +5,14 @@ use super::util;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What to tell a user whose machine lacks the server binaries.
 const MISSING: &str = "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or under \
     /usr/lib/postgresql/*/bin: install the Debian package `postgresql` \
     (apt-get install postgresql) or set PG_URL to a running server";
 
-/// The shared throwaway cluster of this process (never dropped: its watchdog
-/// removes it when the process exits).
-static SHARED: OnceLock<PgServer> = OnceLock::new();
+/// The shared throwaway cluster of this process, or `PG_URL`'s server.
+static SHARED: util::Shared<PgServer> = util::Shared::new();
 
 /// PostgreSQL server for this process: the `PG_URL` environment variable if
 /// set (any libpq URL or `key=value` string tokio-postgres accepts), else a
@@ -25,10 +22,7 @@ static SHARED: OnceLock<PgServer> = OnceLock::new();
 ///
 /// Blocks while the cluster starts (about 1.5 s): call it before awaiting.
 pub fn pg_url() -> String {
-    if let Some(url) = util::env_nonempty("PG_URL") {
-        return url;
-    }
-    SHARED.get_or_init(|| PgServer::start(&[])).url()
+    SHARED.url("PG_URL", || PgServer::start(&[]), PgServer::url)
 }
 
 /// Creates a new, uniquely named database (`bp_<pid>_<counter>_<nanos>`) on
@@ -39,51 +33,35 @@ pub fn pg_url() -> String {
 /// `bp_<pid>_…` databases whose process no longer exists on this machine
 /// (leftovers of earlier runs), unless `BATCHPOOL_KEEP_DBS=1`.
 pub async fn pg_fresh_db() -> String {
-    static SWEPT: AtomicBool = AtomicBool::new(false);
     let base = pg_url();
-    let client = connect(&base).await;
-    let external = util::env_nonempty("PG_URL").is_some();
-    if external
-        && util::env_nonempty("BATCHPOOL_KEEP_DBS").is_none()
-        && !SWEPT.swap(true, Ordering::SeqCst)
-    {
-        if let Ok(rows) = client
-            .query(
-                "SELECT datname FROM pg_database WHERE datname LIKE 'bp\\_%'",
-                &[],
-            )
-            .await
-        {
-            for row in rows {
-                let name: String = row.get(0);
-                if util::is_stale_db_name(&name) {
-                    let _ = client
-                        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
-                        .await;
+    SHARED
+        .fresh_db("PG_URL", &base, &mut connect(&base).await)
+        .await
+}
+
+impl util::DbAdmin for tokio_postgres::Client {
+    const TEST_DBS: &'static str = "SELECT datname FROM pg_database WHERE datname LIKE 'bp\\_%'";
+    const QUOTE: char = '"';
+
+    async fn names(&mut self, sql: &str) -> Vec<String> {
+        let rows = self.query(sql, &[]).await.unwrap_or_default();
+        rows.iter().map(|r| r.get(0)).collect()
+    }
+
+    async fn run(&mut self, sql: &str) -> Result<(), String> {
+        let mut attempt = 0;
+        loop {
+            match self.batch_execute(sql).await {
+                Ok(()) => return Ok(()),
+                // 55006 object_in_use: someone is connected to template1; retry.
+                Err(e) if attempt < 20 && e.code().is_some_and(|c| c.code() == "55006") => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
+                Err(e) => return Err(e.to_string()),
             }
         }
     }
-    let name = util::unique_db_name();
-    let mut attempt = 0;
-    loop {
-        match client
-            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
-            .await
-        {
-            Ok(()) => break,
-            // 55006 object_in_use: someone is connected to template1; retry.
-            Err(e) if attempt < 20 && e.code().is_some_and(|c| c.code() == "55006") => {
-                attempt += 1;
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!(
-                "CREATE DATABASE {name} on {} failed: {e}",
-                util::redact(&base)
-            ),
-        }
-    }
-    util::with_database(&base, &name)
 }
 
 /// The server's version string (`SELECT version()`), for bench reports.
@@ -154,19 +132,8 @@ impl PgServer {
             "--encoding=UTF8".into(),
             "--locale=C".into(),
         ];
-        let out = util::as_user("postgres", &server.bin.join("initdb"), &initdb)
-            .current_dir(&server.dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run initdb: {e}"));
-        if !out.status.success() {
-            panic!(
-                "initdb failed ({}):\n{}\n{}",
-                out.status,
-                util::tail_str(&String::from_utf8_lossy(&out.stdout), 20),
-                util::tail_str(&String::from_utf8_lossy(&out.stderr), 20)
-            );
-        }
+        let mut initdb = util::as_user("postgres", &server.bin.join("initdb"), &initdb);
+        util::run_setup("initdb", &mut initdb, &server.dir);
 
         let log = server.dir.join("postgres.log");
         for attempt in 1..=5 {
@@ -183,19 +150,9 @@ impl PgServer {
                 opts.push_str(" -c ");
                 opts.push_str(&util::shell_quote(&format!("{name}={value}")));
             }
-            let args: Vec<OsString> = vec![
-                "-D".into(),
-                data.clone().into(),
-                "-l".into(),
-                log.clone().into(),
-                "-o".into(),
-                opts.into(),
-                "-w".into(),
-                "-t".into(),
-                "60".into(),
-                "start".into(),
-            ];
-            let out = util::as_user("postgres", &server.bin.join("pg_ctl"), &args)
+            let log_file = log.to_string_lossy();
+            let out = server
+                .pg_ctl(&["-l", &log_file, "-o", &opts, "-w", "-t", "60", "start"])
                 .current_dir(&server.dir)
                 .stdin(Stdio::null())
                 .output()
@@ -218,6 +175,13 @@ impl PgServer {
         unreachable!()
     }
 
+    /// `pg_ctl -D <data dir> args…`, as the `postgres` user when root.
+    fn pg_ctl(&self, args: &[&str]) -> std::process::Command {
+        let mut all: Vec<OsString> = vec!["-D".into(), self.dir.join("data").into()];
+        all.extend(args.iter().map(OsString::from));
+        util::as_user("postgres", &self.bin.join("pg_ctl"), &all)
+    }
+
     /// Connection URL: `postgresql://postgres@127.0.0.1:PORT/postgres`.
     pub fn url(&self) -> String {
         format!("postgresql://postgres@127.0.0.1:{}/postgres", self.port)
@@ -238,20 +202,10 @@ impl Drop for PgServer {
     /// `pg_ctl stop -m immediate` (SIGQUIT to the postmaster if that fails),
     /// then removes the temp dir and retires the watchdog.
     fn drop(&mut self) {
-        let data = self.dir.join("data");
-        let pid_file = data.join("postmaster.pid");
+        let pid_file = self.dir.join("data").join("postmaster.pid");
         if pid_file.exists() {
-            let args: Vec<OsString> = vec![
-                "-D".into(),
-                data.clone().into(),
-                "-m".into(),
-                "immediate".into(),
-                "-w".into(),
-                "-t".into(),
-                "30".into(),
-                "stop".into(),
-            ];
-            let stopped = util::as_user("postgres", &self.bin.join("pg_ctl"), &args)
+            let stopped = self
+                .pg_ctl(&["-m", "immediate", "-w", "-t", "30", "stop"])
                 .current_dir("/")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

@@ -111,6 +111,8 @@ async fn pipe(
     let mut held: Vec<u8> = Vec::new();
     loop {
         tokio::select! {
+            // A kill wins over everything else that is ready.
+            biased;
             _ = kill.changed() => return,
             r = client.read(&mut cbuf) => match r {
                 Ok(0) | Err(_) => return,
@@ -133,6 +135,13 @@ async fn pipe(
             _ = tokio::time::sleep(std::time::Duration::from_millis(5)), if !held.is_empty() => {}
         }
         if !held.is_empty() && !hold.load(Ordering::SeqCst) {
+            // Tests cut connections with `kill_all()` and only then release
+            // the replies (`hold_replies(false)`, SeqCst): once this task
+            // sees the release it also sees the kill, and held replies of
+            // a cut connection must never reach the client.
+            if kill.has_changed().unwrap_or(true) {
+                return;
+            }
             if client.write_all(&held).await.is_err() {
                 return;
             }

@@ -45,6 +45,71 @@ pub fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// A server connection, as [`Shared::fresh_db`] uses it.
+pub trait DbAdmin {
+    /// The query listing databases named like [`unique_db_name`]'s (`bp_…`).
+    const TEST_DBS: &'static str;
+    /// How the server quotes identifiers.
+    const QUOTE: char;
+    /// Runs `sql`, returning the first column of every row.
+    fn names(&mut self, sql: &str) -> impl std::future::Future<Output = Vec<String>>;
+    /// Runs a statement.
+    fn run(&mut self, sql: &str) -> impl std::future::Future<Output = Result<(), String>>;
+}
+
+/// The shared server of a process (a throwaway one, started on first use,
+/// never dropped: its watchdog removes it when the process exits), unless
+/// the environment names one.
+pub struct Shared<S> {
+    server: OnceLock<S>,
+    swept: std::sync::atomic::AtomicBool,
+}
+
+impl<S> Shared<S> {
+    pub const fn new() -> Shared<S> {
+        Shared {
+            server: OnceLock::new(),
+            swept: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The URL in `url_var`, else that of the throwaway server.
+    pub fn url(
+        &self,
+        url_var: &str,
+        start: impl FnOnce() -> S,
+        url: impl Fn(&S) -> String,
+    ) -> String {
+        env_nonempty(url_var).unwrap_or_else(|| url(self.server.get_or_init(start)))
+    }
+
+    /// Creates a new, uniquely named database through `admin` on the
+    /// server of `base` and returns a connection string for it. On an
+    /// external server (`url_var` set), the first call in a process first
+    /// drops the databases of processes that no longer exist, unless
+    /// `BATCHPOOL_KEEP_DBS=1`.
+    pub async fn fresh_db<A: DbAdmin>(&self, url_var: &str, base: &str, admin: &mut A) -> String {
+        let q = A::QUOTE;
+        if env_nonempty(url_var).is_some()
+            && env_nonempty("BATCHPOOL_KEEP_DBS").is_none()
+            && !self.swept.swap(true, Ordering::SeqCst)
+        {
+            for name in admin.names(A::TEST_DBS).await {
+                if is_stale_db_name(&name) {
+                    let _ = admin
+                        .run(&format!("DROP DATABASE IF EXISTS {q}{name}{q}"))
+                        .await;
+                }
+            }
+        }
+        let name = unique_db_name();
+        if let Err(e) = admin.run(&format!("CREATE DATABASE {q}{name}{q}")).await {
+            panic!("CREATE DATABASE {name} on {} failed: {e}", redact(base));
+        }
+        with_database(base, &name)
+    }
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it,
 /// drop the listener). Callers retry on the rare collision.
 pub fn free_port() -> u16 {
@@ -165,6 +230,24 @@ pub fn create_owned_dir(path: &Path, owner: &str) {
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
     if is_root() {
         let _ = Command::new("chown").arg(owner).arg(path).status();
+    }
+}
+
+/// Runs a setup command (`initdb`, `mariadb-install-db`) in `dir` to its
+/// end; panics with the tail of its output if it fails.
+pub fn run_setup(what: &str, command: &mut Command, dir: &Path) {
+    let out = command
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{what} failed ({}):\n{}\n{}",
+            out.status,
+            tail_str(&String::from_utf8_lossy(&out.stdout), 20),
+            tail_str(&String::from_utf8_lossy(&out.stderr), 20)
+        );
     }
 }
 
