@@ -25,6 +25,7 @@ both! {
         hostile_values_are_stored_verbatim,
         tricky_statements_are_batched_or_passed_through_correctly,
         bad_input_gets_a_clear_error_for_its_caller_only,
+        one_classifier_explains_and_refuses_alike,
     ],
     test => [
         rewritten_statement_inserts_n_rows,
@@ -505,4 +506,74 @@ async fn inserts_n_rows<B: TestBackend>(n: usize, max_rows: usize) {
     let sum = B::query_i64(&pool, sum, &[]).await.unwrap();
     assert_eq!(sum as usize, n * (n - 1) / 2);
     B::close(&pool).await;
+}
+
+/// Both backends answer "what is this statement" from one classifier:
+/// `explain` says why a text runs on its own, transaction control is
+/// refused through `execute` and `query` (before anything is sent, so the
+/// pool's connections stay clean), and a row-count mismatch is its own kind
+/// of error.
+async fn one_classifier_explains_and_refuses_alike<B: TestBackend>() {
+    use batchpool::NotCoalesced;
+
+    let pool = table::<B>("CREATE TABLE t (k INT PRIMARY KEY, v VARCHAR(20))").await;
+    let insert = B::sql("INSERT INTO t (k, v) VALUES (?, ?)");
+    let explain = B::explain(&pool, &insert).await.unwrap();
+    assert!(explain.is_coalesced(), "{explain}");
+    assert_eq!(explain.reason(), None);
+    for (sql, why) in [
+        ("SELECT 1", NotCoalesced::NotAnInsert),
+        ("begin", NotCoalesced::TransactionControl("BEGIN")),
+        ("/* c */ COMMIT", NotCoalesced::TransactionControl("COMMIT")),
+    ] {
+        let explain = B::explain(&pool, sql).await.unwrap();
+        assert_eq!(explain.reason(), Some(&why), "{sql}: {explain}");
+    }
+    let select = B::explain(&pool, "INSERT INTO t (k, v) SELECT k, v FROM t")
+        .await
+        .unwrap();
+    assert!(
+        matches!(select.reason(), Some(NotCoalesced::InsertForm(_))),
+        "{select}"
+    );
+    let two_rows = B::sql("INSERT INTO t (k, v) VALUES (?, ?), (?, ?)");
+    let two_rows = B::explain(&pool, &two_rows).await.unwrap();
+    assert!(
+        matches!(two_rows.reason(), Some(NotCoalesced::InsertForm(_))),
+        "{two_rows}"
+    );
+
+    // A bare BEGIN (or one hidden after another statement) would leave an
+    // arbitrary pooled connection inside a transaction: refused alike.
+    for sql in ["BEGIN", "START TRANSACTION", "SELECT 1; COMMIT"] {
+        let e = B::execute(&pool, sql, &[]).await.unwrap_err();
+        assert!(e.is_refused() && !e.is_params(), "{sql}: {e}");
+        let e = B::query_text(&pool, sql, &[]).await.unwrap_err();
+        assert!(e.is_refused(), "{sql}: {e}");
+    }
+    assert_eq!(B::stats(&pool).passthrough, 1, "only the CREATE TABLE ran");
+    // Every connection is still in autocommit: a row written now commits.
+    B::execute(&pool, &insert, &vals![1, "one"]).await.unwrap();
+    assert_eq!(count::<B>(&pool, "t").await, 1);
+
+    let none = B::query_i64(&pool, &B::sql("SELECT k FROM t WHERE k = ?"), &vals![2])
+        .await
+        .unwrap_err();
+    assert!(none.is_row_count() && !none.is_params(), "{none}");
+
+    // Coalescing off: the insert runs alone, and says so; control is still
+    // refused.
+    let off = B::pool(
+        &B::fresh_db().await,
+        BatchConfig::default().enabled(false),
+        1,
+    );
+    let why = B::explain(&off, &insert).await.unwrap();
+    assert_eq!(why.reason(), Some(&NotCoalesced::Disabled), "{why}");
+    assert!(
+        B::execute(&off, "COMMIT", &[])
+            .await
+            .unwrap_err()
+            .is_refused()
+    );
 }

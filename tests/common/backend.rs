@@ -226,6 +226,11 @@ pub trait TestBackend: Send + Sync + 'static {
     /// `pool.get()`: a connection the caller holds until it drops it.
     fn hold(pool: &Self::Pool) -> impl Future<Output = Box<dyn Send>> + Send;
     fn close(pool: &Self::Pool) -> impl Future<Output = ()> + Send;
+    /// `pool.explain(sql)`.
+    fn explain(
+        pool: &Self::Pool,
+        sql: &str,
+    ) -> impl Future<Output = Result<batchpool::Explain, Error>> + Send;
 
     /// A direct connection to the database of `url`.
     fn admin(url: &str) -> impl Future<Output = Self::Admin> + Send;
@@ -456,6 +461,10 @@ macro_rules! same_pool_api {
 
         async fn close(pool: &Pool) {
             pool.close().await
+        }
+
+        async fn explain(pool: &Pool, sql: &str) -> Result<batchpool::Explain, Error> {
+            pool.explain(sql).await
         }
     };
 }
