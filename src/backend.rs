@@ -20,7 +20,6 @@
 use std::fmt;
 use std::future::Future;
 
-use crate::classify::Dialect;
 use crate::config::PoolSettings;
 use crate::engine;
 use crate::error::Error;
@@ -262,11 +261,6 @@ impl<R> Ran<R> {
     reason = "sealed: the backend interface is private to the crate"
 )]
 pub trait Backend: Driver {}
-
-/// The SQL dialect of a backend.
-pub(crate) fn dialect<B: Driver>() -> Dialect {
-    <B as engine::Backend>::DIALECT
-}
 
 /// Takes a connection out of the pool for good: it is closed when dropped
 /// (the server then rolls back whatever it had open).

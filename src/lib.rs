@@ -42,7 +42,9 @@
 //! 1. **Classify.** Each distinct SQL text is tokenized once (bounded cache).
 //!    Only a single-row `INSERT ... VALUES (...)`, optionally with
 //!    `ON CONFLICT` / `RETURNING`, is batchable; everything else passes
-//!    through unchanged.
+//!    through unchanged, except transaction control, which `execute` refuses
+//!    ([`Error::is_refused`]). [`Pool::explain`] says why a text is not
+//!    coalesced.
 //! 2. **Queue.** The caller's parameters are type-checked and encoded in its
 //!    own task, then the row joins the queue of its SQL text. The queue is
 //!    bounded ([`BatchConfig::queue_capacity`]): when full, callers wait or
@@ -55,6 +57,16 @@
 //!    own caller. If the statement fails with a row-specific database error,
 //!    nothing of it committed, and its rows are re-run in smaller groups so
 //!    only the offending callers get the error.
+//!
+//! # One pool, two backends
+//!
+//! [`Pool`]`<B>`, [`PoolBuilder`], [`Transaction`] and [`Outcome`] are written
+//! once, generic over the sealed [`Backend`] trait;
+//! [`postgres::Pool`](crate::postgres::Pool) (`Pool<`[`postgres::Postgres`]`>`)
+//! and [`mysql::Pool`](crate::mysql::Pool) (`Pool<`[`mysql::MySql`]`>`) add
+//! the methods that take each driver's own parameters. Cargo features
+//! `postgres` and `mysql` (both on by default) choose the backends; `tower`
+//! adds the [`tower`](crate::tower) services.
 //!
 //! # Guarantees
 //!

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 pub(crate) use self::backend::{Backend, ChunkError, ChunkResult, Connections};
 use self::queue::{Pending, ShapeQueue};
-use crate::classify::{self, Classified};
+use crate::classify::{self, Classified, StatementKind};
 use crate::config::{BatchConfig, QueueFull};
 use crate::error::Error;
 use crate::explain::{Explain, NotCoalesced};
@@ -62,6 +62,9 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) backend: B,
     pub(crate) config: BatchConfig,
     routes: std::sync::Mutex<LruCache<Box<str>, Route<B>>>,
+    /// Statement kinds of the texts run inside transactions and groups
+    /// (bounded like `routes`).
+    kinds: std::sync::Mutex<LruCache<Box<str>, StatementKind>>,
     /// Queue slots: one permit per queued row. In an `Arc` so a caller can
     /// reserve an owned permit ahead of its row (the tower service does, in
     /// `poll_ready`) and hand it to [`Engine::submit`].
@@ -88,6 +91,7 @@ impl<B: Backend> Engine<B> {
                 config.queue_capacity.min(Semaphore::MAX_PERMITS),
             )),
             routes: std::sync::Mutex::new(LruCache::new(cache)),
+            kinds: std::sync::Mutex::new(LruCache::new(cache)),
             config,
             counters: Counters::default(),
             closed: AtomicBool::new(false),
@@ -114,6 +118,18 @@ impl<B: Backend> Engine<B> {
         } else {
             Ok(())
         }
+    }
+
+    /// What kind of statement `sql` is (transaction control, implicit
+    /// commit, other): classified once per text, then cached.
+    pub(crate) fn statement_kind(&self, sql: &str) -> StatementKind {
+        let lock = || self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(kind) = lock().get(sql) {
+            return *kind;
+        }
+        let kind = classify::statement_kind(B::DIALECT, sql);
+        lock().put(sql.into(), kind);
+        kind
     }
 
     fn cached_route(&self, sql: &str) -> Option<Route<B>> {

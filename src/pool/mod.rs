@@ -19,8 +19,8 @@ use tokio::sync::OwnedSemaphorePermit;
 
 pub use self::builder::PoolBuilder;
 pub use self::transaction::Transaction;
-use crate::backend::{self, Backend, Conn, Ran, Stmt};
-use crate::classify::{StatementKind, statement_kind};
+use crate::backend::{Backend, Conn, Ran, Stmt};
+use crate::classify::StatementKind;
 use crate::engine::Connections;
 use crate::engine::{Engine, Route};
 use crate::error::{AtomicError, Error};
@@ -313,8 +313,12 @@ fn refuse_control(reason: &NotCoalesced) -> Result<(), Error> {
 /// Refuses transaction control anywhere batchpool runs a statement for the
 /// caller, and (`in_transaction`) statements the server commits implicitly
 /// (MySQL DDL), which would end batchpool's transaction behind its back.
-pub(crate) fn refuse_statement<B: Backend>(sql: &str, in_transaction: bool) -> Result<(), Error> {
-    match statement_kind(backend::dialect::<B>(), sql) {
+pub(crate) fn refuse_statement<B: Backend>(
+    pool: &Pool<B>,
+    sql: &str,
+    in_transaction: bool,
+) -> Result<(), Error> {
+    match pool.engine.statement_kind(sql) {
         StatementKind::TransactionControl(keyword) => Err(Error::refused(format!(
             "{keyword} is transaction control: batchpool sends BEGIN/COMMIT/ROLLBACK itself \
              (use Pool::begin / Pool::atomic, or Pool::get for manual transaction control)"

@@ -128,7 +128,7 @@ impl<B: Backend> Transaction<B> {
         args: B::Args<'_>,
         all_rows: bool,
     ) -> Result<Ran<B::QueryRow>, Error> {
-        refuse_statement::<B>(sql, true)?;
+        refuse_statement(&self.pool, sql, true)?;
         let Transaction { pool, conn, failed } = self;
         if let Some(e) = failed {
             if !B::SERVER_ABORTS_FAILED_TRANSACTION {
@@ -228,7 +228,7 @@ impl<B: Backend> Transaction<B> {
         args: B::Args<'_>,
     ) -> Result<B::Output, Error> {
         let begun = self.is_begun();
-        refuse_statement::<B>(sql, begun)?;
+        refuse_statement(&self.pool, sql, begun)?;
         if !begun {
             // The transaction's only statement is its own transaction.
             let tx = Self::connection(&self.pool, &mut self.conn).await?;
@@ -303,7 +303,7 @@ pub(super) async fn atomic<B: Backend>(
     }
     for (i, (sql, _)) in statements.iter().enumerate() {
         // One statement is its own transaction: DDL is fine alone.
-        refuse_statement::<B>(sql, n > 1).map_err(|e| AtomicError::at(i, e))?;
+        refuse_statement(pool, sql, n > 1).map_err(|e| AtomicError::at(i, e))?;
     }
     let conn = engine
         .backend
