@@ -62,11 +62,11 @@
 //!
 //! [`Pool`]`<B>`, [`PoolBuilder`], [`Transaction`] and [`Outcome`] are written
 //! once, generic over the sealed [`Backend`] trait;
-//! [`postgres::Pool`](crate::postgres::Pool) (`Pool<`[`postgres::Postgres`]`>`)
-//! and [`mysql::Pool`](crate::mysql::Pool) (`Pool<`[`mysql::MySql`]`>`) add
+//! [`postgres::Pool`] (`Pool<`[`postgres::Postgres`]`>`)
+//! and [`mysql::Pool`] (`Pool<`[`mysql::MySql`]`>`) add
 //! the methods that take each driver's own parameters. Cargo features
 //! `postgres` and `mysql` (both on by default) choose the backends; `tower`
-//! adds the [`tower`](crate::tower) services.
+//! adds the [`tower`] services.
 //!
 //! # Guarantees
 //!

@@ -6,8 +6,8 @@ use std::sync::Arc;
 #[cfg(feature = "postgres")]
 pub use crate::postgres::PgValue;
 
-/// One statement with owned parameters: the request of [`PoolService`] and
-/// [`Coalesce`].
+/// One statement with owned parameters: the request of [`PoolService`](crate::tower::PoolService) and
+/// [`Coalesce`](crate::tower::Coalesce).
 ///
 /// `V` is the pool's bind value type ([`PgValue`] for PostgreSQL).
 ///
@@ -84,11 +84,11 @@ where
     }
 }
 
-/// Rows of one SQL text coalesced by [`Coalesce`]: the request of its inner
+/// Rows of one SQL text coalesced by [`Coalesce`](crate::tower::Coalesce): the request of its inner
 /// service, which answers one result per row, in order.
 ///
 /// The inner service must run a batch so that each row's result is its own
-/// (for example [`BatchExecutor`], which uses the pool's `execute_many`).
+/// (for example [`BatchExecutor`](crate::tower::BatchExecutor), which uses the pool's `execute_many`).
 #[derive(Debug)]
 pub struct Batch<V> {
     sql: Arc<str>,

@@ -16,18 +16,18 @@ use crate::error::Error;
 use crate::tower::reserve::{Reservation, Taken};
 use crate::tower::{BoxError, Statement};
 
-/// Coalesces [`Statement`]s of the same SQL text into [`Batch`]es for the
+/// Coalesces [`Statement`]s of the same SQL text into [`Batch`](crate::tower::Batch)es for the
 /// inner service `S`, which answers one result per row, in order; each
 /// caller gets its own row's result.
 ///
 /// * **Natural batching.** A call queues its row; the row is sent, with the
-///   rows queued after it (at most [`max_rows`](BatchConfig::max_rows)), as
+///   rows queued after it (at most [`max_rows`](CoalesceConfig::max_rows)), as
 ///   soon as the inner service is ready. While the inner service is not
 ///   ready (e.g. a concurrency limit is saturated), rows accumulate. Batches
 ///   are dispatched by the callers' response futures (the batch then runs in
 ///   its own tokio task, so a caller that goes away does not cut it short).
 /// * **Backpressure.** [`poll_ready`](Service::poll_ready) reserves one of
-///   [`queue_capacity`](BatchConfig::queue_capacity) queue slots (`Pending`
+///   [`queue_capacity`](CoalesceConfig::queue_capacity) queue slots (`Pending`
 ///   while all are taken); the slot is freed when the row leaves the queue or
 ///   the service is dropped without calling. With [`QueueFull::Reject`] it
 ///   does not wait: the call fails with an overloaded
