@@ -65,10 +65,6 @@ impl End {
 
 /// One statement of a [`Group`], prepared and bound.
 pub(crate) struct Stmt<'a, B: Driver> {
-    #[cfg_attr(
-        not(feature = "mysql"),
-        allow(dead_code, reason = "PostgreSQL runs the prepared statement alone")
-    )]
     pub(crate) sql: &'a str,
     pub(crate) prepared: &'a B::Prepared,
     pub(crate) bound: B::Bound,

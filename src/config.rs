@@ -56,6 +56,12 @@ pub struct BatchConfig {
     /// `false` turns coalescing off: every statement runs on its own (useful
     /// for comparison runs). Default `true`.
     pub enabled: bool,
+    /// How long what the server said about a statement text (its parameter
+    /// types, its table's triggers, rules, engine and key types, which decide
+    /// whether and how it is coalesced) is trusted before it is learned
+    /// again, in the background. Default 1 s. A statement that fails because
+    /// its table changed under it is re-learned at once.
+    pub relearn_after: Duration,
 }
 
 impl Default for BatchConfig {
@@ -69,6 +75,7 @@ impl Default for BatchConfig {
             cache_capacity: 1024,
             max_in_flight: None,
             enabled: true,
+            relearn_after: Duration::from_secs(1),
         }
     }
 }
@@ -107,6 +114,8 @@ impl BatchConfig {
         max_in_flight: Some(usize),
         /// Sets [`enabled`](BatchConfig::enabled).
         enabled: (bool),
+        /// Sets [`relearn_after`](BatchConfig::relearn_after).
+        relearn_after: (Duration),
     }
 
     pub(crate) fn validate(&self) -> Result<(), Error> {

@@ -120,8 +120,17 @@ impl Error {
     }
 
     /// The server answered the statement with an error.
+    /// The server answered the statement with an error. Its `Display` is
+    /// the server's own: severity, code, message, and detail and hint when
+    /// present.
     pub(crate) fn db(source: impl Into<BoxError>) -> Error {
-        Error::with_source(Kind::Db, "database error", source)
+        let source = source.into();
+        let message = server_message(&*source).unwrap_or_else(|| source.to_string());
+        Error(Arc::new(Inner {
+            kind: Kind::Db,
+            message,
+            source: Some(source),
+        }))
     }
 
     /// The driver lost the connection: after the statement was sent its
@@ -305,11 +314,38 @@ impl fmt::Debug for Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0.message)?;
-        if let Some(source) = &self.0.source {
+        // A server error's message is already the server's own text.
+        if let (Some(source), false) = (&self.0.source, self.0.kind == Kind::Db) {
             write!(f, ": {source}")?;
         }
         Ok(())
     }
+}
+
+/// The server's error as one line: `ERROR 23505: duplicate key value ...
+/// (DETAIL: Key (k)=(1) already exists.)` for PostgreSQL, mysql_async's
+/// `ERROR 1062 (23000): Duplicate entry ...` for MySQL.
+fn server_message(source: &(dyn StdError + Send + Sync + 'static)) -> Option<String> {
+    #[cfg(feature = "postgres")]
+    if let Some(db) = source
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(|e| e.as_db_error())
+    {
+        let mut out = format!("{} {}: {}", db.severity(), db.code().code(), db.message());
+        if let Some(detail) = db.detail() {
+            out.push_str(&format!(" (DETAIL: {detail})"));
+        }
+        if let Some(hint) = db.hint() {
+            out.push_str(&format!(" (HINT: {hint})"));
+        }
+        return Some(out);
+    }
+    #[cfg(feature = "mysql")]
+    if let Some(mysql_async::Error::Server(e)) = source.downcast_ref::<mysql_async::Error>() {
+        return Some(e.to_string());
+    }
+    let _ = source;
+    None
 }
 
 impl StdError for Error {

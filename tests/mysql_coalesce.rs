@@ -91,7 +91,15 @@ async fn ids_follow_auto_increment_increment() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_are_not_claimed_when_not_provable() {
-    let pool = table("CREATE TABLE expl (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)").await;
+    let url = My::fresh_db().await;
+    let pool = My::pool(&url, BatchConfig::default(), 4);
+    My::execute(
+        &pool,
+        "CREATE TABLE expl (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)",
+        &[],
+    )
+    .await
+    .unwrap();
     // The statement names the auto-increment column: ids are the caller's
     // own (or generated for NULL), not consecutive.
     let rows: Vec<(Option<i32>, i32)> = (0..20)
@@ -107,13 +115,32 @@ async fn ids_are_not_claimed_when_not_provable() {
         assert_eq!(out.last_insert_id(), None);
     }
     assert_eq!(count(&pool, "expl").await, 20);
-    // INSERT IGNORE: no per-row ids either.
+    // INSERT IGNORE is not coalesced by default (its count may not be
+    // exact): it runs alone and reports the server's id.
     let out = pool
         .execute("INSERT IGNORE INTO expl (v) VALUES (?)", (7,))
         .await
         .unwrap();
+    assert!(out.last_insert_id().is_some(), "{out:?}");
+    assert_eq!(out.rows_affected(), 1);
+    // Coalesced when asked: no per-row ids.
+    let opted = upsert_pool(&url).await;
+    let out = opted
+        .execute("INSERT IGNORE INTO expl (v) VALUES (?)", (8,))
+        .await
+        .unwrap();
     assert_eq!(out.last_insert_id(), None);
     assert_eq!(out.rows_affected(), 1);
+}
+
+/// A pool on the database of `pool` that coalesces `INSERT IGNORE`,
+/// `REPLACE` and `ON DUPLICATE KEY UPDATE` (an opt-in to inexact counts).
+async fn upsert_pool(url: &str) -> Pool {
+    Pool::builder(url)
+        .max_size(4)
+        .coalesce_upserts(true)
+        .build()
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,7 +176,18 @@ async fn ids_are_not_claimed_under_interleaved_lock_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upsert_counts_are_exact_or_say_so() {
-    let pool = table("CREATE TABLE kv (k INT PRIMARY KEY, v VARCHAR(20) NOT NULL)").await;
+    let url = My::fresh_db().await;
+    let plain = My::pool(&url, BatchConfig::default(), 4);
+    My::execute(
+        &plain,
+        "CREATE TABLE kv (k INT PRIMARY KEY, v VARCHAR(20) NOT NULL)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let explain = plain.explain(UPSERT).await.unwrap();
+    assert!(!explain.is_coalesced(), "exact by default: {explain}");
+    let pool = upsert_pool(&url).await;
     // ODKU over keys repeated inside the batch: rows apply in order, the
     // last value of each key wins, exactly as one by one.
     let data: Vec<(i32, String)> = (0..60).map(|i| (i % 20, format!("v{i}"))).collect();
@@ -222,13 +260,10 @@ async fn upsert_counts_are_exact_or_say_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upserts_run_one_by_one_when_asked_and_are_exact() {
+async fn upserts_run_one_by_one_by_default_and_are_exact() {
     let url = common::mysql_fresh_db().await;
-    let pool = Pool::builder(&url)
-        .max_size(2)
-        .coalesce_upserts(false)
-        .build()
-        .unwrap();
+    // The default: upserts run one by one.
+    let pool = Pool::builder(&url).max_size(2).build().unwrap();
     pool.execute("CREATE TABLE kv (k INT PRIMARY KEY, v INT NOT NULL)", ())
         .await
         .unwrap();

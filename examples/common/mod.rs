@@ -122,8 +122,11 @@ impl std::fmt::Display for ApiError {
 /// The HTTP status code and message for a batchpool error: a duplicate key
 /// (unique violation) → 409 Conflict, a full queue or an unavailable pool →
 /// 503 Service Unavailable, a write whose outcome is unknown (connection
-/// lost after sending) → 500 saying so, bad parameters → 400 Bad Request,
-/// anything else → 500.
+/// lost after sending) → 500 saying so, bad input (wrong parameters, a
+/// value the server rejects: SQLSTATE class 22, or another integrity rule of
+/// class 23) → 400 / 422 with the server's message, anything else → 500 with
+/// the server's message (its `Display` carries the SQLSTATE, message and
+/// detail).
 pub fn status_of(e: &batchpool::Error) -> (u16, String) {
     if e.code() == Some("23505") {
         (409, "an event with this key already exists".into())
@@ -145,6 +148,9 @@ pub fn status_of(e: &batchpool::Error) -> (u16, String) {
             .as_db_error()
             .map_or_else(|| e.to_string(), |db| db.message().to_string());
         (400, format!("invalid input: {detail}"))
+    } else if e.code().is_some_and(|c| c.starts_with("23")) {
+        // A check, not-null or foreign-key rule: the request's data broke it.
+        (422, format!("rejected by the database: {e}"))
     } else {
         (500, format!("database error: {e}"))
     }

@@ -134,6 +134,12 @@ pub(crate) struct InsertShape {
     pub(crate) conflict: Conflict,
     /// Whether the statement has a RETURNING clause.
     pub(crate) returning: bool,
+    /// Names of the functions the statement calls from its VALUES tuple on
+    /// (the tuple, `ON CONFLICT` / `ON DUPLICATE KEY UPDATE` and `RETURNING`:
+    /// a word followed by `(`, normalised like [`InsertShape::columns`],
+    /// schema dropped), so a backend can check what a re-run of the rows
+    /// would repeat.
+    pub(crate) calls: Vec<String>,
     /// Source text up to (not including) the `(` of the VALUES tuple.
     head: Box<str>,
     /// The tuple text from `(` to `)` inclusive, split at placeholders.

@@ -154,6 +154,7 @@ pub(super) fn recognise(
         tuple_params: tuple.params,
         conflict,
         returning,
+        calls: p.calls(dialect, tuple.open_index, lexemes.len().saturating_sub(1)),
         head: sql.get(..tuple.open_start).ok_or(INTERNAL)?.into(),
         pieces: tuple.pieces.into_boxed_slice(),
         tail: tail.into_boxed_str(),
@@ -525,6 +526,28 @@ impl<'a> Parser<'a> {
         }
         self.clause_body(|_| false)?;
         Some(true)
+    }
+
+    /// Names of the functions called between lexemes `from` and `to` (a
+    /// word followed by `(`), normalised, each once.
+    fn calls(&self, dialect: Dialect, from: usize, to: usize) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        let significant: Vec<&Lexeme> = self
+            .lexemes
+            .get(from..=to)
+            .unwrap_or_default()
+            .iter()
+            .filter(|l| !l.is_trivia())
+            .collect();
+        for pair in significant.windows(2) {
+            if let (Token::Word(w), Token::LParen) = (&pair[0].token, &pair[1].token) {
+                let name = normalise(dialect, w);
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        names
     }
 
     /// Advances over the body of a clause: up to the end of the statement,

@@ -10,14 +10,26 @@ use crate::explain::NotCoalesced;
 
 /// Why one multi-row statement failed.
 #[derive(Debug)]
-pub(crate) enum ChunkError {
-    /// The server rejected the statement for a reason that may belong to one
-    /// row (constraint violation, bad value, duplicate conflict key): nothing
-    /// committed, and the engine re-runs smaller groups to find the row.
+pub(crate) enum ChunkError<O> {
+    /// The server rejected the statement, and nothing of it committed: the
+    /// error may belong to one row (a constraint, a bad value, a trigger's
+    /// exception), so the engine re-runs smaller groups to find the rows
+    /// whose own statement fails. Every database error is this unless it is
+    /// provably about the statement as a whole.
     Row(Error),
     /// The failure is the same for every row (connection lost, outcome
-    /// unknown, statement-level error): every row of the statement gets it.
+    /// unknown, a statement-level error such as a syntax error or a
+    /// cancelled statement): every row of the statement gets it.
     Statement(Error),
+    /// The server refused a prepared statement that no longer fits its table
+    /// (the table changed under it); nothing ran. The backend has dropped its
+    /// cached statements for the shape: the engine re-learns the route and
+    /// re-runs the rows once.
+    Stale(Error),
+    /// The backend ran the rows one statement each (the connection's session
+    /// would make a multi-row statement differ from single-row ones): each
+    /// row's own result, in order.
+    Each(Vec<Result<O, Error>>),
 }
 
 /// Where a backend's connections come from: a deadpool pool for the real
@@ -57,7 +69,7 @@ where
 pub(crate) type Conn<B> = <<B as Backend>::Connections as Connections>::Conn;
 
 /// Result of one multi-row statement: one output per row, in row order.
-pub(crate) type ChunkResult<O> = Result<Vec<O>, ChunkError>;
+pub(crate) type ChunkResult<O> = Result<Vec<O>, ChunkError<O>>;
 
 /// A database backend: pooled connections plus how to run one multi-row
 /// statement for a batchable shape.

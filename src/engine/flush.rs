@@ -228,10 +228,14 @@ async fn wait_for_deadline<B: Backend>(
 }
 
 /// Runs `rows` as consecutive statements of allowed sizes on one connection,
-/// in order. A statement that fails with a row-specific error is split in
-/// halves (each cut into allowed sizes) and re-run; nothing of a failed
-/// statement committed, so every row ends up written exactly once or failed
-/// with its own error. Returns one result per row, in order.
+/// in order. A statement that fails with an error that may belong to a row
+/// is split in halves (each cut into allowed sizes) and re-run; nothing of a
+/// failed statement committed, so every row ends up written exactly once or
+/// failed with its own statement's error. Once a flush has seen more failed
+/// statements than a bisection for a few bad rows needs, the rest of a
+/// failing group goes row by row: at most about `n + 2 log n` statements
+/// when every row fails alike. A statement refused as stale is re-run once.
+/// Returns one result per row, in order.
 pub(super) async fn execute_rows<B: Backend>(
     engine: &Engine<B>,
     q: &ShapeQueue<B>,
@@ -241,6 +245,10 @@ pub(super) async fn execute_rows<B: Backend>(
     let n = rows.len();
     let mut results: Vec<Option<Result<B::Output, Error>>> = (0..n).map(|_| None).collect();
     let mut splits = 0usize;
+    let mut failed = 0usize;
+    // Bisection finds a few bad rows in about 2 log n failed statements.
+    let dense_after = 2 * (usize::BITS - n.leading_zeros()) as usize + 2;
+    let mut healed = false;
     let mut work: VecDeque<(usize, usize)> = VecDeque::new();
     let mut at = 0;
     for size in decompose(n, q.cap_rows) {
@@ -260,22 +268,40 @@ pub(super) async fn execute_rows<B: Backend>(
                     *slot = Some(Ok(out));
                 }
             }
+            Err(ChunkError::Stale(_)) if !healed => {
+                healed = true;
+                engine.route_stale(&q.sql);
+                work.push_front((start, len));
+            }
             Err(ChunkError::Row(_)) if len > 1 => {
-                let half = len / 2;
-                let mut pieces = Vec::new();
-                let mut at = start;
-                for part in [half, len - half] {
-                    for size in decompose(part, q.cap_rows) {
-                        pieces.push((at, size));
-                        at += size;
+                failed += 1;
+                let pieces: Vec<(usize, usize)> = if failed > dense_after {
+                    // Most rows fail: one statement each.
+                    (start..start + len).map(|i| (i, 1)).collect()
+                } else {
+                    let half = len / 2;
+                    let mut pieces = Vec::new();
+                    let mut at = start;
+                    for part in [half, len - half] {
+                        for size in decompose(part, q.cap_rows) {
+                            pieces.push((at, size));
+                            at += size;
+                        }
                     }
-                }
+                    pieces
+                };
                 splits += pieces.len();
                 for piece in pieces.into_iter().rev() {
                     work.push_front(piece);
                 }
             }
-            Err(ChunkError::Row(e)) | Err(ChunkError::Statement(e)) => {
+            Err(ChunkError::Each(outs)) => {
+                debug_assert_eq!(outs.len(), len);
+                for (slot, out) in results[start..start + len].iter_mut().zip(outs) {
+                    *slot = Some(out);
+                }
+            }
+            Err(ChunkError::Row(e) | ChunkError::Statement(e) | ChunkError::Stale(e)) => {
                 for slot in &mut results[start..start + len] {
                     *slot = Some(Err(e.clone()));
                 }

@@ -1,7 +1,8 @@
 //! The backend-agnostic coalescing engine: **classify → queue → flush → fan out.**
 //!
-//! * [`Engine::route`] classifies a SQL text once (bounded LRU keyed by the
-//!   exact text) and, for a batchable INSERT, finds its [`ShapeQueue`].
+//! * [`Engine::route`] classifies a SQL text once ([`route`]: a bounded LRU
+//!   keyed by the exact text, re-learned as the server may change) and, for a
+//!   batchable INSERT, finds its [`ShapeQueue`].
 //! * [`Engine::submit`] puts an encoded row in that queue and awaits its own
 //!   reply; flusher tasks ([`flush`]) take rows from the queue when a
 //!   connection is free (or a timer/size limit says so), run them as one
@@ -11,6 +12,7 @@
 pub(crate) mod backend;
 mod flush;
 pub(crate) mod queue;
+mod route;
 #[cfg(test)]
 mod tests;
 
@@ -24,44 +26,19 @@ use tokio::time::Instant;
 
 pub(crate) use self::backend::{Backend, ChunkError, ChunkResult, Connections};
 use self::queue::{Pending, ShapeQueue};
+pub(crate) use self::route::Route;
+use self::route::Routes;
 use crate::classify::{self, Classified, StatementKind};
 use crate::config::{BatchConfig, QueueFull};
 use crate::error::Error;
-use crate::explain::{Explain, NotCoalesced};
+use crate::explain::NotCoalesced;
 use crate::stats::{Counters, Stats};
-
-/// Where a statement goes.
-pub(crate) enum Route<B: Backend> {
-    /// Executed as it is, for this reason.
-    Pass(Arc<NotCoalesced>),
-    /// Coalesced through this queue.
-    Batch(Arc<ShapeQueue<B>>),
-}
-
-impl<B: Backend> Clone for Route<B> {
-    fn clone(&self) -> Self {
-        match self {
-            Route::Pass(reason) => Route::Pass(reason.clone()),
-            Route::Batch(q) => Route::Batch(q.clone()),
-        }
-    }
-}
-
-impl<B: Backend> Route<B> {
-    /// What `Pool::explain` reports for this route.
-    pub(crate) fn explain(&self) -> Explain {
-        match self {
-            Route::Pass(reason) => Explain::not(NotCoalesced::clone(reason)),
-            Route::Batch(_) => Explain::coalesced(),
-        }
-    }
-}
 
 /// The coalescing engine of one pool.
 pub(crate) struct Engine<B: Backend> {
     pub(crate) backend: B,
     pub(crate) config: BatchConfig,
-    routes: std::sync::Mutex<LruCache<Box<str>, Route<B>>>,
+    routes: Routes<B>,
     /// Statement kinds of the texts run inside transactions and groups
     /// (bounded like `routes`).
     kinds: std::sync::Mutex<LruCache<Box<str>, StatementKind>>,
@@ -90,7 +67,7 @@ impl<B: Backend> Engine<B> {
             permits: Arc::new(Semaphore::new(
                 config.queue_capacity.min(Semaphore::MAX_PERMITS),
             )),
-            routes: std::sync::Mutex::new(LruCache::new(cache)),
+            routes: Routes::new(cache, config.relearn_after),
             kinds: std::sync::Mutex::new(LruCache::new(cache)),
             config,
             counters: Counters::default(),
@@ -132,20 +109,35 @@ impl<B: Backend> Engine<B> {
         kind
     }
 
-    fn cached_route(&self, sql: &str) -> Option<Route<B>> {
-        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
-        routes.get(sql).cloned()
-    }
-
-    /// Classifies `sql` (cached) and returns where it goes. The first call
-    /// for a new batchable text asks the backend to prepare its shape (one
+    /// Where `sql` goes: classified once per text (cached), the first call
+    /// for a new batchable text asking the backend to prepare its shape (one
     /// round trip); a failure there (the statement is invalid, the server is
-    /// down) is returned and not cached.
-    pub(crate) async fn route(&self, sql: &str) -> Result<Route<B>, Error> {
-        if let Some(route) = self.cached_route(sql) {
+    /// down) is returned and not cached. A route the server decided is
+    /// re-learned in the background when it is due (see [`route`]).
+    pub(crate) async fn route(self: &Arc<Self>, sql: &str) -> Result<Route<B>, Error> {
+        if let Some((route, due)) = self.routes.get(sql) {
+            if due {
+                let (engine, sql) = (self.clone(), sql.to_owned());
+                tokio::spawn(async move {
+                    let learned = engine.learn(&sql).await.ok();
+                    engine.routes.relearned(&sql, learned);
+                });
+            }
             return Ok(route);
         }
-        let route = match classify::classify(B::DIALECT, sql) {
+        let route = self.learn(sql).await?;
+        Ok(self.routes.put_first(sql, route))
+    }
+
+    /// Marks the route of `sql` stale (its table changed under a prepared
+    /// statement): the next caller re-learns it.
+    pub(crate) fn route_stale(&self, sql: &str) {
+        self.routes.stale(sql);
+    }
+
+    /// Classifies `sql` and, for a batchable INSERT, asks the backend.
+    async fn learn(&self, sql: &str) -> Result<Route<B>, Error> {
+        Ok(match classify::classify(B::DIALECT, sql) {
             // Refused whether or not coalescing is on.
             Classified::Other(reason @ NotCoalesced::TransactionControl(_)) => {
                 Route::Pass(Arc::new(reason))
@@ -167,20 +159,12 @@ impl<B: Backend> Engine<B> {
                             .max_bytes
                             .min(self.backend.max_statement_bytes());
                         Route::Batch(Arc::new(ShapeQueue::new(
-                            insert, shape, cap_rows, cap_bytes,
+                            sql, insert, shape, cap_rows, cap_bytes,
                         )))
                     }
                 }
             }
-        };
-        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
-        // Another caller may have raced us here: keep the first queue so rows
-        // of one text share it.
-        if let Some(existing) = routes.get(sql) {
-            return Ok(existing.clone());
-        }
-        routes.put(sql.into(), route.clone());
-        Ok(route)
+        })
     }
 
     /// Reserves `n` queue slots, waiting or failing fast as configured.

@@ -33,6 +33,8 @@ pub(crate) struct State<B: Backend> {
 
 /// The queue of one statement shape.
 pub(crate) struct ShapeQueue<B: Backend> {
+    /// The SQL text the callers gave.
+    pub(crate) sql: Box<str>,
     /// The statement as the classifier read it.
     pub(crate) insert: Arc<InsertShape>,
     /// What the backend prepared for it.
@@ -56,12 +58,14 @@ pub(crate) struct Taken<B: Backend> {
 
 impl<B: Backend> ShapeQueue<B> {
     pub(crate) fn new(
+        sql: &str,
         insert: Arc<InsertShape>,
         shape: B::Shape,
         cap_rows: usize,
         cap_bytes: usize,
     ) -> Self {
         ShapeQueue {
+            sql: sql.into(),
             insert,
             shape,
             cap_rows: cap_rows.max(1),

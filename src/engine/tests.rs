@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -61,6 +61,11 @@ struct Mem {
     max_statement_bytes: usize,
     /// While set, a statement's reply waits for the test to open its gate.
     gated: AtomicBool,
+    /// The next statement is refused as stale (the table changed under it),
+    /// running nothing.
+    stale_once: AtomicBool,
+    /// Shapes prepared (route learned or re-learned).
+    prepared: AtomicUsize,
     server: Mutex<Server>,
 }
 
@@ -104,6 +109,8 @@ impl Mem {
             max_params: 65535,
             max_statement_bytes: usize::MAX,
             gated: AtomicBool::new(true),
+            stale_once: AtomicBool::new(false),
+            prepared: AtomicUsize::new(0),
             server: Mutex::default(),
         }
     }
@@ -119,6 +126,10 @@ impl Mem {
         let mut s = self.server();
         let offender = rows.iter().find(|&&v| !(0..BREAKS_STATEMENT).contains(&v));
         let reply = match offender {
+            _ if self.stale_once.swap(false, SeqCst) => Err(ChunkError::Stale(Error::new(
+                Kind::Db,
+                "cached plan must not change result type",
+            ))),
             Some(&v) if v < 0 => Err(ChunkError::Row(Error::new(
                 Kind::Db,
                 format!("bad row {v}"),
@@ -222,6 +233,7 @@ impl Backend for Mem {
         _sql: &str,
         _shape: Arc<InsertShape>,
     ) -> Result<Result<(), NotCoalesced>, Error> {
+        self.prepared.fetch_add(1, SeqCst);
         Ok(Ok(()))
     }
 
@@ -1055,6 +1067,48 @@ async fn failing_rows_are_isolated_by_halving() {
         (1, 11, 10)
     );
     assert_eq!((st.rows, st.rows_failed), (8, 2));
+    h.assert_no_leaks().await;
+}
+
+/// When most rows of a flush fail alike, isolation costs about one
+/// statement per row (not the 2n of a full bisection), and every caller
+/// still gets its own statement's error.
+#[tokio::test(start_paused = true)]
+async fn rows_failing_alike_cost_about_one_statement_each() {
+    let h = H::new(1, config().queue_capacity(64)).await;
+    let rows: Vec<i64> = (1..=64).map(|v| -v).collect();
+    for (v, r) in flush_together(&h, &rows).await {
+        assert_own_error(v, &r);
+        assert_eq!(h.mem().written(v), 0);
+    }
+    let statements = h.stats().statements as usize;
+    // 64 single-row statements are needed anyway; bisection adds at most
+    // the failed statements before it gives up (2 log2 64 + 2) and their
+    // halves.
+    assert!(
+        (64..=64 + 2 * (2 * 7 + 2) + 1).contains(&statements),
+        "{statements} statements for 64 failing rows"
+    );
+    h.assert_no_leaks().await;
+}
+
+/// A statement refused as stale (its table changed under the prepared
+/// statement; nothing ran) is re-run once, and its route is re-learned.
+#[tokio::test(start_paused = true)]
+async fn a_stale_statement_is_rerun_once_and_relearned() {
+    let h = H::new(1, config()).await;
+    assert_eq!(h.mem().prepared.load(SeqCst), 1);
+    h.mem().stale_once.store(true, SeqCst);
+    let rows = [1, 2, 3];
+    for (v, r) in flush_together(&h, &rows).await {
+        assert_ok_own(v, r);
+        assert_eq!(h.mem().written(v), 1);
+    }
+    assert_eq!(h.mem().log(), [rows.to_vec(), rows.to_vec()]);
+    // The next caller of the text re-learns its route in the background.
+    h.e.route(SQL).await.unwrap();
+    settle().await;
+    assert_eq!(h.mem().prepared.load(SeqCst), 2);
     h.assert_no_leaks().await;
 }
 

@@ -118,10 +118,11 @@ impl Pool {
 
 impl PoolBuilder {
     /// Whether `INSERT IGNORE`, `REPLACE` and `ON DUPLICATE KEY UPDATE` are
-    /// coalesced (default `true`). Their per-row counts are then exact only
-    /// in the cases listed in the [module docs](super#per-row-outcomes) and
-    /// their per-row `last_insert_id` is `None`; with `false` they run one by
-    /// one and report MySQL's exact counts and ids.
+    /// coalesced (default `false`: they run one by one and report MySQL's
+    /// exact counts and ids). With `true` (an opt-in to inexact outcomes)
+    /// their per-row counts are exact only in the cases listed in the
+    /// [module docs](super#per-row-outcomes), `Outcome::is_exact()` says
+    /// which, and their per-row `last_insert_id` is `None`.
     pub fn coalesce_upserts(mut self, on: bool) -> Self {
         self.options.coalesce_upserts = on;
         self

@@ -11,8 +11,8 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value};
 use tokio::sync::OnceCell;
 
-use super::errors::{chunk_error, unsent_error};
-use super::table::table_facts;
+use super::errors::{chunk_error, stale, unsent_error};
+use super::table::{stored_functions, table_facts};
 use super::{Client, Manager, MySql, Outcome};
 use crate::classify::{Conflict, Dialect, InsertShape, Verb};
 use crate::engine::{Backend, ChunkError, ChunkResult};
@@ -144,11 +144,34 @@ impl MySql {
                 shape.table, facts.engine
             ));
         }
+        if facts.triggers > 0 {
+            return declined(format!(
+                "table {} has triggers: what they do outside the transaction (a \
+                 non-transactional table) would be repeated when the rows of a failed \
+                 multi-row statement are re-run, and they may change rows",
+                shape.table
+            ));
+        }
+        let functions = stored_functions(&mut conn, &shape.calls).await?;
+        if !functions.is_empty() {
+            return declined(format!(
+                "the VALUES tuple calls stored functions ({}), which a re-run after a failed \
+                 multi-row statement could repeat",
+                functions.join(", ")
+            ));
+        }
+        if !conn.session.strict {
+            return declined(
+                "the session's sql_mode is not strict: a multi-row INSERT would store '' or 0 \
+                 for a NULL that a single-row INSERT rejects"
+                    .into(),
+            );
+        }
         let lock_mode = self.server.get().and_then(|s| s.autoinc_lock_mode);
         let consecutive_ids = !upsert
             && facts.engine.eq_ignore_ascii_case("InnoDB")
             && matches!(lock_mode, Some(0 | 1))
-            && facts.insert_triggers == 0
+            && facts.triggers == 0
             && match (&facts.auto_increment, &shape.columns) {
                 (Some(auto), Some(columns)) => {
                     let auto = auto.to_lowercase();
@@ -318,6 +341,37 @@ impl Backend for MySql {
         shape: &'a MyShape,
         rows: &'a [MyRow],
     ) -> ChunkResult<Outcome> {
+        if rows.len() == 1 || conn.session.strict {
+            return self.statement(conn, shape, rows).await;
+        }
+        // This session would let a multi-row INSERT store what single-row
+        // ones reject (see `Session::strict`): one statement each.
+        let mut outs = Vec::with_capacity(rows.len());
+        for row in rows {
+            outs.push(
+                match self.statement(conn, shape, std::slice::from_ref(row)).await {
+                    Ok(mut out) => out.pop().ok_or_else(|| Error::internal("no outcome")),
+                    Err(ChunkError::Row(e) | ChunkError::Statement(e) | ChunkError::Stale(e)) => {
+                        Err(e)
+                    }
+                    Err(ChunkError::Each(mut out)) => {
+                        out.pop().unwrap_or_else(|| Err(Error::internal("no outcome")))
+                    }
+                },
+            );
+        }
+        Err(ChunkError::Each(outs))
+    }
+}
+
+impl MySql {
+    /// Runs `rows` as one multi-row statement.
+    async fn statement(
+        &self,
+        conn: &mut Client,
+        shape: &MyShape,
+        rows: &[MyRow],
+    ) -> ChunkResult<Outcome> {
         let n = rows.len();
         let sql = shape.text(n);
         let stmt = match conn.prep(&*sql).await {
@@ -345,7 +399,7 @@ impl Backend for MySql {
         for row in rows {
             params.extend(row.values.iter().cloned());
         }
-        let increment = conn.auto_increment_increment;
+        let increment = conn.session.auto_increment_increment;
         let returning = shape.shape.returning;
         let run = async {
             let mut result = conn.exec_iter(&stmt, Params::Positional(params)).await?;
@@ -366,6 +420,10 @@ impl Backend for MySql {
             Ok(written) => Ok(self.outputs(shape, n, written, increment)),
             Err(e) => {
                 conn.note_error(&e);
+                if stale(&e) {
+                    // Nothing ran: prepare afresh next time.
+                    let _ = conn.close(stmt).await;
+                }
                 Err(chunk_error(e))
             }
         }

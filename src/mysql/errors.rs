@@ -1,5 +1,5 @@
 //! How mysql_async errors map to batchpool's [`Error`] kinds, and which
-//! server errors may belong to one row of a multi-row statement.
+//! server errors are about a multi-row statement as a whole.
 
 use mysql_async::DriverError;
 
@@ -38,38 +38,37 @@ fn map(e: mysql_async::Error, after_send: bool) -> Error {
     }
 }
 
-/// Server errors that can depend on one row's values: the engine re-runs
-/// smaller groups to find the row. Nothing of the failed statement
-/// committed (coalescing is limited to transactional tables).
-pub(crate) fn row_specific(e: &mysql_async::ServerError) -> bool {
-    // SQLSTATE 22 data exception, 23 integrity constraint.
-    if matches!(e.state.get(..2), Some("22" | "23")) {
-        return true;
-    }
+/// Whether a server error is provably about the statement as a whole, not
+/// about one row's values: then every row of a failed multi-row statement
+/// gets it. Every other error (including the many that MySQL reports with
+/// the generic SQLSTATE `HY000`) is treated as possibly a row's own, and the
+/// rows are re-run in smaller groups: coalescing is limited to transactional
+/// tables without triggers, so a failed statement left nothing behind.
+fn statement_level(e: &mysql_async::ServerError) -> bool {
     matches!(
         e.code,
-        1048 // column cannot be null
-            | 1062 // duplicate entry
-            | 1205 // lock wait timeout
-            | 1213 // deadlock
-            | 1216 | 1217 | 1451 | 1452 // foreign keys
-            | 1264 // out of range
-            | 1292 // truncated incorrect value
-            | 1364 // field has no default
-            | 1365 // division by zero
-            | 1366 // incorrect value for column
-            | 1406 // data too long
-            | 1526 // no partition for value
-            | 1644 // SIGNAL from a trigger
-            | 1690 // value out of range in an expression
-            | 1748 // row does not match the given partition set
-            | 3819 // check constraint (MySQL)
-            | 4025 // check constraint (MariaDB)
+        1044 | 1045 | 1142 | 1143 | 1227 | 1370 // access denied
+            | 1046 | 1049 | 1051 | 1054 | 1146 // no such database, table, column
+            | 1064 // syntax
+            | 1053 | 1927 // server shutdown, connection killed
+            | 1317 | 1969 | 3024 // statement interrupted, max_statement_time
+            | 1021 | 1037 | 1038 | 1041 | 1114 // disk full, out of memory, table full
+            | 1290 | 1792 | 1836 // read-only server or transaction
     )
 }
 
-pub(crate) fn chunk_error(e: mysql_async::Error) -> ChunkError {
-    let row = matches!(&e, mysql_async::Error::Server(se) if row_specific(se));
+/// Whether the server refused a prepared statement that no longer exists or
+/// fits (1243 unknown statement handler, 1615 must be re-prepared), before
+/// running it.
+pub(crate) fn stale(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(se) if matches!(se.code, 1243 | 1615))
+}
+
+pub(crate) fn chunk_error<O>(e: mysql_async::Error) -> ChunkError<O> {
+    if stale(&e) {
+        return ChunkError::Stale(sent_error(e));
+    }
+    let row = matches!(&e, mysql_async::Error::Server(se) if !statement_level(se));
     let err = sent_error(e);
     if row {
         ChunkError::Row(err)

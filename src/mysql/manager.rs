@@ -66,23 +66,40 @@ impl Manager {
     }
 }
 
+/// What batchpool must know about one session.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Session {
+    /// `@@auto_increment_increment`.
+    pub(crate) auto_increment_increment: Option<u64>,
+    /// `@@SESSION.sql_mode` is strict (`STRICT_TRANS_TABLES` or
+    /// `STRICT_ALL_TABLES`): only then does a multi-row INSERT reject what
+    /// the single-row ones would (a non-strict multi-row INSERT stores `''`
+    /// or `0` for a NULL bound to a NOT NULL column, where a single-row one
+    /// fails with 1048).
+    pub(crate) strict: bool,
+}
+
 /// Reads the settings batchpool depends on: the pool-wide ones the first
-/// time, and this connection's `@@auto_increment_increment`.
-async fn read_settings(
+/// time, and this session's own.
+pub(crate) async fn read_settings(
     conn: &mut Conn,
     server: &OnceLock<ServerInfo>,
-) -> Result<Option<u64>, mysql_async::Error> {
+) -> Result<Session, mysql_async::Error> {
     let row: Option<Row> = match conn
         .query_first(
-            "SELECT @@max_allowed_packet, @@auto_increment_increment, @@innodb_autoinc_lock_mode",
+            "SELECT @@max_allowed_packet, @@auto_increment_increment, \
+             @@innodb_autoinc_lock_mode, @@SESSION.sql_mode",
         )
         .await
     {
         Ok(row) => row,
         // A server without InnoDB has no lock mode variable.
         Err(mysql_async::Error::Server(_)) => {
-            conn.query_first("SELECT @@max_allowed_packet, @@auto_increment_increment, NULL")
-                .await?
+            conn.query_first(
+                "SELECT @@max_allowed_packet, @@auto_increment_increment, NULL, \
+                 @@SESSION.sql_mode",
+            )
+            .await?
         }
         Err(e) => return Err(e),
     };
@@ -94,6 +111,16 @@ async fn read_settings(
     };
     let packet = get_u64(0);
     let increment = get_u64(1);
+    let sql_mode = row
+        .as_ref()
+        .and_then(|r| r.get_opt::<Option<String>, _>(3))
+        .and_then(Result::ok)
+        .flatten()
+        .unwrap_or_default()
+        .to_ascii_uppercase();
+    let strict = sql_mode
+        .split(',')
+        .any(|m| m == "STRICT_TRANS_TABLES" || m == "STRICT_ALL_TABLES");
     let lock_mode = row
         .as_ref()
         .and_then(|r| r.get_opt::<Option<i64>, _>(2))
@@ -107,7 +134,10 @@ async fn read_settings(
             .unwrap_or(4 << 20),
         autoinc_lock_mode: lock_mode,
     });
-    Ok(increment)
+    Ok(Session {
+        auto_increment_increment: increment,
+        strict,
+    })
 }
 
 impl managed::Manager for Manager {
@@ -116,10 +146,10 @@ impl managed::Manager for Manager {
 
     async fn create(&self) -> Result<ConnWrapper, mysql_async::Error> {
         let mut conn = Conn::new(self.opts.clone()).await?;
-        let increment = read_settings(&mut conn, &self.server).await?;
+        let session = read_settings(&mut conn, &self.server).await?;
         Ok(ConnWrapper {
             conn,
-            auto_increment_increment: increment,
+            session,
             broken: false,
             lent: false,
         })
@@ -146,7 +176,7 @@ impl managed::Manager for Manager {
                 }
                 Err(e) => return Err(RecycleError::Backend(e)),
             }
-            wrapper.auto_increment_increment = read_settings(&mut wrapper.conn, &self.server)
+            wrapper.session = read_settings(&mut wrapper.conn, &self.server)
                 .await
                 .map_err(RecycleError::Backend)?;
             wrapper.lent = false;
@@ -179,8 +209,8 @@ impl managed::Manager for Manager {
 /// tables, prepared statements) never reach rows coalesced later.
 pub struct ConnWrapper {
     conn: Conn,
-    /// `@@auto_increment_increment` of this session, read when it opened.
-    pub(crate) auto_increment_increment: Option<u64>,
+    /// This session's settings, read when it opened (and after a reset).
+    pub(crate) session: Session,
     /// The server ended this session (killed, shutting down, packet too
     /// large); the pool throws it away.
     pub(crate) broken: bool,

@@ -166,8 +166,9 @@ pub(crate) struct MyOptions {
 
 impl Default for MyOptions {
     fn default() -> Self {
+        // Exact by default: upserts' per-row counts may not be.
         MyOptions {
-            coalesce_upserts: true,
+            coalesce_upserts: false,
         }
     }
 }

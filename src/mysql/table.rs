@@ -68,8 +68,34 @@ pub(crate) struct TableFacts {
     pub(crate) transactional: bool,
     /// The auto-increment column, if any.
     pub(crate) auto_increment: Option<String>,
-    /// INSERT triggers on the table (`u64::MAX` when unknown).
-    pub(crate) insert_triggers: u64,
+    /// Triggers on the table, for any event (`u64::MAX` when unknown).
+    pub(crate) triggers: u64,
+}
+
+/// Stored functions (any schema) among `names`, which a statement's VALUES
+/// tuple calls: a stored function may write to a non-transactional table,
+/// which a re-run of the rows after a failed multi-row statement would
+/// repeat.
+pub(crate) async fn stored_functions(
+    conn: &mut Client,
+    names: &[String],
+) -> Result<Vec<String>, Error> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let found: Result<Vec<String>, _> = conn
+        .query("SELECT DISTINCT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_TYPE = 'FUNCTION'")
+        .await;
+    match found {
+        Ok(found) => Ok(found
+            .into_iter()
+            .filter(|f| names.iter().any(|n| n.eq_ignore_ascii_case(f)))
+            .collect()),
+        Err(e) => {
+            conn.note_error(&e);
+            Err(unsent_error(e))
+        }
+    }
 }
 
 /// Three scalar subqueries, each filtered by literal schema and table so
@@ -82,8 +108,7 @@ const TABLE_FACTS: &str = "SELECT \
      (SELECT c.COLUMN_NAME FROM information_schema.COLUMNS c \
        WHERE c.TABLE_SCHEMA = ? AND c.TABLE_NAME = ? AND c.EXTRA LIKE '%auto_increment%' LIMIT 1), \
      (SELECT COUNT(*) FROM information_schema.TRIGGERS g \
-       WHERE g.EVENT_OBJECT_SCHEMA = ? AND g.EVENT_OBJECT_TABLE = ? \
-       AND g.EVENT_MANIPULATION = 'INSERT')";
+       WHERE g.EVENT_OBJECT_SCHEMA = ? AND g.EVENT_OBJECT_TABLE = ?)";
 
 /// Looks the table up in information_schema. `Ok(None)` when it is not
 /// found exactly once (temporary table, view, ambiguous name, no access).
@@ -138,7 +163,7 @@ pub(crate) async fn table_facts(
         engine: engine.to_owned(),
         transactional: transactions.eq_ignore_ascii_case("YES"),
         auto_increment: text(1),
-        insert_triggers: row
+        triggers: row
             .get_opt::<Option<u64>, _>(2)
             .and_then(Result::ok)
             .flatten()

@@ -10,7 +10,8 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Row, Statement};
 
 use super::encode::{PgRow, RawValue};
-use super::errors::{row_specific, sent_error, unsent_error};
+use super::errors::{sent_error, stale, statement_level, unsent_error};
+use super::table::{KeyMatch, refusal};
 use super::{Client, Manager, Outcome, Postgres};
 use crate::classify::{Conflict, Dialect, InsertShape};
 use crate::engine::{Backend, ChunkError, ChunkResult};
@@ -35,8 +36,12 @@ fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// The conflict key of an `ON CONFLICT` that may skip rows: the quoted
+/// column list to return, the parameters bound to it, and its columns.
+type Key = (String, Vec<usize>, Vec<String>);
+
 impl Postgres {
-    fn key_match(shape: &InsertShape) -> Result<Option<(String, Vec<usize>)>, ()> {
+    fn key_match(shape: &InsertShape) -> Result<Option<Key>, ()> {
         let target = match &shape.conflict {
             Conflict::None | Conflict::DuplicateKeyUpdate => return Ok(None),
             // Every row is inserted or updated: one row affected each.
@@ -62,7 +67,7 @@ impl Postgres {
             .map(|c| quote_ident(c))
             .collect::<Vec<_>>()
             .join(", ");
-        Ok(Some((list, params)))
+        Ok(Some((list, params, target.clone())))
     }
 
     fn outputs(shape: &PgShape, rows: &[PgRow], result: Written) -> Vec<Outcome> {
@@ -149,6 +154,8 @@ impl Backend for Postgres {
             )));
         };
         let conn = self.pool.get().await?;
+        // Learned afresh: the table may have changed since a cached prepare.
+        conn.forget(sql);
         let stmt = conn.prepare_cached(sql).await.map_err(unsent_error)?;
         if stmt.params().len() != shape.params_per_row {
             // The server sees the parameters differently from the classifier:
@@ -159,11 +166,18 @@ impl Backend for Postgres {
                 shape.params_per_row
             ))));
         }
+        let key = key_match.as_ref().map(|(_, params, columns)| KeyMatch {
+            columns,
+            params,
+        });
+        if let Some(why) = refusal(&conn, &shape, stmt.params(), key).await? {
+            return Ok(Err(NotCoalesced::Declined(why)));
+        }
         Ok(Ok(PgShape {
             id: NEXT_SHAPE_ID.fetch_add(1, Ordering::Relaxed),
             types: stmt.params().to_vec(),
             shape,
-            key_match,
+            key_match: key_match.map(|(list, params, _)| (list, params)),
         }))
     }
 
@@ -196,10 +210,15 @@ impl Backend for Postgres {
         };
         match written {
             Ok(w) => Ok(Self::outputs(shape, rows, w)),
+            Err(e) if stale(&e) => {
+                // Nothing ran: prepare afresh next time.
+                conn.forget_batch(shape.id);
+                Err(ChunkError::Stale(sent_error(e)))
+            }
             Err(e) => {
                 let row = e
                     .as_db_error()
-                    .is_some_and(|db| row_specific(db.code().code()));
+                    .is_some_and(|db| !statement_level(db.code().code()));
                 let err = sent_error(e);
                 Err(if row {
                     ChunkError::Row(err)

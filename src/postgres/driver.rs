@@ -11,7 +11,7 @@ use futures_util::TryStreamExt;
 use tokio_postgres::{Row, Statement};
 
 use super::encode::{PgArgs, PgRow, encode};
-use super::errors::{sent_error, unsent_error};
+use super::errors::{sent_error, stale_db, unsent_error};
 use super::manager::{ClientWrapper, Manager};
 use super::{Client, Postgres};
 use crate::backend::{Driver, End, Group, GroupReplies, Ran, Stmt};
@@ -189,7 +189,24 @@ impl Driver for Postgres {
     }
 
     async fn run<'a>(conn: &'a mut Client, stmt: Stmt<'a, Postgres>) -> Result<Ran<Row>, Error> {
-        run_statement(conn, stmt.prepared, &stmt.bound, stmt.all_rows).await
+        let client: &ClientWrapper = conn;
+        match run_statement(client, stmt.prepared, &stmt.bound, stmt.all_rows).await {
+            // The table changed under the cached statement and nothing ran:
+            // prepare it afresh and run it once more, if its parameters
+            // still have the types the row was encoded for.
+            Err(e) if e.as_db_error().is_some_and(stale_db) => {
+                client.forget(stmt.sql);
+                let fresh = client
+                    .prepare_cached(stmt.sql)
+                    .await
+                    .map_err(unsent_error)?;
+                if fresh.params() != stmt.prepared.params() {
+                    return Err(e);
+                }
+                run_statement(client, &fresh, &stmt.bound, stmt.all_rows).await
+            }
+            other => other,
+        }
     }
 
     async fn run_many<'a>(
@@ -210,6 +227,7 @@ impl Driver for Postgres {
     async fn run_group<'a>(conn: &'a mut Client, group: Group<'a, Postgres>) -> GroupReplies<Row> {
         let client: &ClientWrapper = conn;
         let n = group.statements.len();
+        let texts: Vec<&str> = group.statements.iter().map(|s| s.sql).collect();
         let mut steps = Vec::with_capacity(n + 2);
         if group.begin {
             steps.push(control(client, "BEGIN"));
@@ -228,7 +246,14 @@ impl Driver for Postgres {
                 .next()
                 .map_or_else(|| Err(missing()), |r| r.map(drop))
         });
-        let statements = replies.by_ref().take(n).collect();
+        let statements: Vec<Result<Ran<Row>, Error>> = replies.by_ref().take(n).collect();
+        // A statement the table changed under failed the group (its
+        // transaction is aborted): the next use of its text prepares afresh.
+        for (sql, reply) in texts.iter().zip(&statements) {
+            if reply.as_ref().err().and_then(Error::as_db_error).is_some_and(stale_db) {
+                client.forget(sql);
+            }
+        }
         let end = group.commit.then(|| {
             let reply = replies
                 .next()

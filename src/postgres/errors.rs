@@ -21,14 +21,38 @@ fn map(e: tokio_postgres::Error, after_send: bool) -> Error {
     }
 }
 
-/// SQLSTATE classes whose errors can depend on one row's values.
-pub(crate) fn row_specific(code: &str) -> bool {
-    // 21 cardinality (ON CONFLICT DO UPDATE hitting a row twice), 22 data
-    // exception, 23 integrity constraint, 27 triggered data change, 40
-    // rollback (deadlock/serialization: nothing committed, retry smaller),
-    // 44 WITH CHECK OPTION, P0 PL/pgSQL RAISE from a trigger.
-    matches!(
-        code.get(..2),
-        Some("21" | "22" | "23" | "27" | "40" | "44" | "P0")
-    )
+/// Whether a server error is provably about the statement as a whole, not
+/// about one row's values: then every row of a failed multi-row statement
+/// gets it. Every other error is treated as possibly a row's own, and the
+/// rows are re-run in smaller groups (a failed statement committed nothing).
+///
+/// The classes: 08 connection exception, 0A feature not supported, 25
+/// invalid transaction state, 26 invalid statement name, 28 invalid
+/// authorization, 3D / 3F invalid database / schema, 42 syntax error or
+/// access rule violation (undefined table or column, no matching ON
+/// CONFLICT constraint...) except 42501, which row-level security also
+/// raises for one row's values, 53 insufficient resources (disk full, out of
+/// memory), 57 operator intervention (statement cancelled or timed out,
+/// server shutting down), 58 system error, XX internal error.
+pub(crate) fn statement_level(code: &str) -> bool {
+    code != "42501"
+        && matches!(
+            code.get(..2),
+            Some("08" | "0A" | "25" | "26" | "28" | "3D" | "3F" | "42" | "53" | "57" | "58" | "XX")
+        )
+}
+
+/// Whether the server refused a prepared statement that no longer fits its
+/// table, before running it: the table's columns changed under a cached
+/// `RETURNING *` ("cached plan must not change result type"), or the
+/// statement is gone ("prepared statement ... does not exist").
+pub(crate) fn stale(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error().is_some_and(stale_db)
+}
+
+/// [`stale`], from the server's error.
+pub(crate) fn stale_db(db: &tokio_postgres::error::DbError) -> bool {
+    let code = db.code().code();
+    code == "26000"
+        || (code == "0A000" && db.message().contains("cached plan must not change result type"))
 }

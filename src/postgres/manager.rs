@@ -91,6 +91,24 @@ impl ClientWrapper {
         Ok(stmt)
     }
 
+    /// Drops the cached statement of `sql` (it no longer fits its table).
+    pub(crate) fn forget(&self, sql: &str) {
+        lock(&self.statements).pop(sql);
+    }
+
+    /// Drops every cached multi-row statement of shape `shape_id`.
+    pub(crate) fn forget_batch(&self, shape_id: u64) {
+        let mut cache = lock(&self.batch_statements);
+        let stale: Vec<(u64, usize)> = cache
+            .iter()
+            .map(|(key, _)| *key)
+            .filter(|(id, _)| *id == shape_id)
+            .collect();
+        for key in stale {
+            cache.pop(&key);
+        }
+    }
+
     /// The prepared multi-row statement for `rows` rows of shape `shape_id`.
     pub(crate) async fn prepare_batch(
         &self,

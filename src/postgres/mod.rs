@@ -54,6 +54,7 @@ mod driver;
 mod encode;
 mod errors;
 mod manager;
+mod table;
 
 #[cfg(any(feature = "tower", feature = "bench"))]
 pub(crate) use self::encode::PgArgs;

@@ -1,0 +1,172 @@
+//! What the server says about a coalesced statement's target table, read
+//! from the catalog when a statement text is learned (and again when it is
+//! re-learned): whether n single-row INSERTs into it and one n-row INSERT
+//! are the same thing.
+
+use tokio_postgres::types::Type;
+
+use super::errors::unsent_error;
+use super::manager::ClientWrapper;
+use crate::classify::{Conflict, InsertShape};
+use crate::error::Error;
+
+/// Volatile functions whose re-run repeats nothing outside the failed,
+/// rolled-back statement (at most a sequence value is not given back, as
+/// after any failed single-row INSERT).
+const REPEATABLE: &[&str] = &[
+    "random",
+    "gen_random_uuid",
+    "uuid_generate_v1",
+    "uuid_generate_v1mc",
+    "uuid_generate_v4",
+    "clock_timestamp",
+    "timeofday",
+    "nextval",
+];
+
+/// Key types whose stored bytes are the bytes bound, when the parameter has
+/// the column's own type and no type modifier: bool, bytea, int8, int2, int4,
+/// text, oid, varchar, date, timestamp, timestamptz, uuid.
+const BYTE_STABLE: &[u32] = &[16, 17, 20, 21, 23, 25, 26, 1043, 1082, 1114, 1184, 2950];
+
+/// One query, parameters: the table as written, the functions the VALUES
+/// tuple calls, the trigger events that matter (a `pg_trigger.tgtype`
+/// mask), the conflict key columns, and [`REPEATABLE`].
+const FACTS: &str = "\
+WITH rel AS (SELECT to_regclass($1) AS oid),
+tree AS (
+    SELECT oid AS relid FROM rel WHERE oid IS NOT NULL
+    UNION SELECT t.relid FROM rel, pg_partition_tree(rel.oid) t WHERE rel.oid IS NOT NULL
+)
+SELECT c.relkind::text,
+    EXISTS (SELECT 1 FROM pg_rewrite r
+        WHERE r.ev_class IN (SELECT relid FROM tree) AND r.ev_type = '3'),
+    (SELECT string_agg(DISTINCT g.tgname::text, ', ') FROM pg_trigger g
+        WHERE NOT g.tgisinternal AND g.tgrelid IN (SELECT relid FROM tree)
+        AND (g.tgtype::int4 & $3::int4) <> 0),
+    (SELECT string_agg(DISTINCT p.proname::text, ', ') FROM pg_proc p
+        WHERE p.provolatile = 'v' AND p.proname = ANY($2::text[])
+        AND NOT (p.proname = ANY($5::text[]))),
+    (SELECT string_agg(DISTINCT p.proname::text, ', ') FROM pg_attrdef d
+        JOIN pg_depend dep ON dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
+            AND dep.refclassid = 'pg_proc'::regclass
+        JOIN pg_proc p ON p.oid = dep.refobjid
+        WHERE d.adrelid IN (SELECT relid FROM tree) AND p.provolatile = 'v'
+        AND NOT (p.proname = ANY($5::text[]))),
+    ARRAY(SELECT format('%s %s %s', a.atttypid::int8, a.atttypmod,
+            coalesce(col.collisdeterministic, true))
+        FROM unnest($4::text[]) WITH ORDINALITY k(name, ord)
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = k.name
+        LEFT JOIN pg_collation col ON col.oid = a.attcollation
+        ORDER BY k.ord)
+FROM pg_class c JOIN rel ON c.oid = rel.oid";
+
+/// The key columns of an `ON CONFLICT` whose skipped rows are told apart by
+/// the key `RETURNING` sends back: their names and the parameters bound to
+/// them.
+pub(crate) struct KeyMatch<'a> {
+    pub(crate) columns: &'a [String],
+    pub(crate) params: &'a [usize],
+}
+
+/// Reads the table's facts and says why its statement must not be
+/// coalesced, if it must not.
+pub(crate) async fn refusal(
+    conn: &ClientWrapper,
+    shape: &InsertShape,
+    types: &[Type],
+    key: Option<KeyMatch<'_>>,
+) -> Result<Option<String>, Error> {
+    // INSERT triggers; ON CONFLICT DO UPDATE fires UPDATE triggers too.
+    let events: i32 = match shape.conflict {
+        Conflict::DoUpdate { .. } => 4 | 16,
+        _ => 4,
+    };
+    let keys: Vec<String> = key.as_ref().map_or_else(Vec::new, |k| k.columns.to_vec());
+    let repeatable: Vec<&str> = REPEATABLE.to_vec();
+    let read = async {
+        let stmt = conn.prepare_cached(FACTS).await?;
+        conn.query_opt(&stmt, &[&shape.table, &shape.calls, &events, &keys, &repeatable])
+            .await
+    };
+    let row = match read.await {
+        Ok(row) => row,
+        // A server that cannot answer (an old version, no catalog access):
+        // not coalesced.
+        Err(e) if e.as_db_error().is_some() => {
+            return Ok(Some(format!(
+                "the table's catalog facts could not be read: {}",
+                Error::db(e)
+            )));
+        }
+        Err(e) => return Err(unsent_error(e)),
+    };
+    let table = &shape.table;
+    let Some(row) = row else {
+        return Ok(Some(format!(
+            "table {table} is not found as a table of its own (a temporary table?)"
+        )));
+    };
+    let relkind: String = row.get(0);
+    let rules: bool = row.get(1);
+    let triggers: Option<String> = row.get(2);
+    let calls: Option<String> = row.get(3);
+    let defaults: Option<String> = row.get(4);
+    let key_types: Vec<String> = row.get(5);
+    if relkind != "r" && relkind != "p" {
+        return Ok(Some(format!(
+            "{table} is not a table (a view or foreign table, relkind {relkind}): what an \
+             INSERT into it does is not known"
+        )));
+    }
+    if rules {
+        return Ok(Some(format!(
+            "table {table} has INSERT rules, which rewrite each statement"
+        )));
+    }
+    if let Some(triggers) = triggers {
+        return Ok(Some(format!(
+            "table {table} has triggers ({triggers}): they may skip or change rows, see the \
+             other rows of a multi-row statement, or act once per statement, and what they do \
+             outside the transaction would be repeated when a failed statement is re-run"
+        )));
+    }
+    if let Some(calls) = calls {
+        return Ok(Some(format!(
+            "the VALUES tuple calls volatile functions ({calls}), which a re-run after a \
+             failed multi-row statement could repeat"
+        )));
+    }
+    if let Some(defaults) = defaults {
+        return Ok(Some(format!(
+            "column defaults of table {table} call volatile functions ({defaults}), which a \
+             re-run after a failed multi-row statement could repeat"
+        )));
+    }
+    if let Some(key) = key {
+        if key_types.len() != key.columns.len() {
+            return Ok(Some(format!(
+                "the ON CONFLICT columns are not all columns of {table}"
+            )));
+        }
+        for ((column, &param), facts) in key.columns.iter().zip(key.params).zip(&key_types) {
+            let mut parts = facts.split(' ');
+            let typid: u32 = parts.next().and_then(|t| t.parse().ok()).unwrap_or(0);
+            let typmod: i32 = parts.next().and_then(|t| t.parse().ok()).unwrap_or(0);
+            let deterministic = parts.next() == Some("true");
+            let bound = types.get(param).map(Type::oid);
+            if !(BYTE_STABLE.contains(&typid)
+                && typmod == -1
+                && deterministic
+                && bound == Some(typid))
+            {
+                return Ok(Some(format!(
+                    "the ON CONFLICT key column {column} may store other bytes than those \
+                     bound (its type, type modifier, collation or the parameter's type), so \
+                     which rows were skipped cannot be told from the keys returned"
+                )));
+            }
+        }
+    }
+    Ok(None)
+}
