@@ -95,6 +95,10 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// limit); `usize::MAX` when the protocol has none.
     fn max_statement_bytes(&self) -> usize;
 
+    /// Whether a re-learned shape is the one already in use (so its queue and
+    /// the connections' prepared statements are kept).
+    fn same_shape(old: &Self::Shape, new: &Self::Shape) -> bool;
+
     /// Prepares backend data for a statement the classifier found batchable.
     /// `Ok(Err(reason))` declines batching (the statement then runs on its
     /// own, and `Pool::explain` reports the reason).

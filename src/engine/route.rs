@@ -116,16 +116,26 @@ impl<B: Backend> Routes<B> {
     /// after another `relearn_after`).
     pub(crate) fn relearned(&self, sql: &str, route: Option<Route<B>>) {
         let mut cache = self.lock();
-        match route {
-            Some(route) => {
-                cache.put(sql.into(), Self::fresh(route));
+        let unchanged = match (&route, cache.peek(sql).map(|e| &e.route)) {
+            (Some(Route::Batch(new)), Some(Route::Batch(old))) => {
+                B::same_shape(&old.shape, &new.shape)
             }
-            None => {
+            (Some(_), _) => false,
+            (None, _) => true,
+        };
+        match route {
+            // Nothing changed (or the server could not be asked): keep the
+            // queue, and the statements the connections prepared for it.
+            _ if unchanged => {
                 if let Some(entry) = cache.get_mut(sql) {
                     entry.learned = Some(Instant::now());
                     entry.refreshing = false;
                 }
             }
+            Some(route) => {
+                cache.put(sql.into(), Self::fresh(route));
+            }
+            None => {}
         }
     }
 

@@ -282,6 +282,10 @@ impl Backend for MySql {
         &self.pool
     }
 
+    fn same_shape(old: &MyShape, new: &MyShape) -> bool {
+        old.params == new.params && old.consecutive_ids == new.consecutive_ids
+    }
+
     async fn prepare_shape(
         &self,
         sql: &str,
@@ -354,9 +358,9 @@ impl Backend for MySql {
                     Err(ChunkError::Row(e) | ChunkError::Statement(e) | ChunkError::Stale(e)) => {
                         Err(e)
                     }
-                    Err(ChunkError::Each(mut out)) => {
-                        out.pop().unwrap_or_else(|| Err(Error::internal("no outcome")))
-                    }
+                    Err(ChunkError::Each(mut out)) => out
+                        .pop()
+                        .unwrap_or_else(|| Err(Error::internal("no outcome"))),
                 },
             );
         }

@@ -140,6 +140,10 @@ impl Backend for Postgres {
         &self.pool
     }
 
+    fn same_shape(old: &PgShape, new: &PgShape) -> bool {
+        old.types == new.types && old.key_match == new.key_match
+    }
+
     async fn prepare_shape(
         &self,
         sql: &str,
@@ -166,10 +170,9 @@ impl Backend for Postgres {
                 shape.params_per_row
             ))));
         }
-        let key = key_match.as_ref().map(|(_, params, columns)| KeyMatch {
-            columns,
-            params,
-        });
+        let key = key_match
+            .as_ref()
+            .map(|(_, params, columns)| KeyMatch { columns, params });
         if let Some(why) = refusal(&conn, &shape, stmt.params(), key).await? {
             return Ok(Err(NotCoalesced::Declined(why)));
         }

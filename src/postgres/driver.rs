@@ -250,7 +250,12 @@ impl Driver for Postgres {
         // A statement the table changed under failed the group (its
         // transaction is aborted): the next use of its text prepares afresh.
         for (sql, reply) in texts.iter().zip(&statements) {
-            if reply.as_ref().err().and_then(Error::as_db_error).is_some_and(stale_db) {
+            if reply
+                .as_ref()
+                .err()
+                .and_then(Error::as_db_error)
+                .is_some_and(stale_db)
+            {
                 client.forget(sql);
             }
         }

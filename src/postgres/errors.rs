@@ -54,5 +54,8 @@ pub(crate) fn stale(e: &tokio_postgres::Error) -> bool {
 pub(crate) fn stale_db(db: &tokio_postgres::error::DbError) -> bool {
     let code = db.code().code();
     code == "26000"
-        || (code == "0A000" && db.message().contains("cached plan must not change result type"))
+        || (code == "0A000"
+            && db
+                .message()
+                .contains("cached plan must not change result type"))
 }

@@ -86,8 +86,11 @@ pub(crate) async fn refusal(
     let repeatable: Vec<&str> = REPEATABLE.to_vec();
     let read = async {
         let stmt = conn.prepare_cached(FACTS).await?;
-        conn.query_opt(&stmt, &[&shape.table, &shape.calls, &events, &keys, &repeatable])
-            .await
+        conn.query_opt(
+            &stmt,
+            &[&shape.table, &shape.calls, &events, &keys, &repeatable],
+        )
+        .await
     };
     let row = match read.await {
         Ok(row) => row,
