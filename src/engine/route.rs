@@ -48,7 +48,7 @@ impl<B: Backend> Route<B> {
 
     /// Whether the answer came from the server (and may change with it);
     /// routes decided from the text alone never do.
-    fn from_server(&self) -> bool {
+    fn server_decided(&self) -> bool {
         match self {
             Route::Batch(_) => true,
             Route::Pass(reason) => matches!(**reason, NotCoalesced::Declined(_)),
@@ -89,7 +89,7 @@ impl<B: Backend> Routes<B> {
     pub(crate) fn get(&self, sql: &str) -> Option<(Route<B>, bool)> {
         let mut cache = self.lock();
         let entry = cache.get_mut(sql)?;
-        let due = entry.route.from_server()
+        let due = entry.route.server_decided()
             && !entry.refreshing
             && entry
                 .learned

@@ -158,19 +158,11 @@ impl std::fmt::Debug for MySql {
 
 impl crate::backend::Backend for MySql {}
 
-/// MySQL-only builder options.
-#[derive(Debug, Clone)]
+/// MySQL-only builder options. By default upserts are not coalesced: their
+/// per-row counts may not be exact.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct MyOptions {
     coalesce_upserts: bool,
-}
-
-impl Default for MyOptions {
-    fn default() -> Self {
-        // Exact by default: upserts' per-row counts may not be.
-        MyOptions {
-            coalesce_upserts: false,
-        }
-    }
 }
 
 /// A coalescing MySQL / MariaDB connection pool (see [`crate::Pool`]).
