@@ -43,12 +43,14 @@ impl<R> Outcome<R> {
     /// Whether [`rows_affected`](Outcome::rows_affected) is this row's own
     /// count.
     ///
-    /// Always `true` for statements that ran on their own. `false` when a
-    /// coalesced statement's total could not be split over its rows: on
-    /// PostgreSQL, it wrote fewer rows than it carried for a reason batchpool
-    /// cannot attribute to rows (a `BEFORE INSERT` trigger returning NULL, a
-    /// rule); on MySQL, see [`mysql::Outcome`](crate::mysql::Outcome)'s table
-    /// for `INSERT IGNORE`, `REPLACE` and `ON DUPLICATE KEY UPDATE`. Then
+    /// Always `true` for statements that ran on their own, and for every
+    /// statement coalesced by default: batchpool coalesces only where the
+    /// per-row outcome can be known. `false` for MySQL `INSERT IGNORE`,
+    /// `REPLACE` and `ON DUPLICATE KEY UPDATE` coalesced by opt-in
+    /// ([`PoolBuilder::coalesce_upserts`](crate::PoolBuilder::coalesce_upserts))
+    /// when the statement's total could not be split over its rows (see the
+    /// [table](crate::mysql#per-row-outcomes)), and as a guard if a coalesced
+    /// statement ever wrote another number of rows than it carried. Then
     /// `rows_affected()` is the upper bound 1 and
     /// [`returned`](Outcome::returned) is `None`.
     pub fn is_exact(&self) -> bool {
