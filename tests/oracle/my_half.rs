@@ -1,0 +1,401 @@
+//! The MariaDB half: renders a case as MariaDB DDL and SQL, runs the burst
+//! through `batchpool::mysql::Pool` into table A and the same statements one
+//! by one through a plain `mysql_async::Conn` (same options, so the same
+//! session settings) into table B, and reads both back.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use batchpool::BatchConfig;
+use batchpool::mysql::{Outcome, Pool};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder, Params, Row, Value};
+
+use super::burst;
+use super::common::backend::my_tcp_opts;
+use super::model::*;
+
+/// The session setting of a non-strict case, for the pool and the plain
+/// driver alike. As `init` it runs when a connection opens; as `setup` also
+/// after `COM_RESET_CONNECTION` (which batchpool sends when a connection
+/// lent by `Pool::get` comes back).
+pub const NON_STRICT: &str = "SET SESSION sql_mode = ''";
+
+/// Connection options of a case: the URL's, plus `sql_mode = ''` when not
+/// strict.
+pub fn opts(url: &str, strict: bool) -> OptsBuilder {
+    let opts = my_tcp_opts(url);
+    if strict {
+        opts
+    } else {
+        opts.init(vec![NON_STRICT]).setup(vec![NON_STRICT])
+    }
+}
+
+pub fn params(values: Vec<V>) -> Params {
+    if values.is_empty() {
+        return Params::Empty;
+    }
+    Params::Positional(
+        values
+            .into_iter()
+            .map(|v| match v {
+                V::Int(i) => Value::Int(i),
+                V::Text(s) => Value::Bytes(s.into_bytes()),
+                V::Null => Value::NULL,
+            })
+            .collect(),
+    )
+}
+
+fn cell(v: &Value) -> Option<String> {
+    match v {
+        Value::NULL => None,
+        Value::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::Int(i) => Some(i.to_string()),
+        Value::UInt(u) => Some(u.to_string()),
+        other => Some(other.as_sql(true)),
+    }
+}
+
+pub fn cells(row: &Row) -> Vec<Option<String>> {
+    (0..row.len())
+        .map(|i| row.as_ref(i).and_then(cell))
+        .collect()
+}
+
+pub fn plain_err(e: &mysql_async::Error) -> Obs {
+    match e {
+        mysql_async::Error::Server(s) => Obs::Err {
+            code: Some(s.code.to_string()),
+            unknown: false,
+            message: s.message.clone(),
+        },
+        other => Obs::Err {
+            code: None,
+            unknown: false,
+            message: other.to_string(),
+        },
+    }
+}
+
+pub fn pool_obs(r: Result<Outcome, batchpool::Error>) -> Obs {
+    match r {
+        Ok(o) => Obs::Ok {
+            affected: o.rows_affected(),
+            exact: o.is_exact(),
+            id: o.last_insert_id().filter(|&id| id != 0),
+            returned: o.returned().map(cells),
+        },
+        Err(e) => {
+            let server = e.as_mysql_error();
+            Obs::Err {
+                code: server.map(|s| s.code.to_string()),
+                unknown: e.is_outcome_unknown(),
+                message: server.map_or_else(|| e.to_string(), |s| s.message.clone()),
+            }
+        }
+    }
+}
+
+pub async fn connect(url: &str, strict: bool) -> Conn {
+    Conn::new(opts(url, strict))
+        .await
+        .expect("plain driver connection")
+}
+
+/// Every row of `sql` (text protocol).
+pub async fn text_rows(conn: &mut Conn, sql: &str) -> Rows {
+    match conn.query::<Row, _>(sql).await {
+        Ok(rows) => rows.iter().map(cells).collect(),
+        Err(e) => panic!("{sql}: {e}"),
+    }
+}
+
+fn ty_sql(c: &Col) -> String {
+    let mut s = match c.ty {
+        Ty::SmallInt => "SMALLINT".to_string(),
+        Ty::Int => "INT".to_string(),
+        Ty::BigInt => "BIGINT".to_string(),
+        Ty::Text => "TEXT".to_string(),
+        Ty::Varchar(n) => format!("VARCHAR({n})"),
+        Ty::Char(n) => format!("CHAR({n})"),
+        Ty::Enum => "ENUM('red', 'green', 'blue')".to_string(),
+    };
+    if c.narrow {
+        s.push_str(" CHARACTER SET utf8mb3");
+    }
+    s
+}
+
+fn lit(v: &V) -> String {
+    match v {
+        V::Int(i) => i.to_string(),
+        V::Text(s) => format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''")),
+        V::Null => "NULL".to_string(),
+    }
+}
+
+/// The statements that create table `t` of `case` (with its side table and
+/// triggers).
+pub fn ddl(case: &Case, t: &str) -> Vec<String> {
+    let mut defs = Vec::new();
+    if case.serial_id {
+        defs.push("id BIGINT AUTO_INCREMENT PRIMARY KEY".to_string());
+    }
+    defs.push("tag INT NOT NULL".to_string());
+    for c in &case.cols {
+        let mut d = format!("{} {}", c.name, ty_sql(c));
+        if c.not_null && c.key != KeyKind::Primary {
+            d.push_str(" NOT NULL");
+        }
+        if let Some(v) = &c.default {
+            d.push_str(&format!(" DEFAULT {}", lit(v)));
+        }
+        d.push_str(match c.key {
+            KeyKind::Unique => " UNIQUE",
+            KeyKind::Primary => " PRIMARY KEY",
+            KeyKind::No => "",
+        });
+        match c.check {
+            Some(Check::Between(lo, hi)) => {
+                d.push_str(&format!(" CHECK ({} BETWEEN {lo} AND {hi})", c.name))
+            }
+            Some(Check::NotBad) => d.push_str(&format!(" CHECK ({} <> 'bad')", c.name)),
+            None => {}
+        }
+        defs.push(d);
+    }
+    let mut out = vec![format!(
+        "CREATE TABLE {t} ({}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        defs.join(", ")
+    )];
+
+    let tr = &case.triggers;
+    let key = case
+        .key_col()
+        .map_or("NULL".to_string(), |k| format!("NEW.{}", k.name));
+    if let Some(audit) = tr.audit {
+        let engine = if audit == Audit::After {
+            "InnoDB"
+        } else {
+            "MyISAM"
+        };
+        out.push(format!(
+            "CREATE TABLE {t}_audit (tag INT, k VARCHAR(100)) ENGINE={engine} DEFAULT CHARSET=utf8mb4"
+        ));
+    }
+    let mut before = String::new();
+    if let Some((m, r, errno)) = tr.raise {
+        let errno = errno.map_or(String::new(), |n| format!(", MYSQL_ERRNO = {n}"));
+        before.push_str(&format!(
+            "IF NEW.tag MOD {m} = {r} THEN SIGNAL SQLSTATE '45000' \
+             SET MESSAGE_TEXT = 'refused by trigger'{errno}; END IF; "
+        ));
+    }
+    if tr.lower_key {
+        before.push_str(&format!("SET {key} = LOWER({key}); "));
+    }
+    if tr.audit == Some(Audit::BeforeMyIsam) {
+        before.push_str(&format!("INSERT INTO {t}_audit VALUES (NEW.tag, {key}); "));
+    }
+    if !before.is_empty() {
+        out.push(format!(
+            "CREATE TRIGGER {t}_bi BEFORE INSERT ON {t} FOR EACH ROW BEGIN {before}END"
+        ));
+    }
+    if matches!(tr.audit, Some(Audit::After | Audit::AfterMyIsam)) {
+        out.push(format!(
+            "CREATE TRIGGER {t}_ai AFTER INSERT ON {t} FOR EACH ROW \
+             INSERT INTO {t}_audit VALUES (NEW.tag, {key})"
+        ));
+    }
+    out
+}
+
+/// The single-row statement every caller runs against table `t`.
+pub fn insert_sql(case: &Case, t: &str) -> String {
+    let mut names = vec!["tag".to_string()];
+    let mut values = vec!["?".to_string()];
+    let mut sets = vec!["tag = VALUES(tag)".to_string()];
+    let key = case.key_col().map(|k| k.name.clone());
+    for c in &case.cols {
+        match c.fill {
+            Use::Omitted => continue,
+            Use::DefaultKw => values.push("DEFAULT".to_string()),
+            Use::Param => {
+                values.push("?".to_string());
+                if Some(&c.name) != key.as_ref() {
+                    sets.push(format!("{0} = VALUES({0})", c.name));
+                }
+            }
+        }
+        names.push(c.name.clone());
+    }
+    let head = match case.verb {
+        Verb::Ignore => "INSERT IGNORE INTO",
+        Verb::Replace => "REPLACE INTO",
+        _ => "INSERT INTO",
+    };
+    let mut sql = format!(
+        "{head} {t} ({}) VALUES ({})",
+        names.join(", "),
+        values.join(", ")
+    );
+    match case.verb {
+        Verb::Insert | Verb::Ignore | Verb::Replace => {}
+        Verb::Odku => sql.push_str(&format!(" ON DUPLICATE KEY UPDATE {}", sets.join(", "))),
+        Verb::OdkuNoop => sql.push_str(" ON DUPLICATE KEY UPDATE tag = tag"),
+        Verb::OdkuCond => {
+            sql.push_str(" ON DUPLICATE KEY UPDATE tag = IF(tag MOD 2 = 0, VALUES(tag), tag)")
+        }
+        other => panic!("{other:?} is not MariaDB"),
+    }
+    if !case.returning.is_empty() {
+        sql.push_str(&format!(" RETURNING {}", case.returning.join(", ")));
+    }
+    sql
+}
+
+fn pre_sql(case: &Case, t: &str) -> String {
+    let names = case.names();
+    let values = vec!["?"; names.len()];
+    format!(
+        "INSERT INTO {t} ({}) VALUES ({})",
+        names.join(", "),
+        values.join(", ")
+    )
+}
+
+/// One statement through the plain driver, in autocommit.
+///
+/// MariaDB does not count the rows of an `INSERT ... RETURNING` (the driver
+/// reports 0 affected rows, `ROW_COUNT()` is -1): for those the count
+/// compared is the number of rows the statement returned, which is also
+/// what batchpool reports when it runs the statement on its own.
+pub async fn plain_obs(conn: &mut Conn, sql: &str, values: Vec<V>, returning: bool) -> Obs {
+    match conn.exec::<Row, _, _>(sql, params(values)).await {
+        Ok(rows) => Obs::Ok {
+            affected: if returning {
+                rows.len() as u64
+            } else {
+                conn.affected_rows()
+            },
+            exact: true,
+            id: conn.last_insert_id().filter(|&id| id != 0),
+            returned: rows.first().map(cells),
+        },
+        Err(e) => plain_err(&e),
+    }
+}
+
+async fn ids(conn: &mut Conn, case: &Case, t: &str) -> HashMap<String, String> {
+    if !case.serial_id {
+        return HashMap::new();
+    }
+    text_rows(conn, &format!("SELECT tag, id FROM {t}"))
+        .await
+        .into_iter()
+        .filter_map(|r| Some((r[0].clone()?, r[1].clone()?)))
+        .collect()
+}
+
+/// Runs `case` with tables `<prefix>a` (batchpool) and `<prefix>b` (plain
+/// driver) in the database of `url`.
+pub async fn run(url: &str, case: &Case, prefix: &str) -> Verdict {
+    let started = Instant::now();
+    let mut conn = connect(url, case.strict).await;
+    let (ta, tb) = (format!("{prefix}a"), format!("{prefix}b"));
+    for t in [&ta, &tb] {
+        for stmt in ddl(case, t) {
+            if let Err(e) = conn.query_drop(&stmt).await {
+                panic!("case `{}`: {stmt}: {e}", case.name);
+            }
+        }
+        let pre = pre_sql(case, t);
+        for row in &case.pre {
+            if let Err(e) = conn.exec_drop(&pre, params(row.clone())).await {
+                panic!("case `{}`: {pre} {}: {e}", case.name, show_values(row));
+            }
+        }
+    }
+    let (sql_a, sql_b) = (insert_sql(case, &ta), insert_sql(case, &tb));
+
+    let pool = Pool::from_opts(opts(url, case.strict))
+        .max_size(case.pool_size)
+        .batching(BatchConfig::default().enabled(case.coalesce))
+        .build()
+        .expect("build pool");
+    let before = pool.stats();
+    let mut holds = Vec::new();
+    if case.start == Start::Held {
+        let _ = pool.explain(&sql_a).await;
+        for _ in 0..case.pool_size {
+            holds.push(pool.get().await.expect("hold a pooled connection"));
+        }
+    }
+    let calls: Vec<_> = case
+        .burst
+        .iter()
+        .map(|row| {
+            let (pool, sql, ps) = (pool.clone(), sql_a.clone(), params(case.bound(row)));
+            async move { pool_obs(pool.execute(&sql, ps).await) }
+        })
+        .collect();
+    let watched = pool.clone();
+    let batchpool = burst(
+        calls,
+        case.start,
+        move || (watched.stats().queued as usize, watched.status().waiting),
+        move || drop(holds),
+    )
+    .await;
+    let after = pool.stats();
+    pool.close().await;
+
+    let mut plain = Vec::new();
+    for row in &case.burst {
+        plain.push(
+            plain_obs(
+                &mut conn,
+                &sql_b,
+                case.bound(row),
+                !case.returning.is_empty(),
+            )
+            .await,
+        );
+    }
+
+    let cols = case.names().join(", ");
+    let mut tables = vec![Table {
+        what: "table contents",
+        batchpool: text_rows(&mut conn, &format!("SELECT {cols} FROM {ta}")).await,
+        plain: text_rows(&mut conn, &format!("SELECT {cols} FROM {tb}")).await,
+    }];
+    if case.triggers.audit.is_some() {
+        tables.push(Table {
+            what: "audit rows",
+            batchpool: text_rows(&mut conn, &format!("SELECT tag, k FROM {ta}_audit")).await,
+            plain: text_rows(&mut conn, &format!("SELECT tag, k FROM {tb}_audit")).await,
+        });
+    }
+    let seen = Seen {
+        ddl: ddl(case, &ta),
+        sql: sql_a,
+        batchpool,
+        plain,
+        tables,
+        ids_batchpool: ids(&mut conn, case, &ta).await,
+        ids_plain: ids(&mut conn, case, &tb).await,
+        delta: Delta {
+            batches: after.batches - before.batches,
+            statements: after.statements - before.statements,
+            rows: after.rows - before.rows,
+            passthrough: after.passthrough - before.passthrough,
+            split: after.split_statements - before.split_statements,
+        },
+        elapsed: started.elapsed(),
+    };
+    let _ = conn.disconnect().await;
+    judge(case, &seen)
+}

@@ -1,0 +1,491 @@
+//! The PostgreSQL half: renders a case as PostgreSQL DDL and SQL, runs the
+//! burst through `batchpool::postgres::Pool` into table A and the same
+//! statements one by one through a plain `tokio_postgres::Client` into
+//! table B, and reads both back.
+
+use std::time::Instant;
+
+use batchpool::BatchConfig;
+use batchpool::postgres::{Outcome, Pool};
+use bytes::BytesMut;
+use tokio_postgres::types::{FromSql, IsNull, Kind, ToSql, Type, to_sql_checked};
+use tokio_postgres::{Client, NoTls, Row, SimpleQueryMessage};
+
+use super::burst;
+use super::model::*;
+
+type BoxError = Box<dyn std::error::Error + Sync + Send>;
+
+/// A parameter, encoded with whatever type the server inferred for its
+/// placeholder (so one value works bare and cast, for every column type).
+#[derive(Debug)]
+pub struct P(pub V);
+
+impl ToSql for P {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+        match &self.0 {
+            V::Null => Ok(IsNull::Yes),
+            V::Int(i) => match *ty {
+                Type::INT2 => i16::try_from(*i)?.to_sql(ty, out),
+                Type::INT4 => i32::try_from(*i)?.to_sql(ty, out),
+                Type::INT8 => i.to_sql(ty, out),
+                _ => Err(format!("an integer for a {ty} parameter").into()),
+            },
+            // text, varchar, bpchar and enum labels are UTF-8 bytes.
+            V::Text(s) => {
+                out.extend_from_slice(s.as_bytes());
+                Ok(IsNull::No)
+            }
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+pub fn params(values: Vec<V>) -> Vec<P> {
+    values.into_iter().map(P).collect()
+}
+
+pub fn refs(ps: &[P]) -> Vec<&(dyn ToSql + Sync)> {
+    ps.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
+}
+
+/// An enum label read as text.
+struct Label(String);
+
+impl<'a> FromSql<'a> for Label {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Label, BoxError> {
+        Ok(Label(String::from_utf8_lossy(raw).into_owned()))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        matches!(ty.kind(), Kind::Enum(_))
+    }
+}
+
+/// Column `i` of a row as text (`None` for NULL).
+fn cell(row: &Row, i: usize) -> Option<String> {
+    let ty = row.columns()[i].type_().clone();
+    let got = match ty {
+        Type::INT2 => row
+            .try_get::<_, Option<i16>>(i)
+            .map(|v| v.map(|x| x.to_string())),
+        Type::INT4 => row
+            .try_get::<_, Option<i32>>(i)
+            .map(|v| v.map(|x| x.to_string())),
+        Type::INT8 => row
+            .try_get::<_, Option<i64>>(i)
+            .map(|v| v.map(|x| x.to_string())),
+        Type::BOOL => row
+            .try_get::<_, Option<bool>>(i)
+            .map(|v| v.map(|x| x.to_string())),
+        _ if matches!(ty.kind(), Kind::Enum(_)) => {
+            row.try_get::<_, Option<Label>>(i).map(|v| v.map(|l| l.0))
+        }
+        _ => row.try_get::<_, Option<String>>(i),
+    };
+    got.unwrap_or_else(|e| Some(format!("<unreadable {ty}: {e}>")))
+}
+
+pub fn cells(row: &Row) -> Vec<Option<String>> {
+    (0..row.len()).map(|i| cell(row, i)).collect()
+}
+
+/// The server's message, or the driver's text for a client-side error.
+fn server_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_string(),
+        None => e.to_string(),
+    }
+}
+
+pub fn plain_err(e: &tokio_postgres::Error) -> Obs {
+    Obs::Err {
+        code: e.code().map(|c| c.code().to_string()),
+        unknown: false,
+        message: server_message(e),
+    }
+}
+
+pub fn pool_obs(r: Result<Outcome, batchpool::Error>) -> Obs {
+    match r {
+        Ok(o) => Obs::Ok {
+            affected: o.rows_affected(),
+            exact: o.is_exact(),
+            id: None,
+            returned: o.returned().map(cells),
+        },
+        Err(e) => {
+            let db = e.as_db_error();
+            Obs::Err {
+                code: db
+                    .map(|d| d.code().code().to_string())
+                    .or_else(|| e.code().map(str::to_string)),
+                unknown: e.is_outcome_unknown(),
+                message: db.map_or_else(|| e.to_string(), |d| d.message().to_string()),
+            }
+        }
+    }
+}
+
+pub async fn connect(url: &str) -> Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .expect("plain driver connection");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// Every row of `sql` (simple query protocol: all columns as text).
+pub async fn text_rows(client: &Client, sql: &str) -> Rows {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {}", server_message(&e)))
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn enum_type(t: &str, c: &Col) -> String {
+    format!("{t}_{}_e", c.name)
+}
+
+fn ty_sql(t: &str, c: &Col) -> String {
+    match c.ty {
+        Ty::SmallInt => "smallint".to_string(),
+        Ty::Int => "integer".to_string(),
+        Ty::BigInt => "bigint".to_string(),
+        Ty::Text => "text".to_string(),
+        Ty::Varchar(n) => format!("varchar({n})"),
+        Ty::Char(n) => format!("char({n})"),
+        Ty::Enum => enum_type(t, c),
+    }
+}
+
+fn lit(v: &V) -> String {
+    match v {
+        V::Int(i) => i.to_string(),
+        V::Text(s) => format!("'{}'", s.replace('\'', "''")),
+        V::Null => "NULL".to_string(),
+    }
+}
+
+/// The statements that create table `t` of `case` (with its types, side
+/// tables and triggers).
+pub fn ddl(case: &Case, t: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in case.cols.iter().filter(|c| c.ty == Ty::Enum) {
+        out.push(format!(
+            "CREATE TYPE {} AS ENUM ('red', 'green', 'blue')",
+            enum_type(t, c)
+        ));
+    }
+    let mut defs = Vec::new();
+    if case.serial_id {
+        defs.push("id bigserial PRIMARY KEY".to_string());
+    }
+    defs.push("tag integer NOT NULL".to_string());
+    for c in &case.cols {
+        let mut d = format!("{} {}", c.name, ty_sql(t, c));
+        if c.not_null && c.key != KeyKind::Primary {
+            d.push_str(" NOT NULL");
+        }
+        if let Some(v) = &c.default {
+            d.push_str(&format!(" DEFAULT {}", lit(v)));
+        }
+        match c.check {
+            Some(Check::Between(lo, hi)) => {
+                d.push_str(&format!(" CHECK ({} BETWEEN {lo} AND {hi})", c.name))
+            }
+            Some(Check::NotBad) => d.push_str(&format!(" CHECK ({} <> 'bad')", c.name)),
+            None => {}
+        }
+        d.push_str(match c.key {
+            KeyKind::Unique => " UNIQUE",
+            KeyKind::Primary => " PRIMARY KEY",
+            KeyKind::No => "",
+        });
+        defs.push(d);
+    }
+    out.push(format!("CREATE TABLE {t} ({})", defs.join(", ")));
+
+    let tr = &case.triggers;
+    let key = case.key_col().map(|k| k.name.clone());
+    let mut body = String::new();
+    if let Some((m, r, code)) = tr.raise {
+        let code = code.map_or(String::new(), |c| format!(" USING ERRCODE = '{c}'"));
+        body.push_str(&format!(
+            "IF NEW.tag % {m} = {r} THEN RAISE EXCEPTION 'tag % refused by trigger', NEW.tag{code}; END IF; "
+        ));
+    }
+    if let Some((m, r)) = tr.skip {
+        body.push_str(&format!(
+            "IF NEW.tag % {m} = {r} THEN RETURN NULL; END IF; "
+        ));
+    }
+    if tr.lower_key {
+        let k = key.as_deref().expect("a key to lower-case");
+        body.push_str(&format!("NEW.{k} := lower(NEW.{k}); "));
+    }
+    if !body.is_empty() {
+        out.push(format!(
+            "CREATE FUNCTION {t}_bi() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body}RETURN NEW; END $$"
+        ));
+        out.push(format!(
+            "CREATE TRIGGER {t}_bi BEFORE INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION {t}_bi()"
+        ));
+    }
+    if tr.audit.is_some() {
+        let k = key
+            .as_ref()
+            .map_or("NULL".to_string(), |k| format!("NEW.{k}"));
+        out.push(format!("CREATE TABLE {t}_audit (tag integer, k text)"));
+        out.push(format!(
+            "CREATE FUNCTION {t}_ai() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             INSERT INTO {t}_audit VALUES (NEW.tag, {k}::text); RETURN NULL; END $$"
+        ));
+        out.push(format!(
+            "CREATE TRIGGER {t}_ai AFTER INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION {t}_ai()"
+        ));
+    }
+    if tr.per_statement {
+        out.push(format!("CREATE TABLE {t}_stmt (n integer)"));
+        out.push(format!(
+            "CREATE FUNCTION {t}_as() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             INSERT INTO {t}_stmt VALUES (1); RETURN NULL; END $$"
+        ));
+        out.push(format!(
+            "CREATE TRIGGER {t}_as AFTER INSERT ON {t} FOR EACH STATEMENT EXECUTE FUNCTION {t}_as()"
+        ));
+    }
+    out
+}
+
+fn placeholder(t: &str, c: &Col, n: usize) -> String {
+    if !c.cast {
+        return format!("${n}");
+    }
+    match c.ty {
+        Ty::SmallInt | Ty::Int | Ty::BigInt => format!("${n}::int8"),
+        Ty::Enum => format!("${n}::text::{}", enum_type(t, c)),
+        _ => format!("${n}::text"),
+    }
+}
+
+/// The single-row statement every caller runs against table `t`.
+pub fn insert_sql(case: &Case, t: &str) -> String {
+    let mut names = vec!["tag".to_string()];
+    let mut values = vec!["$1".to_string()];
+    let mut sets = vec!["tag = EXCLUDED.tag".to_string()];
+    let mut params = 1;
+    let key = case.key_col().map(|k| k.name.clone());
+    for c in &case.cols {
+        match c.fill {
+            Use::Omitted => continue,
+            Use::DefaultKw => values.push("DEFAULT".to_string()),
+            Use::Param => {
+                params += 1;
+                values.push(placeholder(t, c, params));
+                if Some(&c.name) != key.as_ref() {
+                    sets.push(format!("{0} = EXCLUDED.{0}", c.name));
+                }
+            }
+        }
+        names.push(c.name.clone());
+    }
+    let mut sql = format!(
+        "INSERT INTO {t} ({}) VALUES ({})",
+        names.join(", "),
+        values.join(", ")
+    );
+    let target = || key.clone().expect("a conflict key");
+    match case.verb {
+        Verb::Insert => {}
+        Verb::DoNothing => sql.push_str(&format!(" ON CONFLICT ({}) DO NOTHING", target())),
+        Verb::DoNothingAny => sql.push_str(" ON CONFLICT DO NOTHING"),
+        Verb::DoUpdate | Verb::DoUpdateWhere => {
+            sql.push_str(&format!(
+                " ON CONFLICT ({}) DO UPDATE SET {}",
+                target(),
+                sets.join(", ")
+            ));
+            if case.verb == Verb::DoUpdateWhere {
+                sql.push_str(&format!(" WHERE {t}.tag % 2 = 0"));
+            }
+        }
+        other => panic!("{other:?} is not PostgreSQL"),
+    }
+    if !case.returning.is_empty() {
+        sql.push_str(&format!(" RETURNING {}", case.returning.join(", ")));
+    }
+    sql
+}
+
+fn pre_sql(case: &Case, t: &str) -> String {
+    let names = case.names();
+    let values: Vec<String> = (1..=names.len()).map(|i| format!("${i}")).collect();
+    format!(
+        "INSERT INTO {t} ({}) VALUES ({})",
+        names.join(", "),
+        values.join(", ")
+    )
+}
+
+/// One statement through the plain driver, in autocommit.
+pub async fn plain_obs(client: &Client, sql: &str, values: Vec<V>, returning: bool) -> Obs {
+    let ps = params(values);
+    let refs = refs(&ps);
+    if returning {
+        match client.query(sql, &refs).await {
+            Ok(rows) => Obs::Ok {
+                affected: rows.len() as u64,
+                exact: true,
+                id: None,
+                returned: rows.first().map(cells),
+            },
+            Err(e) => plain_err(&e),
+        }
+    } else {
+        match client.execute(sql, &refs).await {
+            Ok(n) => Obs::Ok {
+                affected: n,
+                exact: true,
+                id: None,
+                returned: None,
+            },
+            Err(e) => plain_err(&e),
+        }
+    }
+}
+
+async fn ids(client: &Client, case: &Case, t: &str) -> std::collections::HashMap<String, String> {
+    if !case.serial_id {
+        return Default::default();
+    }
+    text_rows(client, &format!("SELECT tag, id FROM {t}"))
+        .await
+        .into_iter()
+        .filter_map(|r| Some((r[0].clone()?, r[1].clone()?)))
+        .collect()
+}
+
+/// Runs `case` with tables `<prefix>a` (batchpool) and `<prefix>b` (plain
+/// driver) in the database of `url`; `client` is a plain connection to it.
+pub async fn run(url: &str, client: &Client, case: &Case, prefix: &str) -> Verdict {
+    let started = Instant::now();
+    let (ta, tb) = (format!("{prefix}a"), format!("{prefix}b"));
+    for t in [&ta, &tb] {
+        for stmt in ddl(case, t) {
+            if let Err(e) = client.batch_execute(&stmt).await {
+                panic!("case `{}`: {stmt}: {}", case.name, server_message(&e));
+            }
+        }
+        let pre = pre_sql(case, t);
+        for row in &case.pre {
+            let ps = params(row.clone());
+            if let Err(e) = client.execute(&pre, &refs(&ps)).await {
+                panic!(
+                    "case `{}`: {pre} {}: {}",
+                    case.name,
+                    show_values(row),
+                    server_message(&e)
+                );
+            }
+        }
+    }
+    let (sql_a, sql_b) = (insert_sql(case, &ta), insert_sql(case, &tb));
+
+    let pool = Pool::builder(url)
+        .max_size(case.pool_size)
+        .batching(BatchConfig::default().enabled(case.coalesce))
+        .build()
+        .expect("build pool");
+    let before = pool.stats();
+    let mut holds = Vec::new();
+    if case.start == Start::Held {
+        // Learn the shape first (that takes a connection), then hold every
+        // connection while the callers queue.
+        let _ = pool.explain(&sql_a).await;
+        for _ in 0..case.pool_size {
+            holds.push(pool.get().await.expect("hold a pooled connection"));
+        }
+    }
+    let calls: Vec<_> = case
+        .burst
+        .iter()
+        .map(|row| {
+            let (pool, sql, ps) = (pool.clone(), sql_a.clone(), params(case.bound(row)));
+            async move { pool_obs(pool.execute(&sql, &refs(&ps)).await) }
+        })
+        .collect();
+    let watched = pool.clone();
+    let batchpool = burst(
+        calls,
+        case.start,
+        move || (watched.stats().queued as usize, watched.status().waiting),
+        move || drop(holds),
+    )
+    .await;
+    let after = pool.stats();
+    pool.close().await;
+
+    let mut plain = Vec::new();
+    for row in &case.burst {
+        plain.push(plain_obs(client, &sql_b, case.bound(row), !case.returning.is_empty()).await);
+    }
+
+    let cols = case.names().join(", ");
+    let mut tables = Vec::new();
+    let read = |what: &'static str, sql_of: &dyn Fn(&str) -> String| {
+        let (a, b) = (sql_of(&ta), sql_of(&tb));
+        async move {
+            Table {
+                what,
+                batchpool: text_rows(client, &a).await,
+                plain: text_rows(client, &b).await,
+            }
+        }
+    };
+    tables.push(read("table contents", &|t| format!("SELECT {cols} FROM {t}")).await);
+    if case.triggers.audit.is_some() {
+        tables.push(read("audit rows", &|t| format!("SELECT tag, k FROM {t}_audit")).await);
+    }
+    if case.triggers.per_statement {
+        tables.push(
+            read("statement-trigger rows", &|t| {
+                format!("SELECT count(*) FROM {t}_stmt")
+            })
+            .await,
+        );
+    }
+    let seen = Seen {
+        ddl: ddl(case, &ta),
+        sql: sql_a,
+        batchpool,
+        plain,
+        tables,
+        ids_batchpool: ids(client, case, &ta).await,
+        ids_plain: ids(client, case, &tb).await,
+        delta: Delta {
+            batches: after.batches - before.batches,
+            statements: after.statements - before.statements,
+            rows: after.rows - before.rows,
+            passthrough: after.passthrough - before.passthrough,
+            split: after.split_statements - before.split_statements,
+        },
+        elapsed: started.elapsed(),
+    };
+    judge(case, &seen)
+}
