@@ -228,7 +228,14 @@ impl MySql {
         written: Written,
         increment: Option<u64>,
     ) -> Vec<Outcome> {
-        let count = self.split_count(&shape.shape, n as u64, written.affected);
+        // With RETURNING the server reports no affected rows (ROW_COUNT() is
+        // -1): a plain INSERT returned one row per row it wrote.
+        let plain = shape.shape.verb == Verb::Insert && shape.shape.conflict == Conflict::None;
+        let count = if shape.shape.returning {
+            (plain && written.returned.len() == n).then_some(1)
+        } else {
+            self.split_count(&shape.shape, n as u64, written.affected)
+        };
         let exact = count.is_some();
         let ids = match (
             exact && shape.consecutive_ids,
@@ -238,8 +245,9 @@ impl MySql {
             (true, Some(first), Some(step)) if first > 0 => Some((first, step)),
             _ => None,
         };
-        // RETURNING rows come in VALUES order, one per written row.
-        let mut returned = if written.returned.len() == n {
+        // RETURNING rows come in VALUES order, one per written row: a
+        // caller's own only when every row wrote one.
+        let mut returned = if exact && written.returned.len() == n {
             written.returned.into_iter().map(Some).collect()
         } else {
             Vec::new()
