@@ -43,7 +43,10 @@ fn map(e: mysql_async::Error, after_send: bool) -> Error {
 /// gets it. Every other error (including the many that MySQL reports with
 /// the generic SQLSTATE `HY000`) is treated as possibly a row's own, and the
 /// rows are re-run in smaller groups: coalescing is limited to transactional
-/// tables without triggers, so a failed statement left nothing behind.
+/// tables without triggers, so a failed statement left nothing behind. Also
+/// isolated: a statement time limit (1969, 3024), lock waits (1205) and
+/// resource errors (out of memory, table or disk full), which smaller
+/// statements may pass.
 fn statement_level(e: &mysql_async::ServerError) -> bool {
     matches!(
         e.code,
@@ -51,8 +54,7 @@ fn statement_level(e: &mysql_async::ServerError) -> bool {
             | 1046 | 1049 | 1051 | 1054 | 1146 // no such database, table, column
             | 1064 // syntax
             | 1053 | 1927 // server shutdown, connection killed
-            | 1317 | 1969 | 3024 // statement interrupted, max_statement_time
-            | 1021 | 1037 | 1038 | 1041 | 1114 // disk full, out of memory, table full
+            | 1317 // statement interrupted (KILL QUERY)
             | 1290 | 1792 | 1836 // read-only server or transaction
     )
 }

@@ -31,15 +31,18 @@ fn map(e: tokio_postgres::Error, after_send: bool) -> Error {
 /// authorization, 3D / 3F invalid database / schema, 42 syntax error or
 /// access rule violation (undefined table or column, no matching ON
 /// CONFLICT constraint...) except 42501, which row-level security also
-/// raises for one row's values, 53 insufficient resources (disk full, out of
-/// memory), 57 operator intervention (statement cancelled or timed out,
-/// server shutting down), 58 system error, XX internal error.
+/// raises for one row's values, 57P01-57P05 (the server shutting down or
+/// ending the session), 58 system error, XX internal error. Not on the
+/// list, so isolated: 57014 (statement timeout or cancel: smaller statements
+/// may finish in time, and a row waiting for a lock is one row) and class 53
+/// (out of memory, disk full: smaller statements may pass).
 pub(crate) fn statement_level(code: &str) -> bool {
     code != "42501"
-        && matches!(
-            code.get(..2),
-            Some("08" | "0A" | "25" | "26" | "28" | "3D" | "3F" | "42" | "53" | "57" | "58" | "XX")
-        )
+        && (code.starts_with("57P")
+            || matches!(
+                code.get(..2),
+                Some("08" | "0A" | "25" | "26" | "28" | "3D" | "3F" | "42" | "58" | "XX")
+            ))
 }
 
 /// Whether the server refused a prepared statement that no longer fits its
