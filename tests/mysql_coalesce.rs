@@ -496,3 +496,56 @@ async fn statements_respect_max_allowed_packet() {
     assert_eq!(status.size, status.available, "{status:?}");
     pool.close().await;
 }
+
+/// What the server says about a table and a session decides whether an
+/// INSERT is coalesced: triggers, stored functions and a non-strict
+/// `sql_mode` keep it on its own, and `Pool::explain` names why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_and_session_facts_decide_what_is_coalesced() {
+    let url = My::fresh_db().await;
+    let pool = My::pool(&url, BatchConfig::default(), 2);
+    for ddl in [
+        "CREATE TABLE plain (k INT PRIMARY KEY, v VARCHAR(20))",
+        "CREATE TABLE trig (k INT PRIMARY KEY, v VARCHAR(20))",
+        "CREATE TRIGGER trig_audit BEFORE INSERT ON trig FOR EACH ROW SET NEW.v = LOWER(NEW.v)",
+        "CREATE TABLE upd_trig (k INT PRIMARY KEY, v VARCHAR(20))",
+        "CREATE TRIGGER on_update BEFORE UPDATE ON upd_trig FOR EACH ROW SET NEW.v = NEW.v",
+        "CREATE FUNCTION noisy(x INT) RETURNS INT DETERMINISTIC RETURN x",
+    ] {
+        My::execute(&pool, ddl, &[]).await.unwrap();
+    }
+    let explain = pool
+        .explain("INSERT INTO plain (k, v) VALUES (?, UPPER(?))")
+        .await
+        .unwrap();
+    assert!(explain.is_coalesced(), "{explain}");
+    for (sql, culprit) in [
+        ("INSERT INTO trig (k, v) VALUES (?, ?)", "triggers"),
+        // Any trigger: MariaDB's run inside the statement however they fire.
+        ("INSERT INTO upd_trig (k, v) VALUES (?, ?)", "triggers"),
+        ("INSERT INTO plain (k, v) VALUES (noisy(?), ?)", "noisy"),
+    ] {
+        let explain = pool.explain(sql).await.unwrap();
+        assert!(
+            !explain.is_coalesced() && explain.to_string().contains(culprit),
+            "{sql}: {explain}"
+        );
+    }
+    // A pool whose sessions are not strict: not coalesced, and the single
+    // statement's own error reaches the caller.
+    let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap())
+        .init(vec!["SET SESSION sql_mode = ''"])
+        .setup(vec!["SET SESSION sql_mode = ''"]);
+    let lenient = Pool::from_opts(opts).max_size(2).build().unwrap();
+    let sql = "INSERT INTO plain (k, v) VALUES (?, ?)";
+    let explain = lenient.explain(sql).await.unwrap();
+    assert!(
+        !explain.is_coalesced() && explain.to_string().contains("strict"),
+        "{explain}"
+    );
+    let e = lenient
+        .execute("INSERT INTO plain (k) VALUES (?)", (Value::NULL,))
+        .await
+        .unwrap_err();
+    assert_eq!(e.as_mysql_error().map(|e| e.code), Some(1048), "{e}");
+}

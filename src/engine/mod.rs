@@ -16,12 +16,13 @@ mod route;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use lru::LruCache;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
 pub(crate) use self::backend::{Backend, ChunkError, ChunkResult, Connections};
@@ -39,6 +40,8 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) backend: B,
     pub(crate) config: BatchConfig,
     routes: Routes<B>,
+    /// Texts being learned right now, shared by their concurrent callers.
+    learning: std::sync::Mutex<HashMap<Box<str>, Arc<OnceCell<Route<B>>>>>,
     /// Statement kinds of the texts run inside transactions and groups
     /// (bounded like `routes`).
     kinds: std::sync::Mutex<LruCache<Box<str>, StatementKind>>,
@@ -68,6 +71,7 @@ impl<B: Backend> Engine<B> {
                 config.queue_capacity.min(Semaphore::MAX_PERMITS),
             )),
             routes: Routes::new(cache, config.relearn_after),
+            learning: std::sync::Mutex::default(),
             kinds: std::sync::Mutex::new(LruCache::new(cache)),
             config,
             counters: Counters::default(),
@@ -125,8 +129,24 @@ impl<B: Backend> Engine<B> {
             }
             return Ok(route);
         }
-        let route = self.learn(sql).await?;
-        Ok(self.routes.put_first(sql, route))
+        // Callers of a new text arrive together: one of them asks the
+        // server, the others wait for its answer (a failure is not shared:
+        // the next waiter asks again).
+        let cell = {
+            let mut learning = self.learning.lock().unwrap_or_else(|p| p.into_inner());
+            learning.entry(sql.into()).or_default().clone()
+        };
+        let learned = cell
+            .get_or_try_init(|| async {
+                self.learn(sql).await.map(|r| self.routes.put_first(sql, r))
+            })
+            .await
+            .cloned();
+        let mut learning = self.learning.lock().unwrap_or_else(|p| p.into_inner());
+        if learning.get(sql).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+            learning.remove(sql);
+        }
+        learned
     }
 
     /// Marks the route of `sql` stale (its table changed under a prepared

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value};
-use tokio::sync::OnceCell;
 
 use super::errors::{chunk_error, stale, unsent_error};
 use super::table::{stored_functions, table_facts};
@@ -29,10 +28,6 @@ const MAX_RESERVE: usize = 8 << 10;
 const FALLBACK_PACKET: usize = 1 << 20;
 
 static NEXT_SHAPE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// The answer, shared by the callers of one new statement text:
-/// `Ok(ids are consecutive)` when it may be coalesced.
-pub(crate) type Learning = Arc<OnceCell<Result<bool, NotCoalesced>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -310,24 +305,7 @@ impl Backend for MySql {
         let one = shape.render(1, None).len();
         let text_per_row = shape.render(2, None).len().saturating_sub(one);
         let fixed = one.saturating_sub(text_per_row.saturating_sub(2));
-        // Callers of a new text arrive together: one of them asks the
-        // server, the others wait for its answer.
-        let cell = {
-            let mut learning = lock(&self.learning);
-            learning.entry(sql.into()).or_default().clone()
-        };
-        let learned = cell
-            .get_or_try_init(|| self.learn(sql, &shape, upsert))
-            .await
-            .cloned();
-        {
-            // The engine caches the route from here on.
-            let mut learning = lock(&self.learning);
-            if learning.get(sql).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-                learning.remove(sql);
-            }
-        }
-        let consecutive_ids = match learned? {
+        let consecutive_ids = match self.learn(sql, &shape, upsert).await? {
             Ok(consecutive_ids) => consecutive_ids,
             Err(reason) => return Ok(Err(reason)),
         };

@@ -132,7 +132,6 @@ impl Driver for MySql {
             server,
             coalesce_upserts: options.coalesce_upserts,
             found_rows,
-            learning: Default::default(),
         })
     }
 

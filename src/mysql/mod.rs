@@ -126,8 +126,7 @@ mod errors;
 mod manager;
 mod table;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use self::manager::ServerInfo;
 pub use self::manager::{ConnWrapper, Manager};
@@ -143,8 +142,6 @@ pub struct MySql {
     coalesce_upserts: bool,
     /// Connections use CLIENT_FOUND_ROWS (ODKU counts unchanged rows as 1).
     found_rows: bool,
-    /// Statement texts being learned (see `prepare_shape`).
-    learning: Mutex<HashMap<Box<str>, batch::Learning>>,
 }
 
 impl std::fmt::Debug for MySql {

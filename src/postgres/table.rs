@@ -156,7 +156,7 @@ pub(crate) async fn refusal(
             let mut parts = facts.split(' ');
             let typid: u32 = parts.next().and_then(|t| t.parse().ok()).unwrap_or(0);
             let typmod: i32 = parts.next().and_then(|t| t.parse().ok()).unwrap_or(0);
-            let deterministic = parts.next() == Some("true");
+            let deterministic = matches!(parts.next(), Some("t" | "true"));
             let bound = types.get(param).map(Type::oid);
             if !(BYTE_STABLE.contains(&typid)
                 && typmod == -1
