@@ -35,13 +35,16 @@ use crate::error::Error;
 use crate::explain::NotCoalesced;
 use crate::stats::{Counters, Stats};
 
+/// The route of a text being learned, shared by its concurrent callers.
+type Learning<B> = Arc<OnceCell<Route<B>>>;
+
 /// The coalescing engine of one pool.
 pub(crate) struct Engine<B: Backend> {
     pub(crate) backend: B,
     pub(crate) config: BatchConfig,
     routes: Routes<B>,
     /// Texts being learned right now, shared by their concurrent callers.
-    learning: std::sync::Mutex<HashMap<Box<str>, Arc<OnceCell<Route<B>>>>>,
+    learning: std::sync::Mutex<HashMap<Box<str>, Learning<B>>>,
     /// Statement kinds of the texts run inside transactions and groups
     /// (bounded like `routes`).
     kinds: std::sync::Mutex<LruCache<Box<str>, StatementKind>>,

@@ -64,6 +64,9 @@ struct Mem {
     /// The next statement is refused as stale (the table changed under it),
     /// running nothing.
     stale_once: AtomicBool,
+    /// Multi-row statements run as one statement per row (as the MySQL
+    /// backend does on a session that would make them differ).
+    one_by_one: AtomicBool,
     /// Shapes prepared (route learned or re-learned).
     prepared: AtomicUsize,
     server: Mutex<Server>,
@@ -110,6 +113,7 @@ impl Mem {
             max_statement_bytes: usize::MAX,
             gated: AtomicBool::new(true),
             stale_once: AtomicBool::new(false),
+            one_by_one: AtomicBool::new(false),
             prepared: AtomicUsize::new(0),
             server: Mutex::default(),
         }
@@ -126,6 +130,20 @@ impl Mem {
         let mut s = self.server();
         let offender = rows.iter().find(|&&v| !(0..BREAKS_STATEMENT).contains(&v));
         let reply = match offender {
+            _ if rows.len() > 1 && self.one_by_one.load(SeqCst) => {
+                let each = rows
+                    .iter()
+                    .map(|&v| {
+                        if v < 0 {
+                            Err(Error::new(Kind::Db, format!("bad row {v}")))
+                        } else {
+                            *s.table.entry(v).or_default() += 1;
+                            Ok(v)
+                        }
+                    })
+                    .collect();
+                Err(ChunkError::Each(each))
+            }
             _ if self.stale_once.swap(false, SeqCst) => Err(ChunkError::Stale(Error::new(
                 Kind::Db,
                 "cached plan must not change result type",
@@ -1093,6 +1111,26 @@ async fn rows_failing_alike_cost_about_one_statement_each() {
         (64..=64 + 2 * (2 * 7 + 2) + 1).contains(&statements),
         "{statements} statements for 64 failing rows"
     );
+    h.assert_no_leaks().await;
+}
+
+/// A backend that ran a group's rows one statement each reports each row's
+/// own outcome: no isolation needed, nothing re-run.
+#[tokio::test(start_paused = true)]
+async fn rows_run_one_by_one_keep_their_own_outcomes() {
+    let h = H::new(1, config()).await;
+    h.mem().one_by_one.store(true, SeqCst);
+    let rows = [1, -2, 3, -4];
+    for (v, r) in flush_together(&h, &rows).await {
+        if v < 0 {
+            assert_own_error(v, &r);
+        } else {
+            assert_ok_own(v, r);
+        }
+        assert_eq!(h.mem().written(v), usize::from(v >= 0));
+    }
+    assert_eq!(h.mem().log(), [rows.to_vec()]);
+    assert_eq!(h.stats().split_statements, 0);
     h.assert_no_leaks().await;
 }
 
