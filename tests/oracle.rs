@@ -210,6 +210,94 @@ mod cases {
     }
 }
 
+/// Problem 5's check, both backends: every `INSERT ... RETURNING *` run
+/// after `ALTER TABLE ... ADD COLUMN` returned its own 4-column row (`ids`:
+/// tag → id as stored; `plain`: what the plain driver got).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn assert_own_rows_after_add_column(
+    after: &[(i64, Obs)],
+    ids: &std::collections::HashMap<String, String>,
+    plain: &Obs,
+) {
+    let wrong: Vec<String> = after
+        .iter()
+        .filter(|(tag, obs)| {
+            let tag_s = tag.to_string();
+            let want = vec![
+                ids.get(&tag_s).cloned(),
+                Some(tag_s.clone()),
+                Some(format!("b{tag}")),
+                Some("added".to_string()),
+            ];
+            !matches!(obs, Obs::Ok { returned: Some(r), .. } if *r == want)
+        })
+        .map(|(tag, obs)| format!("  caller {tag}: {obs}"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {} INSERT ... RETURNING * through the pool after ALTER TABLE ADD COLUMN \
+         did not return their own 4-column row (the plain driver did: {plain}):\n{}",
+        wrong.len(),
+        after.len(),
+        wrong.join("\n")
+    );
+}
+
+/// The three tests every backend runs, through its module's `run_cases`:
+/// random bursts, the suite's self-check with coalescing off, and the kept
+/// regression seeds.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! oracle_tests {
+    ($flavor:expr, $prefix:literal, $regressions:expr, $random:literal) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn oracle_random_bursts() {
+            let cases = seeds($flavor, $random)
+                .into_iter()
+                .map(|s| generate($flavor, s))
+                .collect();
+            run_cases(concat!($prefix, "::oracle_random_bursts"), cases, true).await;
+        }
+
+        /// The oracle checks itself: the first random cases with coalescing
+        /// off, every statement on its own but still concurrent and in any
+        /// order, must match the plain driver exactly. A failure here is a bug
+        /// of the suite (an order-dependent case), or of batchpool's
+        /// pass-through path.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn oracle_self_check_without_coalescing() {
+            let cases = seeds($flavor, 40)
+                .into_iter()
+                .map(|s| {
+                    let mut c = generate($flavor, s);
+                    c.coalesce = false;
+                    c
+                })
+                .collect();
+            let test = concat!($prefix, "::oracle_self_check_without_coalescing");
+            let tally = run_cases(test, cases, false).await;
+            assert_eq!(
+                (tally.inexact, tally.unknown),
+                (0, 0),
+                "statements run on their own must have exact, known outcomes"
+            );
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn oracle_regressions() {
+            let cases = $regressions
+                .iter()
+                .map(|&(what, s)| {
+                    let mut c = generate($flavor, s);
+                    c.name = format!("{what} (seed {s:#x})");
+                    c.start = Start::Held;
+                    c
+                })
+                .collect();
+            run_cases(concat!($prefix, "::oracle_regressions"), cases, false).await;
+        }
+    };
+}
+
 #[cfg(feature = "postgres")]
 mod pg {
     use std::time::Instant;
@@ -272,51 +360,7 @@ mod pg {
         conclude(test, &verdicts, started.elapsed(), limit_inexact)
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn oracle_random_bursts() {
-        let cases = seeds(Flavor::Pg, 100)
-            .into_iter()
-            .map(|s| generate(Flavor::Pg, s))
-            .collect();
-        run_cases("pg::oracle_random_bursts", cases, true).await;
-    }
-
-    /// The oracle checks itself: the first random cases with coalescing
-    /// off, every statement on its own but still concurrent and in any
-    /// order, must match the plain driver exactly. A failure here is a bug
-    /// of the suite (an order-dependent case), or of batchpool's
-    /// pass-through path.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn oracle_self_check_without_coalescing() {
-        let cases = seeds(Flavor::Pg, 40)
-            .into_iter()
-            .map(|s| {
-                let mut c = generate(Flavor::Pg, s);
-                c.coalesce = false;
-                c
-            })
-            .collect();
-        let tally = run_cases("pg::oracle_self_check_without_coalescing", cases, false).await;
-        assert_eq!(
-            (tally.inexact, tally.unknown),
-            (0, 0),
-            "statements run on their own must have exact, known outcomes"
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn oracle_regressions() {
-        let cases = PG_REGRESSIONS
-            .iter()
-            .map(|&(what, s)| {
-                let mut c = generate(Flavor::Pg, s);
-                c.name = format!("{what} (seed {s:#x})");
-                c.start = Start::Held;
-                c
-            })
-            .collect();
-        run_cases("pg::oracle_regressions", cases, false).await;
-    }
+    oracle_tests!(Flavor::Pg, "pg", PG_REGRESSIONS, 100);
 
     /// Problem 1: 4 of 200 callers insert ~6,000 incompressible characters
     /// into a `text UNIQUE` column (54000, index row size exceeds the
@@ -567,28 +611,7 @@ mod pg {
                 .into_iter()
                 .filter_map(|r| Some((r[0].clone()?, r[1].clone()?)))
                 .collect();
-        let wrong: Vec<String> = after
-            .iter()
-            .filter(|(tag, obs)| {
-                let tag_s = tag.to_string();
-                let want = vec![
-                    ids.get(&tag_s).cloned(),
-                    Some(tag_s.clone()),
-                    Some(format!("b{tag}")),
-                    Some("added".to_string()),
-                ];
-                !matches!(obs, Obs::Ok { returned: Some(r), .. } if *r == want)
-            })
-            .map(|(tag, obs)| format!("  caller {tag}: {obs}"))
-            .collect();
-        assert!(
-            wrong.is_empty(),
-            "{} of {} INSERT ... RETURNING * through the pool after ALTER TABLE ADD COLUMN \
-             did not return their own 4-column row (the plain driver did: {plain}):\n{}",
-            wrong.len(),
-            after.len(),
-            wrong.join("\n")
-        );
+        super::assert_own_rows_after_add_column(&after, &ids, &plain);
         pool.close().await;
     }
 
@@ -703,51 +726,7 @@ mod mysql {
         conclude(test, &verdicts, started.elapsed(), limit_inexact)
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn oracle_random_bursts() {
-        let cases = seeds(Flavor::My, 80)
-            .into_iter()
-            .map(|s| generate(Flavor::My, s))
-            .collect();
-        run_cases("mysql::oracle_random_bursts", cases, true).await;
-    }
-
-    /// The oracle checks itself: the first random cases with coalescing
-    /// off, every statement on its own but still concurrent and in any
-    /// order, must match the plain driver exactly. A failure here is a bug
-    /// of the suite (an order-dependent case), or of batchpool's
-    /// pass-through path.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn oracle_self_check_without_coalescing() {
-        let cases = seeds(Flavor::My, 40)
-            .into_iter()
-            .map(|s| {
-                let mut c = generate(Flavor::My, s);
-                c.coalesce = false;
-                c
-            })
-            .collect();
-        let tally = run_cases("mysql::oracle_self_check_without_coalescing", cases, false).await;
-        assert_eq!(
-            (tally.inexact, tally.unknown),
-            (0, 0),
-            "statements run on their own must have exact, known outcomes"
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn oracle_regressions() {
-        let cases = MY_REGRESSIONS
-            .iter()
-            .map(|&(what, s)| {
-                let mut c = generate(Flavor::My, s);
-                c.name = format!("{what} (seed {s:#x})");
-                c.start = Start::Held;
-                c
-            })
-            .collect();
-        run_cases("mysql::oracle_regressions", cases, false).await;
-    }
+    oracle_tests!(Flavor::My, "mysql", MY_REGRESSIONS, 80);
 
     /// Problem 1: 4 of 200 callers give an `ENUM` column a label it does
     /// not have (1265 in strict mode); only they may fail.
@@ -1002,28 +981,7 @@ mod mysql {
                 .into_iter()
                 .filter_map(|r| Some((r[0].clone()?, r[1].clone()?)))
                 .collect();
-        let wrong: Vec<String> = after
-            .iter()
-            .filter(|(tag, obs)| {
-                let tag_s = tag.to_string();
-                let want = vec![
-                    ids.get(&tag_s).cloned(),
-                    Some(tag_s.clone()),
-                    Some(format!("b{tag}")),
-                    Some("added".to_string()),
-                ];
-                !matches!(obs, Obs::Ok { returned: Some(r), .. } if *r == want)
-            })
-            .map(|(tag, obs)| format!("  caller {tag}: {obs}"))
-            .collect();
-        assert!(
-            wrong.is_empty(),
-            "{} of {} INSERT ... RETURNING * through the pool after ALTER TABLE ADD COLUMN \
-             did not return their own 4-column row (the plain driver did: {plain}):\n{}",
-            wrong.len(),
-            after.len(),
-            wrong.join("\n")
-        );
+        super::assert_own_rows_after_add_column(&after, &ids, &plain);
         pool.close().await;
     }
 

@@ -277,16 +277,16 @@ impl Backend for MySql {
     type Output = Outcome;
     type Shape = MyShape;
 
+    fn same_shape(old: &MyShape, new: &MyShape) -> bool {
+        old.params == new.params && old.consecutive_ids == new.consecutive_ids
+    }
+
     fn max_statement_bytes(&self) -> usize {
         self.row_limit().0
     }
 
     fn connections(&self) -> &deadpool::managed::Pool<Manager> {
         &self.pool
-    }
-
-    fn same_shape(old: &MyShape, new: &MyShape) -> bool {
-        old.params == new.params && old.consecutive_ids == new.consecutive_ids
     }
 
     async fn prepare_shape(
