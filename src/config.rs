@@ -144,6 +144,37 @@ impl BatchConfig {
     }
 }
 
+/// Default [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout).
+pub(crate) const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long after `statement_timeout` the pool still waits for the server's
+/// own answer (its cancellation error) before it gives up on the connection.
+pub(crate) const STATEMENT_GRACE: Duration = Duration::from_secs(1);
+/// Default [`PoolBuilder::create_timeout`](crate::PoolBuilder::create_timeout).
+pub(crate) const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default [`PoolBuilder::recycle_timeout`](crate::PoolBuilder::recycle_timeout).
+pub(crate) const DEFAULT_RECYCLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default [`PoolBuilder::tcp_keepalive`](crate::PoolBuilder::tcp_keepalive).
+pub(crate) const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// Default [`PoolBuilder::tcp_user_timeout`](crate::PoolBuilder::tcp_user_timeout).
+pub(crate) const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The time limits the engine enforces itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Limits {
+    /// End-to-end bound on a call's wait for a queue slot and a connection.
+    pub(crate) wait: Option<Duration>,
+    /// Server-side statement timeout; the pool's own deadline for an answer
+    /// is this plus [`STATEMENT_GRACE`].
+    pub(crate) statement: Option<Duration>,
+}
+
+impl Limits {
+    /// How long the pool waits for the answer to one statement.
+    pub(crate) fn answer(&self) -> Option<Duration> {
+        self.statement.map(|t| t + STATEMENT_GRACE)
+    }
+}
+
 /// Connection-pool settings of a [`PoolBuilder`](crate::PoolBuilder).
 #[derive(Debug, Clone)]
 pub(crate) struct PoolSettings {
@@ -151,6 +182,9 @@ pub(crate) struct PoolSettings {
     pub(crate) wait_timeout: Option<Duration>,
     pub(crate) create_timeout: Option<Duration>,
     pub(crate) recycle_timeout: Option<Duration>,
+    pub(crate) statement_timeout: Option<Duration>,
+    pub(crate) tcp_keepalive: Option<Duration>,
+    pub(crate) tcp_user_timeout: Option<Duration>,
     pub(crate) statement_cache: usize,
     pub(crate) batching: BatchConfig,
 }
@@ -161,8 +195,11 @@ impl Default for PoolSettings {
         PoolSettings {
             max_size: (cores * 2).max(4),
             wait_timeout: None,
-            create_timeout: None,
-            recycle_timeout: None,
+            create_timeout: Some(DEFAULT_CREATE_TIMEOUT),
+            recycle_timeout: Some(DEFAULT_RECYCLE_TIMEOUT),
+            statement_timeout: Some(DEFAULT_STATEMENT_TIMEOUT),
+            tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
+            tcp_user_timeout: Some(DEFAULT_TCP_USER_TIMEOUT),
             statement_cache: 256,
             batching: BatchConfig::default(),
         }
@@ -170,6 +207,14 @@ impl Default for PoolSettings {
 }
 
 impl PoolSettings {
+    /// The limits the engine enforces.
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            wait: self.wait_timeout,
+            statement: self.statement_timeout,
+        }
+    }
+
     /// The deadpool pool for `manager`, with these sizes and timeouts.
     pub(crate) fn build_pool<M: deadpool::managed::Manager>(
         &self,
@@ -181,7 +226,9 @@ impl PoolSettings {
         }
         deadpool::managed::Pool::builder(manager)
             .max_size(self.max_size)
-            .wait_timeout(self.wait_timeout)
+            // The engine bounds every wait itself, end to end from the
+            // call's start (`Limits::wait`).
+            .wait_timeout(None)
             .create_timeout(self.create_timeout)
             .recycle_timeout(self.recycle_timeout)
             .runtime(deadpool::Runtime::Tokio1)

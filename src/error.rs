@@ -25,6 +25,10 @@ pub(crate) enum Kind {
     PoolClosed,
     /// Waiting for a connection or queue slot took longer than configured.
     Timeout,
+    /// The statement was sent and its answer did not come within the
+    /// statement deadline: it may or may not have committed, and its
+    /// connection was closed.
+    StatementTimeout,
     /// The queue was full and the pool is configured to fail fast.
     Overloaded,
     /// Wrong number or type of bind parameters.
@@ -176,6 +180,40 @@ impl Error {
         )
     }
 
+    /// No connection (or queue slot) within `wait_timeout` of the call's
+    /// start: nothing was sent.
+    pub(crate) fn wait_timeout(waited: std::time::Duration) -> Error {
+        Error::new(
+            Kind::Timeout,
+            format!(
+                "no connection within wait_timeout ({} ms); the statement was not sent",
+                waited.as_millis()
+            ),
+        )
+    }
+
+    /// The statement was sent and not answered within the deadline.
+    pub(crate) fn statement_timeout(deadline: std::time::Duration) -> Error {
+        Error::new(
+            Kind::StatementTimeout,
+            format!(
+                "no answer within the statement deadline ({} ms); the statement may or may not \
+                 have committed, and its connection was closed",
+                deadline.as_millis()
+            ),
+        )
+    }
+
+    /// A row of a flush that could not go on after its connection timed out
+    /// on an earlier statement of the same flush: nothing of it was sent.
+    pub(crate) fn not_sent_after_timeout() -> Error {
+        Error::new(
+            Kind::ConnectionClosed,
+            "not sent: an earlier statement of the same flush timed out and its connection was \
+             closed",
+        )
+    }
+
     /// The caller's row was handed to a flush whose task died before it could
     /// answer (the runtime shut down). Whether it ran is not known.
     pub(crate) fn lost() -> Error {
@@ -237,16 +275,25 @@ impl Error {
         /// violation, bad value, syntax error...). Nothing of this row committed.
         is_db => Db;
         /// The connection was lost after the statement holding this row was sent
-        /// and before the server answered: the row **may or may not** have been
-        /// committed. batchpool never retries such a row by itself.
-        is_outcome_unknown => OutcomeUnknown;
+        /// and before the server answered, or the answer did not come within
+        /// the statement deadline (then [`is_timeout`](Error::is_timeout) is
+        /// true too): the row **may or may not** have been committed.
+        /// batchpool never retries such a row by itself.
+        is_outcome_unknown => OutcomeUnknown | StatementTimeout;
         /// The pool was closed, or the connection was closed before this row was
         /// sent (the row certainly did not run).
         is_closed => PoolClosed | ConnectionClosed;
         /// The pool has been closed with `close()`; no new work is accepted.
         is_pool_closed => PoolClosed;
-        /// A configured timeout (connection wait/create/recycle) expired.
-        is_timeout => Timeout;
+        /// A configured time limit expired in the pool: no connection or queue
+        /// slot within `wait_timeout` (nothing was sent), a connection not
+        /// opened or checked within `create_timeout` / `recycle_timeout`, or
+        /// the statement deadline (`statement_timeout` plus a grace period)
+        /// passed with the statement sent (then
+        /// [`is_outcome_unknown`](Error::is_outcome_unknown) is true too).
+        /// For the server's own statement timeout see
+        /// [`is_statement_timeout`](Error::is_statement_timeout).
+        is_timeout => Timeout | StatementTimeout;
         /// The batch queue was full and the pool is configured to fail fast
         /// instead of waiting.
         is_overloaded => Overloaded;
@@ -265,6 +312,31 @@ impl Error {
         /// 65535 bind parameters, larger than `max_bytes` or the server's
         /// `max_allowed_packet`); detected before anything was sent.
         is_too_large => TooLarge;
+    }
+
+    /// The statement ran out of time: the server cancelled it at
+    /// `statement_timeout` (PostgreSQL `57014` "canceling statement due to
+    /// statement timeout", MariaDB `1969`, MySQL `3024`; nothing of it
+    /// committed), or its answer did not come within the pool's deadline
+    /// (then [`is_outcome_unknown`](Error::is_outcome_unknown) is true).
+    pub fn is_statement_timeout(&self) -> bool {
+        match self.0.kind {
+            Kind::StatementTimeout => true,
+            Kind::Db => self.server_statement_timeout(),
+            _ => false,
+        }
+    }
+
+    fn server_statement_timeout(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        if let Some(db) = self.as_db_error() {
+            return db.code().code() == "57014" && db.message().contains("statement timeout");
+        }
+        #[cfg(feature = "mysql")]
+        if let Some(e) = self.as_mysql_error() {
+            return matches!(e.code, 1969 | 3024);
+        }
+        false
     }
 
     /// Sending the same statement again is safe and may succeed: the row

@@ -24,6 +24,7 @@ pub(crate) struct Counters {
     rows: AtomicU64,
     rows_failed: AtomicU64,
     rows_cancelled: AtomicU64,
+    rows_unsent: AtomicU64,
     split_statements: AtomicU64,
     passthrough: AtomicU64,
     flush_natural: AtomicU64,
@@ -60,6 +61,9 @@ impl Counters {
     pub(crate) fn cancelled(&self, n: usize) {
         self.rows_cancelled.fetch_add(n as u64, Relaxed);
     }
+    pub(crate) fn unsent(&self, n: usize) {
+        self.rows_unsent.fetch_add(n as u64, Relaxed);
+    }
     pub(crate) fn passthrough(&self) {
         self.passthrough.fetch_add(1, Relaxed);
     }
@@ -92,6 +96,7 @@ impl Counters {
             rows,
             rows_failed: self.rows_failed.load(Relaxed),
             rows_cancelled: self.rows_cancelled.load(Relaxed),
+            rows_unsent: self.rows_unsent.load(Relaxed),
             split_statements: self.split_statements.load(Relaxed),
             passthrough: self.passthrough.load(Relaxed),
             flush_natural: self.flush_natural.load(Relaxed),
@@ -115,13 +120,22 @@ pub struct Stats {
     /// Multi-row statements sent for those flushes (a flush is split into a
     /// few statements of bounded sizes; error isolation adds more).
     pub statements: u64,
-    /// Rows flushed (each a caller's `execute`).
+    /// Coalesced rows sent to the server (each a caller's `execute`).
+    ///
+    /// Every row accepted for coalescing ends in exactly one of `rows`,
+    /// `rows_cancelled` and `rows_unsent`, whatever happens to its caller
+    /// (its future dropped, a timeout, a panic elsewhere).
     pub rows: u64,
-    /// Rows whose caller received an error from a flush.
+    /// Accepted rows whose outcome was an error, sent or not (counted also
+    /// when the caller had gone and did not hear it).
     pub rows_failed: u64,
     /// Rows dropped from the queue unsent because their caller's future was
     /// dropped first.
     pub rows_cancelled: u64,
+    /// Rows that failed without being sent: no connection within
+    /// `wait_timeout`, or no connection could be opened (also counted in
+    /// `rows_failed`).
+    pub rows_unsent: u64,
     /// Extra statements run to isolate failing rows after a batch error.
     pub split_statements: u64,
     /// Statements executed as they are (not batchable).

@@ -30,7 +30,7 @@ use self::queue::{Pending, ShapeQueue};
 pub(crate) use self::route::Route;
 use self::route::Routes;
 use crate::classify::{self, Classified, StatementKind};
-use crate::config::{BatchConfig, QueueFull};
+use crate::config::{BatchConfig, Limits, QueueFull};
 use crate::error::Error;
 use crate::explain::NotCoalesced;
 use crate::stats::{Counters, Stats};
@@ -42,6 +42,8 @@ type Learning<B> = Arc<OnceCell<Route<B>>>;
 pub(crate) struct Engine<B: Backend> {
     pub(crate) backend: B,
     pub(crate) config: BatchConfig,
+    /// Time limits the engine enforces (wait, statement).
+    pub(crate) limits: Limits,
     routes: Routes<B>,
     /// Texts being learned right now, shared by their concurrent callers.
     learning: std::sync::Mutex<HashMap<Box<str>, Learning<B>>>,
@@ -64,7 +66,7 @@ pub(crate) struct Engine<B: Backend> {
 }
 
 impl<B: Backend> Engine<B> {
-    pub(crate) fn new(backend: B, config: BatchConfig) -> Result<Arc<Self>, Error> {
+    pub(crate) fn new(backend: B, config: BatchConfig, limits: Limits) -> Result<Arc<Self>, Error> {
         config.validate()?;
         let cache = NonZeroUsize::new(config.cache_capacity).unwrap_or(NonZeroUsize::MIN);
         let flush_slots = config.max_in_flight.map(Semaphore::new);
@@ -77,6 +79,7 @@ impl<B: Backend> Engine<B> {
             learning: std::sync::Mutex::default(),
             kinds: std::sync::Mutex::new(LruCache::new(cache)),
             config,
+            limits,
             counters: Counters::default(),
             closed: AtomicBool::new(false),
             active: AtomicUsize::new(0),
@@ -363,7 +366,8 @@ impl<B: Backend> Engine<B> {
 
     /// Stops accepting rows, flushes every queued row now (timers are cut
     /// short) and waits until every flush has finished.
-    pub(crate) async fn close(&self) {
+    pub(crate) async fn close(&self, limit: Option<std::time::Duration>) -> Result<(), Error> {
+        let _ = limit;
         self.closed.store(true, Ordering::Release);
         self.permits.close();
         self.closing.notify_waiters();
@@ -381,5 +385,6 @@ impl<B: Backend> Engine<B> {
                 _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
             }
         }
+        Ok(())
     }
 }

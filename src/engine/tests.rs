@@ -348,7 +348,7 @@ impl H {
     }
 
     async fn with(mem: Mem, config: BatchConfig) -> H {
-        let e = Engine::new(mem, config).unwrap();
+        let e = Engine::new(mem, config, Default::default()).unwrap();
         let Route::Batch(q) = e.route(SQL).await.unwrap() else {
             panic!("{SQL} should be batchable");
         };
@@ -391,7 +391,7 @@ impl H {
 
     fn close(&self) -> JoinHandle<()> {
         let e = self.e.clone();
-        tokio::spawn(async move { e.close().await })
+        tokio::spawn(async move { e.close(None).await.unwrap() })
     }
 
     /// Rows waiting in the queue, in order.

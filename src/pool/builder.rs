@@ -64,21 +64,72 @@ impl<B: Backend> PoolBuilder<B> {
         self
     }
 
-    /// Longest wait for a free connection (default: unbounded).
-    pub fn wait_timeout(mut self, d: Duration) -> Self {
-        self.settings.wait_timeout = Some(d);
+    /// Longest time a call may wait for a queue slot and a connection,
+    /// counted end to end from the call's start (default: unbounded). A
+    /// coalesced row still queued when its time is up fails with an error
+    /// for which [`Error::is_timeout`](crate::Error::is_timeout) is true,
+    /// and nothing of it was sent; rows already sent are bounded by
+    /// [`statement_timeout`](PoolBuilder::statement_timeout) instead.
+    pub fn wait_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
+        self.settings.wait_timeout = d.into();
         self
     }
 
-    /// Longest time to open a new connection (default: unbounded).
-    pub fn create_timeout(mut self, d: Duration) -> Self {
-        self.settings.create_timeout = Some(d);
+    /// Longest time to open a new connection (default 10 s). `None` for
+    /// unbounded.
+    pub fn create_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
+        self.settings.create_timeout = d.into();
         self
     }
 
-    /// Longest time to check a returning connection (default: unbounded).
-    pub fn recycle_timeout(mut self, d: Duration) -> Self {
-        self.settings.recycle_timeout = Some(d);
+    /// Longest time to check a connection before it is handed out again
+    /// (default 5 s). `None` for unbounded.
+    pub fn recycle_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
+        self.settings.recycle_timeout = d.into();
+        self
+    }
+
+    /// Time limit of every statement the pool sends (default 30 s; `None`
+    /// for none).
+    ///
+    /// Enforced twice. The server gets it as its own limit (PostgreSQL
+    /// `statement_timeout`, MariaDB `max_statement_time`, set on each new
+    /// connection), so a slow statement is cancelled there and every caller
+    /// of it gets a definite error for which
+    /// [`Error::is_statement_timeout`](crate::Error::is_statement_timeout)
+    /// is true (nothing of it committed). And the pool waits for an answer
+    /// at most this plus 1 s: a statement still unanswered then (a network
+    /// black hole, a stalled server) fails its callers with an error for
+    /// which [`is_outcome_unknown`](crate::Error::is_outcome_unknown) and
+    /// [`is_timeout`](crate::Error::is_timeout) are true, and its connection
+    /// is closed, never returned to the pool.
+    ///
+    /// Also applies to `Pool::get` connections on the server side (run
+    /// `SET statement_timeout` / `SET max_statement_time` on one for a long
+    /// maintenance statement). MySQL (not MariaDB) has no server-side limit
+    /// for writes: there only the pool's deadline applies.
+    pub fn statement_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
+        self.settings.statement_timeout = d.into();
+        self
+    }
+
+    /// TCP keepalive idle time of new connections (default 30 s; `None`
+    /// turns keepalive off), unless the connection string sets it
+    /// (`keepalives_idle` / `keepalives=0`, `tcp_keepalive`). With
+    /// [`tcp_user_timeout`](PoolBuilder::tcp_user_timeout) it is how a
+    /// connection to a vanished host is noticed while it is idle.
+    pub fn tcp_keepalive(mut self, d: impl Into<Option<Duration>>) -> Self {
+        self.settings.tcp_keepalive = d.into();
+        self
+    }
+
+    /// `TCP_USER_TIMEOUT` of new connections (default 30 s; `None` for the
+    /// OS default, which retransmits for about 15 minutes), unless the
+    /// connection string sets `tcp_user_timeout`: how long sent data (or a
+    /// keepalive probe) may stay unacknowledged before the OS closes the
+    /// connection. PostgreSQL only: mysql_async does not expose it.
+    pub fn tcp_user_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
+        self.settings.tcp_user_timeout = d.into();
         self
     }
 
@@ -100,8 +151,9 @@ impl<B: Backend> PoolBuilder<B> {
     /// Builds the pool. No connection is opened until first use.
     pub fn build(self) -> Result<Pool<B>, Error> {
         let backend = B::open(self.config?, &self.settings, self.options)?;
+        let limits = self.settings.limits();
         Ok(Pool {
-            engine: Engine::new(backend, self.settings.batching)?,
+            engine: Engine::new(backend, self.settings.batching, limits)?,
         })
     }
 }

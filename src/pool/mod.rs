@@ -116,8 +116,20 @@ impl<B: Backend> Pool<B> {
     /// began fail with an error for which [`is_closed`](Error::is_closed) is
     /// true. Idempotent.
     pub async fn close(&self) {
-        self.engine.close().await;
+        self.engine.close(None).await;
         self.engine.backend.connections().close();
+    }
+
+    /// [`close`](Pool::close) with a deadline: returns `Ok(())` once every
+    /// accepted call has its outcome, or after `limit` with an error for
+    /// which [`Error::is_timeout`] is true, saying how many calls were still
+    /// running. Those keep running (and their callers get their outcomes);
+    /// the pool's idle connections are closed either way, and the busy ones
+    /// as they come back.
+    pub async fn close_timeout(&self, limit: std::time::Duration) -> Result<(), Error> {
+        let result = self.engine.close(Some(limit)).await;
+        self.engine.backend.connections().close();
+        result
     }
 
     #[cfg(feature = "tower")]
