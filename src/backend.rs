@@ -108,7 +108,7 @@ pub(crate) trait Driver:
 {
     /// The deadpool manager of this backend's connections.
     type Manager: deadpool::managed::Manager<
-            Type: Send,
+            Type: Send + engine::Wire,
             Error: Into<Box<dyn std::error::Error + Send + Sync>> + fmt::Debug,
         > + Send
         + Sync

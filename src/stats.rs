@@ -61,6 +61,13 @@ impl Counters {
     pub(crate) fn cancelled(&self, n: usize) {
         self.rows_cancelled.fetch_add(n as u64, Relaxed);
     }
+    /// Rows counted as flushed that were not sent after all.
+    pub(crate) fn not_sent(&self, n: usize) {
+        if n > 0 {
+            self.rows.fetch_sub(n as u64, Relaxed);
+            self.unsent(n);
+        }
+    }
     pub(crate) fn unsent(&self, n: usize) {
         self.rows_unsent.fetch_add(n as u64, Relaxed);
     }

@@ -3,6 +3,9 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::classify::{Dialect, InsertShape};
 use crate::error::Error;
@@ -42,24 +45,52 @@ pub(crate) trait Connections: Send + Sync + 'static {
     /// A pooled connection, returned to the pool when dropped.
     type Conn: Send + 'static;
 
-    /// Takes a connection from the pool.
-    fn checkout(&self) -> impl Future<Output = Result<Self::Conn, Error>> + Send;
+    /// Takes a connection from the pool, waiting until `deadline` at most
+    /// (`None`: as long as it takes).
+    fn checkout(
+        &self,
+        deadline: Option<Instant>,
+    ) -> impl Future<Output = Result<Self::Conn, Error>> + Send;
 
     /// Takes a connection only if one is free (or can be opened) right now,
     /// without queueing behind other waiters.
     fn try_checkout(&self) -> impl Future<Output = Option<Self::Conn>> + Send;
+
+    /// Marks a request written to `conn` whose answer has not been read in
+    /// full (`true`), or read (`false`). A connection dropped while marked
+    /// never serves anyone again: the pool closes it (see [`Wire`]).
+    fn set_busy(conn: &mut Self::Conn, busy: bool);
+}
+
+/// A backend's connection as the pool sees it: whether a request is
+/// unanswered on it. A connection left busy (its exchange timed out, or the
+/// future driving it was dropped) fails its next recycle, and dropping it
+/// closes its socket at once instead of waiting for the answer.
+pub(crate) trait Wire {
+    /// See [`Connections::set_busy`].
+    fn set_busy(&mut self, busy: bool);
+    /// Whether a request is unanswered.
+    fn is_busy(&self) -> bool;
 }
 
 impl<M> Connections for deadpool::managed::Pool<M>
 where
     M: deadpool::managed::Manager + 'static,
-    M::Type: Send,
+    M::Type: Send + Wire,
     M::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Debug,
 {
     type Conn = deadpool::managed::Object<M>;
 
-    async fn checkout(&self) -> Result<Self::Conn, Error> {
-        Ok(deadpool::managed::Pool::get(self).await?)
+    async fn checkout(&self, deadline: Option<Instant>) -> Result<Self::Conn, Error> {
+        let mut timeouts = self.timeouts();
+        timeouts.wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        match self.timeout_get(&timeouts).await {
+            Ok(conn) => Ok(conn),
+            Err(deadpool::managed::PoolError::Timeout(deadpool::managed::TimeoutType::Wait)) => {
+                Err(Error::wait_timeout())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn try_checkout(&self) -> Option<Self::Conn> {
@@ -67,7 +98,43 @@ where
         timeouts.wait = Some(std::time::Duration::ZERO);
         self.timeout_get(&timeouts).await.ok()
     }
+
+    fn set_busy(conn: &mut Self::Conn, busy: bool) {
+        Wire::set_busy(&mut **conn, busy);
+    }
 }
+
+/// Waits for the answer of one exchange with the server for at most
+/// `limit`. On `Err` the request is still unanswered: the connection stays
+/// marked busy and is closed when dropped.
+pub(crate) async fn answer<T>(
+    limit: Option<Duration>,
+    exchange: impl Future<Output = T>,
+) -> Result<T, Error> {
+    match limit {
+        None => Ok(exchange.await),
+        Some(limit) => tokio::time::timeout(limit, exchange)
+            .await
+            .map_err(|_| Error::statement_timeout(limit)),
+    }
+}
+
+/// Runs one exchange on a connection: marks it busy, waits for the answer
+/// within the limit, and clears the mark once answered. Evaluates to
+/// `Result<T, Error>` (`Err` only when the limit passed). If the enclosing
+/// future is dropped midway, the mark stays and the connection is closed.
+macro_rules! exchange {
+    ($conns:ty, $limit:expr, $conn:expr, |$c:ident| $call:expr) => {{
+        <$conns as $crate::engine::Connections>::set_busy($conn, true);
+        let $c = &mut *$conn;
+        let out = $crate::engine::answer($limit, $call).await;
+        if out.is_ok() {
+            <$conns as $crate::engine::Connections>::set_busy($conn, false);
+        }
+        out
+    }};
+}
+pub(crate) use exchange;
 
 /// A pooled connection of backend `B`, returned to the pool when dropped.
 pub(crate) type Conn<B> = <<B as Backend>::Connections as Connections>::Conn;
@@ -103,14 +170,16 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// the connections' prepared statements are kept).
     fn same_shape(old: &Self::Shape, new: &Self::Shape) -> bool;
 
-    /// Prepares backend data for a statement the classifier found batchable.
-    /// `Ok(Err(reason))` declines batching (the statement then runs on its
-    /// own, and `Pool::explain` reports the reason).
-    fn prepare_shape(
-        &self,
-        sql: &str,
+    /// Prepares backend data for a statement the classifier found batchable,
+    /// asking the server on `conn`. `Ok(Err(reason))` declines batching (the
+    /// statement then runs on its own, and `Pool::explain` reports the
+    /// reason).
+    fn prepare_shape<'a>(
+        &'a self,
+        conn: &'a mut Conn<Self>,
+        sql: &'a str,
         shape: Arc<InsertShape>,
-    ) -> impl Future<Output = Result<Result<Self::Shape, NotCoalesced>, Error>> + Send;
+    ) -> impl Future<Output = Result<Result<Self::Shape, NotCoalesced>, Error>> + Send + 'a;
 
     /// Where connections come from (the deadpool pool).
     type Connections: Connections;

@@ -7,37 +7,32 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::backend::Conn;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::backend::{Conn, exchange};
 use super::queue::{ShapeQueue, Taken, decompose};
-use super::{Backend, ChunkError, Connections, Engine};
+use super::{Backend, ChunkError, Connections, Detached, Engine, Work};
 use crate::error::Error;
 use crate::stats::FlushReason;
-
-/// Decrements the engine's flusher count however the task ends (including a
-/// panic inside a backend or the runtime dropping the task).
-struct ActiveGuard<'a, B: Backend>(&'a Engine<B>);
-
-impl<B: Backend> Drop for ActiveGuard<'_, B> {
-    fn drop(&mut self) {
-        self.0.flusher_done();
-    }
-}
 
 /// One flusher task. It was counted in the queue's `waiting` when spawned;
 /// it waits (timed batching only), takes a connection, then takes the rows
 /// of one statement and runs them (timed batching: waits again instead if
-/// the queue is no longer due, see [`take_if_due`]). Rows still queued after that are claimed
-/// by further flushers (spawned by `enqueue`, or here).
-pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueue<B>>) {
-    let _active = ActiveGuard(&engine);
+/// the queue is no longer due, see [`take_if_due`]). Rows still queued after
+/// that are claimed by further flushers (spawned by `enqueue`, or here).
+/// While it waits for a connection, rows whose `wait_timeout` passes fail
+/// unsent ([`acquire`]).
+pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueue<B>>, _work: Work) {
     let mut reason;
     let (_slot, conn, taken, waited) = loop {
         reason = FlushReason::Natural;
         if let Some(delay) = engine.config.max_delay {
             reason = wait_for_deadline(&engine, &q, delay).await;
         }
-        let slot = engine.flush_slot().await;
-        let conn = engine.backend.connections().checkout().await;
+        let Some((slot, conn)) = acquire(&engine, &q).await else {
+            // The rows this flusher was for have all timed out.
+            return;
+        };
         if let Some((taken, waited)) = take_if_due(&engine, &q) {
             break (slot, conn, taken, waited);
         }
@@ -66,22 +61,64 @@ pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueu
             );
             let started = Instant::now();
             engine.counters.flushed(reason, taken.rows.len());
-            engine.counters.in_flight_delta(true);
+            let in_flight = InFlight::new(&engine);
             let results = execute_rows(&engine, &q, &mut conn, &taken.rows)
                 .instrument(span)
                 .await;
             // The connection goes back before the callers hear, so a caller
             // that issues its next statement finds it free.
             drop(conn);
-            engine.counters.in_flight_delta(false);
+            drop(in_flight);
             fan_out(&engine, taken.replies, results);
             tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "flushed");
         }
         Err(e) => {
             // Nothing was sent: every taken row fails with the pool's error.
+            engine.counters.unsent(taken.rows.len());
             let results = taken.rows.iter().map(|_| Err(e.clone())).collect();
             fan_out(&engine, taken.replies, results);
         }
+    }
+}
+
+/// A flush slot (`max_in_flight`) and a connection for a flusher. While it
+/// waits, every row of the queue whose deadline passes fails unsent with a
+/// wait timeout: the wait is bounded for every queued row, not just for the
+/// rows one flusher would take. `None` when the flusher is no longer needed
+/// (the rows it was spawned for timed out).
+async fn acquire<B: Backend>(
+    engine: &Engine<B>,
+    q: &ShapeQueue<B>,
+) -> Option<(Option<OwnedSemaphorePermit>, Result<Conn<B>, Error>)> {
+    let get = async {
+        let slot = engine.flush_slot().await;
+        // Waits in deadpool's queue as long as it takes: the rows' own
+        // deadlines are enforced below, without losing this place.
+        let conn = engine.backend.connections().checkout(None).await;
+        (slot, conn)
+    };
+    tokio::pin!(get);
+    loop {
+        let expiry = q.next_expiry();
+        tokio::select! {
+            biased;
+            got = &mut get => return Some(got),
+            () = sleep_until(expiry) => {
+                let (expired, surplus) = q.expire(Instant::now());
+                engine.expired(expired);
+                if surplus {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -141,11 +178,13 @@ fn fan_out<B: Backend>(
 /// hand-off. Returns the row back when no connection or flush slot is free
 /// right now (it then queues as usual).
 ///
-/// Cancellation is the same as for a queued row: dropped before the
-/// statement was handed to the driver, nothing is sent; after, it completes.
+/// Cancellation: dropped before a connection was taken, nothing is sent;
+/// after, the statement is finished in a spawned task ([`Detached`]) and
+/// its connection goes back to the pool only once answered.
 pub(super) async fn inline<B: Backend>(
-    engine: &Engine<B>,
-    q: &ShapeQueue<B>,
+    engine: &Arc<Engine<B>>,
+    q: &Arc<ShapeQueue<B>>,
+    work: &Work,
     row: B::Row,
 ) -> Result<Result<B::Output, Error>, B::Row> {
     let slot = match engine.try_flush_slot() {
@@ -155,26 +194,27 @@ pub(super) async fn inline<B: Backend>(
     let Some(mut conn) = engine.backend.connections().try_checkout().await else {
         return Err(row);
     };
-    engine
-        .active
-        .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    let _active = ActiveGuard(engine);
-    engine.counters.flushed(FlushReason::Natural, 1);
-    let _in_flight = InFlight::new(engine);
-    let span = tracing::debug_span!(
-        "batchpool.flush",
-        table = q.insert.table.as_str(),
-        rows = 1,
-        reason = "idle",
-    );
-    let mut out = execute_rows(engine, q, &mut conn, std::slice::from_ref(&row))
-        .instrument(span)
-        .await;
-    drop(conn);
-    drop(slot);
-    let result = out.pop().unwrap_or_else(|| Err(Error::lost()));
-    engine.counters.failed(usize::from(result.is_err()));
-    Ok(result)
+    let (engine, q) = (engine.clone(), q.clone());
+    let flush = async move {
+        engine.counters.flushed(FlushReason::Natural, 1);
+        let in_flight = InFlight::new(&engine);
+        let span = tracing::debug_span!(
+            "batchpool.flush",
+            table = q.insert.table.as_str(),
+            rows = 1,
+            reason = "idle",
+        );
+        let mut out = execute_rows(&engine, &q, &mut conn, std::slice::from_ref(&row))
+            .instrument(span)
+            .await;
+        drop(conn);
+        drop(slot);
+        drop(in_flight);
+        let result = out.pop().unwrap_or_else(|| Err(Error::lost()));
+        engine.counters.failed(usize::from(result.is_err()));
+        result
+    };
+    Ok(Detached::new(work.more(), flush).await)
 }
 
 /// Counts a flush in `Stats::in_flight` for as long as it lives.
@@ -261,7 +301,30 @@ pub(super) async fn execute_rows<B: Backend>(
         // rows `Stats::rows` already counts.
         engine.counters.statements(1);
         let chunk = &rows[start..start + len];
-        match engine.backend.execute(conn, &q.shape, chunk).await {
+        let limit = engine.limits.answer();
+        let sent = exchange!(B::Connections, limit, conn, |c| engine
+            .backend
+            .execute(c, &q.shape, chunk));
+        let result = match sent {
+            Ok(result) => result,
+            Err(timeout) => {
+                // The connection is gone with the statement: whatever of
+                // this flush was not sent yet fails unsent.
+                for slot in &mut results[start..start + len] {
+                    *slot = Some(Err(timeout.clone()));
+                }
+                let mut unsent = 0;
+                for (start, len) in work.drain(..) {
+                    unsent += len;
+                    for slot in &mut results[start..start + len] {
+                        *slot = Some(Err(Error::not_sent_after_timeout()));
+                    }
+                }
+                engine.counters.not_sent(unsent);
+                break;
+            }
+        };
+        match result {
             Ok(outs) => {
                 debug_assert_eq!(outs.len(), len);
                 for (slot, out) in results[start..start + len].iter_mut().zip(outs) {
@@ -320,19 +383,30 @@ pub(super) type ManyResult<B> = Result<Vec<Result<<B as Backend>::Output, Error>
 
 /// An explicit batch from one caller (`execute_many`): its rows run in
 /// order on one connection, in statements of allowed sizes, without waiting
-/// in the queue. Runs in its own task so a dropped caller cannot cut a
-/// statement in half; statements not yet sent when the caller is gone are
-/// not sent.
+/// in the queue. Runs in its own task (inside a [`Detached`] carrying the
+/// call's [`Work`]) so a dropped caller cannot cut a statement in half;
+/// statements not yet sent when the caller is gone are not sent.
 pub(super) async fn direct<B: Backend>(
     engine: Arc<Engine<B>>,
     q: Arc<ShapeQueue<B>>,
     rows: Vec<B::Row>,
     bytes: Vec<usize>,
+    deadline: Option<Instant>,
     reply: tokio::sync::oneshot::Sender<ManyResult<B>>,
 ) {
-    let _active = ActiveGuard(&engine);
-    let _slot = engine.flush_slot().await;
-    let mut conn = match engine.backend.connections().checkout().await {
+    let slot = engine.flush_slot();
+    let slot = match deadline {
+        None => slot.await,
+        Some(d) => match tokio::time::timeout_at(d, slot).await {
+            Ok(slot) => slot,
+            Err(_) => {
+                let _ = reply.send(Err(Error::wait_timeout()));
+                return;
+            }
+        },
+    };
+    let _slot = slot;
+    let mut conn = match engine.backend.connections().checkout(deadline).await {
         Ok(conn) => conn,
         Err(e) => {
             let _ = reply.send(Err(e));
@@ -363,16 +437,24 @@ pub(super) async fn direct<B: Backend>(
             reason = "explicit",
         );
         engine.counters.flushed(FlushReason::Full, end - start);
-        engine.counters.in_flight_delta(true);
+        let in_flight = InFlight::new(&engine);
         let out = execute_rows(&engine, &q, &mut conn, &rows[start..end])
             .instrument(span)
             .await;
-        engine.counters.in_flight_delta(false);
+        drop(in_flight);
         engine
             .counters
             .failed(out.iter().filter(|r| r.is_err()).count());
+        let timed_out = out.iter().any(|r| r.as_ref().is_err_and(Error::is_timeout));
         results.extend(out);
         start = end;
+        if timed_out {
+            // The connection is gone: the rest is not sent.
+            engine.counters.unsent(rows.len() - start);
+            engine.counters.failed(rows.len() - start);
+            results.extend((start..rows.len()).map(|_| Err(Error::not_sent_after_timeout())));
+            break;
+        }
     }
     let _ = reply.send(Ok(results));
 }

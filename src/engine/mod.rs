@@ -15,20 +15,21 @@ pub(crate) mod queue;
 mod route;
 #[cfg(test)]
 mod tests;
+mod work;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use lru::LruCache;
 use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
-pub(crate) use self::backend::{Backend, ChunkError, ChunkResult, Connections};
+pub(crate) use self::backend::{Backend, ChunkError, ChunkResult, Connections, Wire, answer, exchange};
 use self::queue::{Pending, ShapeQueue};
 pub(crate) use self::route::Route;
 use self::route::Routes;
+pub(crate) use self::work::{Detached, Tracker, Work};
 use crate::classify::{self, Classified, StatementKind};
 use crate::config::{BatchConfig, Limits, QueueFull};
 use crate::error::Error;
@@ -55,21 +56,19 @@ pub(crate) struct Engine<B: Backend> {
     /// `poll_ready`) and hand it to [`Engine::submit`].
     permits: Arc<Semaphore>,
     pub(crate) counters: Counters,
-    closed: AtomicBool,
-    /// Flusher tasks (and inline flushes) alive.
-    pub(crate) active: AtomicUsize,
-    /// Signalled when `active` drops to zero, and to wake timed flushers at close.
-    idle: Notify,
+    /// Calls and tasks in progress; what `close()` waits for.
+    pub(crate) tracker: Arc<Tracker>,
+    /// Wakes timed flushers at close.
     closing: Notify,
     /// Flush slots when `max_in_flight` is set.
-    flush_slots: Option<Semaphore>,
+    flush_slots: Option<Arc<Semaphore>>,
 }
 
 impl<B: Backend> Engine<B> {
     pub(crate) fn new(backend: B, config: BatchConfig, limits: Limits) -> Result<Arc<Self>, Error> {
         config.validate()?;
         let cache = NonZeroUsize::new(config.cache_capacity).unwrap_or(NonZeroUsize::MIN);
-        let flush_slots = config.max_in_flight.map(Semaphore::new);
+        let flush_slots = config.max_in_flight.map(|n| Arc::new(Semaphore::new(n)));
         Ok(Arc::new(Engine {
             backend,
             permits: Arc::new(Semaphore::new(
@@ -81,9 +80,7 @@ impl<B: Backend> Engine<B> {
             config,
             limits,
             counters: Counters::default(),
-            closed: AtomicBool::new(false),
-            active: AtomicUsize::new(0),
-            idle: Notify::new(),
+            tracker: Arc::default(),
             closing: Notify::new(),
             flush_slots,
         }))
@@ -95,16 +92,19 @@ impl<B: Backend> Engine<B> {
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        self.tracker.is_closed()
     }
 
-    /// Fails with a closed error once `close()` has begun.
-    pub(crate) fn check_open(&self) -> Result<(), Error> {
-        if self.is_closed() {
-            Err(Error::pool_closed())
-        } else {
-            Ok(())
-        }
+    /// Admits a call (see [`Tracker::enter`]): fails once `close()` has
+    /// begun; `close()` waits until the returned guard is dropped.
+    pub(crate) fn enter(&self) -> Result<Work, Error> {
+        self.tracker.enter()
+    }
+
+    /// The end of a call's wait for a queue slot and a connection
+    /// (`wait_timeout` from now).
+    pub(crate) fn wait_deadline(&self) -> Option<Instant> {
+        self.limits.wait.map(|w| Instant::now() + w)
     }
 
     /// What kind of statement `sql` is (transaction control, implicit
@@ -124,17 +124,35 @@ impl<B: Backend> Engine<B> {
     /// round trip); a failure there (the statement is invalid, the server is
     /// down) is returned and not cached. A route the server decided is
     /// re-learned in the background when it is due (see [`route`]).
-    pub(crate) async fn route(self: &Arc<Self>, sql: &str) -> Result<Route<B>, Error> {
+    pub(crate) async fn route(
+        self: &Arc<Self>,
+        sql: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Route<B>, Error> {
         if let Some((route, due)) = self.routes.get(sql) {
             if due {
                 let (engine, sql) = (self.clone(), sql.to_owned());
+                // In the background, waiting for a connection no longer
+                // than a call would.
+                let deadline = self.wait_deadline();
                 tokio::spawn(async move {
-                    let learned = engine.learn(&sql).await.ok();
+                    let learned = engine.learn(&sql, deadline).await.ok();
                     engine.routes.relearned(&sql, learned);
                 });
             }
             return Ok(route);
         }
+        // Boxed: the first call of a text only, kept out of every call's
+        // future.
+        Box::pin(self.route_new(sql, deadline)).await
+    }
+
+    /// [`route`](Engine::route) of a text not cached.
+    async fn route_new(
+        self: &Arc<Self>,
+        sql: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Route<B>, Error> {
         // Callers of a new text arrive together: one of them asks the
         // server, the others wait for its answer (a failure is not shared:
         // the next waiter asks again).
@@ -144,7 +162,9 @@ impl<B: Backend> Engine<B> {
         };
         let learned = cell
             .get_or_try_init(|| async {
-                self.learn(sql).await.map(|r| self.routes.put_first(sql, r))
+                self.learn(sql, deadline)
+                    .await
+                    .map(|r| self.routes.put_first(sql, r))
             })
             .await
             .cloned();
@@ -161,8 +181,9 @@ impl<B: Backend> Engine<B> {
         self.routes.stale(sql);
     }
 
-    /// Classifies `sql` and, for a batchable INSERT, asks the backend.
-    async fn learn(&self, sql: &str) -> Result<Route<B>, Error> {
+    /// Classifies `sql` and, for a batchable INSERT, asks the backend on a
+    /// connection taken by `deadline`, within the statement deadline.
+    async fn learn(&self, sql: &str, deadline: Option<Instant>) -> Result<Route<B>, Error> {
         Ok(match classify::classify(B::DIALECT, sql) {
             // Refused whether or not coalescing is on.
             Classified::Other(reason @ NotCoalesced::TransactionControl(_)) => {
@@ -171,7 +192,12 @@ impl<B: Backend> Engine<B> {
             _ if !self.config.enabled => Route::Pass(Arc::new(NotCoalesced::Disabled)),
             Classified::Other(reason) => Route::Pass(Arc::new(reason)),
             Classified::Batchable(insert) => {
-                match self.backend.prepare_shape(sql, insert.clone()).await? {
+                let mut conn = self.backend.connections().checkout(deadline).await?;
+                let limit = self.limits.answer();
+                let learned = exchange!(B::Connections, limit, &mut conn, |c| self
+                    .backend
+                    .prepare_shape(c, sql, insert.clone()))?;
+                match learned? {
                     Err(reason) => Route::Pass(Arc::new(reason)),
                     Ok(shape) => {
                         let ppr = insert.params_per_row.max(1);
@@ -194,14 +220,19 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Reserves `n` queue slots, waiting or failing fast as configured.
-    async fn reserve(&self, n: usize) -> Result<(), Error> {
+    async fn reserve(&self, n: usize, deadline: Option<Instant>) -> Result<(), Error> {
         let n32 = u32::try_from(n).unwrap_or(u32::MAX);
         let permit = match self.config.queue_full {
-            QueueFull::Wait => self
-                .permits
-                .acquire_many(n32)
-                .await
-                .map_err(|_| Error::pool_closed())?,
+            QueueFull::Wait => {
+                let acquire = self.permits.acquire_many(n32);
+                match deadline {
+                    None => acquire.await,
+                    Some(d) => tokio::time::timeout_at(d, acquire)
+                        .await
+                        .map_err(|_| Error::wait_timeout())?,
+                }
+                .map_err(|_| Error::pool_closed())?
+            }
             QueueFull::Reject => match self.permits.try_acquire_many(n32) {
                 Ok(p) => p,
                 Err(tokio::sync::TryAcquireError::Closed) => return Err(Error::pool_closed()),
@@ -233,7 +264,11 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
-    /// Queues one row and waits for its own outcome.
+    /// Queues one row and waits for its own outcome. `work` is the call's
+    /// guard: it goes with the row into the queue, and the flusher that
+    /// takes the row carries the work on (so `close()` waits for the row's
+    /// outcome, not for its caller to look at it). `deadline` ends the
+    /// row's wait for a queue slot and a connection.
     ///
     /// `reserved` is a queue slot the caller took ahead of time from
     /// [`queue_slots`](Engine::queue_slots) (the tower service does so in
@@ -249,14 +284,15 @@ impl<B: Backend> Engine<B> {
         row: B::Row,
         bytes: usize,
         reserved: Option<OwnedSemaphorePermit>,
+        work: Work,
+        deadline: Option<Instant>,
     ) -> Result<B::Output, Error> {
-        self.check_open()?;
         self.check_row(q, bytes)?;
         // Natural batching with nothing queued and nobody flushing this
         // shape: send the row from this task at once when a connection is
         // free (no added latency at low load).
         let row = if self.config.max_delay.is_none() && q.is_idle() {
-            match flush::inline(self, q, row).await {
+            match flush::inline(self, q, &work, row).await {
                 Ok(result) => return result,
                 Err(row) => row,
             }
@@ -266,17 +302,22 @@ impl<B: Backend> Engine<B> {
         match reserved {
             // Given back by the flusher that takes the row.
             Some(slot) if Arc::ptr_eq(slot.semaphore(), &self.permits) => slot.forget(),
-            _ => self.reserve(1).await?,
+            _ => self.reserve(1, deadline).await?,
         }
         let (tx, rx) = oneshot::channel();
+        // Timed batching holds a row back on purpose: that is not waiting
+        // for a connection.
+        let deadline = deadline.map(|d| d + self.config.max_delay.unwrap_or_default());
         self.enqueue(
             q,
-            vec![Pending {
+            Pending {
                 row,
                 bytes,
                 reply: tx,
                 queued_at: Instant::now(),
-            }],
+                deadline,
+                _work: work,
+            },
         );
         rx.await.unwrap_or_else(|_| Err(Error::lost()))
     }
@@ -292,30 +333,29 @@ impl<B: Backend> Engine<B> {
     /// one connection; see [`flush::direct`].
     pub(crate) async fn submit_many(
         self: &Arc<Self>,
+        work: Work,
         q: &Arc<ShapeQueue<B>>,
         rows: Vec<(B::Row, usize)>,
+        deadline: Option<Instant>,
     ) -> Result<Vec<Result<B::Output, Error>>, Error> {
-        self.check_open()?;
         if rows.is_empty() {
             return Ok(Vec::new());
         }
         let (rows, bytes): (Vec<B::Row>, Vec<usize>) = rows.into_iter().unzip();
         let (tx, rx) = oneshot::channel();
-        self.active.fetch_add(1, Ordering::AcqRel);
-        tokio::spawn(flush::direct(self.clone(), q.clone(), rows, bytes, tx));
+        let direct = flush::direct(self.clone(), q.clone(), rows, bytes, deadline, tx);
+        tokio::spawn(Detached::new(work, direct));
         rx.await.unwrap_or_else(|_| Err(Error::lost()))
     }
 
     /// Appends rows to a queue and makes sure enough flushers are on their
     /// way: one per statement's worth of queued rows not yet claimed.
-    fn enqueue(self: &Arc<Self>, q: &Arc<ShapeQueue<B>>, pending: Vec<Pending<B>>) {
-        let added = pending.len();
+    fn enqueue(self: &Arc<Self>, q: &Arc<ShapeQueue<B>>, p: Pending<B>) {
+        let added = 1;
         let (spawn, full) = {
             let mut st = q.lock();
-            for p in pending {
-                st.bytes += p.bytes;
-                st.rows.push_back(p);
-            }
+            st.bytes += p.bytes;
+            st.rows.push_back(p);
             let needed = st.rows.len().div_ceil(q.cap_rows);
             let spawn = needed.saturating_sub(st.waiting);
             st.waiting += spawn;
@@ -330,30 +370,45 @@ impl<B: Backend> Engine<B> {
         }
     }
 
+    /// Spawns a flusher for `q`. Called while the caller holds a [`Work`]
+    /// guard (a call, or another flusher), so `close()` cannot miss it.
     fn spawn_flusher(self: &Arc<Self>, q: Arc<ShapeQueue<B>>) {
-        self.active.fetch_add(1, Ordering::AcqRel);
-        tokio::spawn(flush::flusher(self.clone(), q));
+        let work = self.tracker.more();
+        tokio::spawn(flush::flusher(self.clone(), q, work));
     }
 
-    /// Waits for a flush slot (`max_in_flight`); `None` when unlimited or
-    /// the pool is closing (slots are then not enforced).
-    pub(crate) async fn flush_slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        self.flush_slots.as_ref()?.acquire().await.ok()
+    /// Waits for a flush slot (`max_in_flight`); `None` when unlimited.
+    pub(crate) async fn flush_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.flush_slots.clone()?.acquire_owned().await.ok()
     }
 
     /// A flush slot if one is free right now (`Ok(None)` when unlimited).
-    pub(crate) fn try_flush_slot(&self) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, ()> {
+    pub(crate) fn try_flush_slot(&self) -> Result<Option<OwnedSemaphorePermit>, ()> {
         match &self.flush_slots {
             None => Ok(None),
-            Some(slots) => slots.try_acquire().map(Some).map_err(|_| ()),
+            Some(slots) => slots.clone().try_acquire_owned().map(Some).map_err(|_| ()),
         }
     }
 
-    /// Called by a flusher task as it ends.
-    fn flusher_done(&self) {
-        if self.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.idle.notify_waiters();
+    /// Fails rows whose wait for a connection timed out: nothing of them was
+    /// sent.
+    fn expired(&self, rows: Vec<Pending<B>>) {
+        if rows.is_empty() {
+            return;
         }
+        self.release(rows.len());
+        let (mut cancelled, mut failed) = (0, 0);
+        for p in rows {
+            if p.reply.is_closed() {
+                cancelled += 1;
+            } else {
+                failed += 1;
+                let _ = p.reply.send(Err(Error::wait_timeout()));
+            }
+        }
+        self.counters.cancelled(cancelled);
+        self.counters.unsent(failed);
+        self.counters.failed(failed);
     }
 
     /// Gives back queue slots of rows taken (sent or cancelled).
@@ -364,27 +419,32 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Stops accepting rows, flushes every queued row now (timers are cut
-    /// short) and waits until every flush has finished.
+    /// Stops accepting calls, flushes every queued row now (timers are cut
+    /// short) and waits until every accepted call has its outcome and every
+    /// statement sent has been answered (or given up on), or `limit` passed.
     pub(crate) async fn close(&self, limit: Option<std::time::Duration>) -> Result<(), Error> {
-        let _ = limit;
-        self.closed.store(true, Ordering::Release);
+        self.tracker.close();
         self.permits.close();
+        // Timed flushers waiting now wake; those that start waiting later
+        // see the closed flag first.
         self.closing.notify_waiters();
-        loop {
-            let idle = self.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.active.load(Ordering::Acquire) == 0 {
-                break;
+        match limit {
+            None => {
+                self.tracker.drained().await;
+                Ok(())
             }
-            // Timed flushers that started waiting after notify_waiters.
-            self.closing.notify_waiters();
-            tokio::select! {
-                _ = &mut idle => {}
-                _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
-            }
+            Some(limit) => tokio::time::timeout(limit, self.tracker.drained())
+                .await
+                .map_err(|_| {
+                    Error::new(
+                        crate::error::Kind::Timeout,
+                        format!(
+                            "close: {} calls or flushes still running after {} ms",
+                            self.tracker.active(),
+                            limit.as_millis()
+                        ),
+                    )
+                }),
         }
-        Ok(())
     }
 }

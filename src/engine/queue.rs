@@ -22,6 +22,12 @@ pub(crate) struct Pending<B: Backend> {
     pub(crate) reply: Reply<B>,
     /// On the runtime's clock, the one `max_delay` timers run on.
     pub(crate) queued_at: Instant,
+    /// When the row stops waiting for a connection and fails unsent
+    /// (`wait_timeout` from its call's start).
+    pub(crate) deadline: Option<Instant>,
+    /// The call's guard, until a flusher takes the row (see
+    /// [`Engine::submit`](super::Engine::submit)).
+    pub(crate) _work: super::Work,
 }
 
 pub(crate) struct State<B: Backend> {
@@ -89,6 +95,35 @@ impl<B: Backend> ShapeQueue<B> {
     pub(crate) fn is_idle(&self) -> bool {
         let st = self.lock();
         st.rows.is_empty() && st.waiting == 0
+    }
+
+    /// The earliest deadline of a queued row.
+    pub(crate) fn next_expiry(&self) -> Option<Instant> {
+        self.lock().rows.iter().filter_map(|p| p.deadline).min()
+    }
+
+    /// Takes the rows whose deadline has passed out of the queue. Also
+    /// decides whether the calling flusher (one of `waiting`) is still
+    /// needed for what is left; if not, it is counted out (`true`).
+    pub(crate) fn expire(&self, now: Instant) -> (Vec<Pending<B>>, bool) {
+        let mut st = self.lock();
+        let mut expired = Vec::new();
+        if st.rows.iter().any(|p| p.deadline.is_some_and(|d| d <= now)) {
+            let rows = std::mem::take(&mut st.rows);
+            for p in rows {
+                if p.deadline.is_some_and(|d| d <= now) {
+                    st.bytes -= p.bytes;
+                    expired.push(p);
+                } else {
+                    st.rows.push_back(p);
+                }
+            }
+        }
+        let surplus = st.rows.len().div_ceil(self.cap_rows) < st.waiting;
+        if surplus {
+            st.waiting -= 1;
+        }
+        (expired, surplus)
     }
 
     /// Whether the queue holds a full statement's worth of rows.

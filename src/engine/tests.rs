@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use super::queue::{ShapeQueue, statement_size};
 use super::{Backend, ChunkError, ChunkResult, Connections, Engine, Route};
 use crate::classify::{Dialect, InsertShape};
-use crate::config::{BatchConfig, QueueFull};
+use crate::config::{BatchConfig, Limits, QueueFull, STATEMENT_GRACE};
 use crate::error::{Error, Kind};
 use crate::explain::NotCoalesced;
 use crate::stats::Stats;
@@ -69,6 +69,9 @@ struct Mem {
     one_by_one: AtomicBool,
     /// Shapes prepared (route learned or re-learned).
     prepared: AtomicUsize,
+    /// Connections closed because they were dropped with a request
+    /// unanswered.
+    discarded: Arc<AtomicUsize>,
     server: Mutex<Server>,
 }
 
@@ -93,6 +96,17 @@ struct Received {
 /// A pooled connection: back in the pool when dropped.
 struct Conn {
     _permit: OwnedSemaphorePermit,
+    busy: bool,
+    discarded: Arc<AtomicUsize>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if self.busy {
+            // Closed, not reused: the server opens a new one in its place.
+            self.discarded.fetch_add(1, SeqCst);
+        }
+    }
 }
 
 /// Counts a statement as open until its `execute` future ends.
@@ -115,6 +129,7 @@ impl Mem {
             stale_once: AtomicBool::new(false),
             one_by_one: AtomicBool::new(false),
             prepared: AtomicUsize::new(0),
+            discarded: Arc::default(),
             server: Mutex::default(),
         }
     }
@@ -223,6 +238,14 @@ impl Mem {
         self.size - self.conns.available_permits()
     }
 
+    fn conn(&self, permit: OwnedSemaphorePermit) -> Conn {
+        Conn {
+            _permit: permit,
+            busy: false,
+            discarded: self.discarded.clone(),
+        }
+    }
+
     /// Takes every connection (they must all be free).
     fn hold_all(&self) -> OwnedSemaphorePermit {
         let n = u32::try_from(self.size).unwrap();
@@ -252,6 +275,7 @@ impl Backend for Mem {
 
     async fn prepare_shape(
         &self,
+        _conn: &mut Conn,
         _sql: &str,
         _shape: Arc<InsertShape>,
     ) -> Result<Result<(), NotCoalesced>, Error> {
@@ -278,19 +302,23 @@ impl Backend for Mem {
 impl Connections for Mem {
     type Conn = Conn;
 
-    async fn checkout(&self) -> Result<Conn, Error> {
+    async fn checkout(&self, _deadline: Option<tokio::time::Instant>) -> Result<Conn, Error> {
         let permit = self.conns.clone().acquire_owned().await;
         let permit = permit.map_err(|_| Error::pool_closed())?;
         // Checking a connection out takes a round trip (deadpool recycles
         // it): one more point where the caller may be dropped.
         tokio::task::yield_now().await;
-        Ok(Conn { _permit: permit })
+        Ok(self.conn(permit))
     }
 
     async fn try_checkout(&self) -> Option<Conn> {
         let permit = self.conns.clone().try_acquire_owned().ok()?;
         tokio::task::yield_now().await;
-        Some(Conn { _permit: permit })
+        Some(self.conn(permit))
+    }
+
+    fn set_busy(conn: &mut Conn, busy: bool) {
+        conn.busy = busy;
     }
 }
 
@@ -348,8 +376,12 @@ impl H {
     }
 
     async fn with(mem: Mem, config: BatchConfig) -> H {
-        let e = Engine::new(mem, config, Default::default()).unwrap();
-        let Route::Batch(q) = e.route(SQL).await.unwrap() else {
+        H::limited(mem, config, Limits::default()).await
+    }
+
+    async fn limited(mem: Mem, config: BatchConfig, limits: Limits) -> H {
+        let e = Engine::new(mem, config, limits).unwrap();
+        let Route::Batch(q) = e.route(SQL, None).await.unwrap() else {
             panic!("{SQL} should be batchable");
         };
         H { e, q }
@@ -366,7 +398,11 @@ impl H {
     /// One caller's `execute` of row `v` (the one place rows enter).
     fn submit(&self, v: i64) -> BoxFut<Result<i64, Error>> {
         let (e, q) = (self.e.clone(), self.q.clone());
-        Box::pin(async move { e.submit(&q, v, ROW_BYTES, None).await })
+        Box::pin(async move {
+            let work = e.enter()?;
+            let deadline = e.wait_deadline();
+            e.submit(&q, v, ROW_BYTES, None, work, deadline).await
+        })
     }
 
     fn spawn(&self, v: i64) -> JoinHandle<Result<i64, Error>> {
@@ -386,7 +422,10 @@ impl H {
     fn submit_many(&self, rows: &[i64]) -> BoxFut<Many> {
         let (e, q) = (self.e.clone(), self.q.clone());
         let rows = rows.iter().map(|&v| (v, ROW_BYTES)).collect();
-        Box::pin(async move { e.submit_many(&q, rows).await })
+        Box::pin(async move {
+            let work = e.enter()?;
+            e.submit_many(work, &q, rows, None).await
+        })
     }
 
     fn close(&self) -> JoinHandle<()> {
@@ -417,7 +456,7 @@ impl H {
     async fn assert_no_leaks(&self) {
         let cap = self.e.config.queue_capacity;
         let st = self.stats();
-        assert_eq!(self.e.active.load(SeqCst), 0, "flushers still running");
+        assert_eq!(self.e.tracker.active(), 0, "flushers still running");
         assert_eq!(self.mem().in_use(), 0, "connection leaked");
         assert_eq!((st.queued, st.in_flight), (0, 0), "{st:?}");
         assert!(self.queue_is_idle(), "queue not idle");
@@ -441,7 +480,7 @@ impl H {
         assert_eq!(after.rows_cancelled, st.rows_cancelled + cap as u64);
         assert_eq!((after.queued, after.rows), (0, st.rows));
         assert_eq!(self.e.permits.available_permits(), cap);
-        assert_eq!(self.e.active.load(SeqCst), 0);
+        assert_eq!(self.e.tracker.active(), 0);
     }
 }
 
@@ -790,14 +829,20 @@ async fn a_reserved_slot_is_the_rows_own() {
     let slot = h.e.queue_slots().clone().try_acquire_owned().unwrap();
     assert_eq!(h.e.queue_slots().available_permits(), 0);
     let (e, q) = (h.e.clone(), h.q.clone());
-    let mut b: BoxFut<_> = Box::pin(async move { e.submit(&q, 2, ROW_BYTES, Some(slot)).await });
+    let mut b: BoxFut<_> = Box::pin(async move {
+        let work = e.enter()?;
+        e.submit(&q, 2, ROW_BYTES, Some(slot), work, None).await
+    });
     assert!(poll(&mut b).is_pending());
     assert_eq!(h.queued(), [2], "queued on its reserved slot");
 
     // A slot of another semaphore is dropped, and the row waits for one.
     let foreign = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
     let (e, q) = (h.e.clone(), h.q.clone());
-    let mut c: BoxFut<_> = Box::pin(async move { e.submit(&q, 3, ROW_BYTES, Some(foreign)).await });
+    let mut c: BoxFut<_> = Box::pin(async move {
+        let work = e.enter()?;
+        e.submit(&q, 3, ROW_BYTES, Some(foreign), work, None).await
+    });
     assert!(poll(&mut c).is_pending());
     assert_eq!(h.queued(), [2]);
 
@@ -1148,7 +1193,7 @@ async fn a_stale_statement_is_rerun_once_and_relearned() {
     }
     assert_eq!(h.mem().log(), [rows.to_vec(), rows.to_vec()]);
     // The next caller of the text re-learns its route in the background.
-    h.e.route(SQL).await.unwrap();
+    h.e.route(SQL, None).await.unwrap();
     settle().await;
     assert_eq!(h.mem().prepared.load(SeqCst), 2);
     h.assert_no_leaks().await;
@@ -1327,4 +1372,148 @@ async fn submit_many_runs_rows_in_order() {
         assert!(matches!(poll(&mut h.submit_many(&[])), Poll::Ready(Ok(v)) if v.is_empty()));
         h.assert_no_leaks().await;
     }
+}
+
+// ---------------------------------------------------------------------------
+// 7. Time limits
+// ---------------------------------------------------------------------------
+
+fn limits(wait: Option<u64>, statement: Option<u64>) -> Limits {
+    Limits {
+        wait: wait.map(Duration::from_secs),
+        statement: statement.map(Duration::from_secs),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_timeout_bounds_every_queued_row_not_one_statement() {
+    // One connection, stuck; 2,500 rows queue (three statements' worth)
+    // over 2 s. Each row fails unsent exactly when its own wait_timeout
+    // (1 s from its call) passes, whichever flusher notices.
+    let config = config().max_rows(1000).queue_capacity(10_000);
+    let h = H::limited(Mem::new(1), config, limits(Some(1), None)).await;
+    let stuck = h.spawn(-1);
+    settle().await;
+    assert_eq!(h.mem().log().len(), 1, "the stuck statement is sent");
+    let start = Instant::now();
+    let mut callers = Vec::new();
+    for batch in 0..5i64 {
+        for i in 0..500 {
+            let v = 1 + batch * 500 + i;
+            let f = h.submit(v);
+            callers.push((v, Instant::now(), tokio::spawn(async move {
+                let out = f.await;
+                (out, Instant::now())
+            })));
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    settle().await;
+    tokio::time::sleep_until(start + Duration::from_secs(4)).await;
+    settle().await;
+    for (v, at, task) in callers {
+        let (out, done) = finished(task).await;
+        let e = out.expect_err("no connection was ever free");
+        assert!(e.is_timeout() && !e.is_outcome_unknown(), "row {v}: {e}");
+        let waited = done - at;
+        assert!(
+            waited >= Duration::from_secs(1) && waited <= Duration::from_millis(1002),
+            "row {v} waited {waited:?}"
+        );
+        assert_eq!(h.mem().times_sent(v), 0);
+    }
+    let st = h.stats();
+    assert_eq!((st.rows_unsent, st.rows_failed, st.queued), (2500, 2500, 0), "{st:?}");
+    // The stuck statement still completes, and the pool serves again.
+    h.mem().open_gates();
+    settle().await;
+    assert!(finished(stuck).await.is_err(), "row -1 violates a constraint");
+    let last = h.spawn(7);
+    settle().await;
+    assert_ok_own(7, finished(last).await);
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_statement_fails_at_its_deadline_and_its_connection_is_closed() {
+    let h = H::limited(Mem::new(1), config(), limits(None, Some(2))).await;
+    let lone = h.spawn(1); // inline
+    settle().await;
+    let queued = h.queue_all(&[2, 3]);
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2) + STATEMENT_GRACE).await;
+    settle().await;
+    let e = finished(lone).await.unwrap_err();
+    assert!(e.is_outcome_unknown() && e.is_timeout() && e.is_statement_timeout(), "{e}");
+    assert_eq!(h.mem().discarded.load(SeqCst), 1, "the connection was closed");
+    // The next flush runs on a new connection; the queued rows were never
+    // sent, so they only waited.
+    assert_eq!(h.mem().log(), [vec![1], vec![2, 3]]);
+    h.mem().open_gates();
+    settle().await;
+    for (v, mut caller) in queued {
+        assert_ok_own(v, outcome(&mut caller));
+    }
+    assert!(Instant::now() - start < Duration::from_secs(4));
+    let st = h.stats();
+    assert_eq!((st.rows, st.rows_failed, st.statements), (3, 1, 2), "{st:?}");
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_dropped_mid_statement_does_not_cut_it_off() {
+    // The idle fast path sends from the caller's task; the caller leaves.
+    let h = H::new(1, config()).await;
+    let lone = h.spawn(1);
+    settle().await;
+    assert_eq!(h.mem().log(), [vec![1]]);
+    lone.abort();
+    settle().await;
+    assert!(lone.is_finished());
+    let closer = h.close();
+    settle().await;
+    assert!(!closer.is_finished(), "close waits for the statement on the wire");
+    assert_eq!(h.mem().in_use(), 1, "the connection stays with its statement");
+    h.mem().open_gates();
+    settle().await;
+    finished(closer).await;
+    assert_eq!(h.mem().discarded.load(SeqCst), 0, "answered, so returned clean");
+    let st = h.stats();
+    assert_eq!((st.rows, st.statements, st.in_flight), (1, 1, 0), "{st:?}");
+    assert_eq!(h.mem().written(1), 1);
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_waits_for_rows_not_for_callers_that_stopped_polling() {
+    let h = H::new(1, config()).await;
+    let a = h.spawn(1);
+    settle().await;
+    // Queued, then never polled again (not dropped either).
+    let queued = h.queue_all(&[2, 3]);
+    let closer = h.close();
+    h.mem().open_gates();
+    settle().await;
+    finished(closer).await;
+    assert_eq!(h.mem().log(), [vec![1], vec![2, 3]]);
+    assert_ok_own(1, finished(a).await);
+    for (v, mut caller) in queued {
+        assert_ok_own(v, outcome(&mut caller));
+    }
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_timeout_reports_work_still_running() {
+    let h = H::new(1, config()).await;
+    let a = h.spawn(1);
+    settle().await;
+    let e = h.e.close(Some(Duration::from_millis(200))).await.unwrap_err();
+    assert!(e.is_timeout(), "{e}");
+    assert!(h.submit(2).await.unwrap_err().is_pool_closed());
+    h.mem().open_gates();
+    settle().await;
+    assert_ok_own(1, finished(a).await);
+    h.e.close(Some(Duration::from_millis(200))).await.unwrap();
+    h.assert_no_leaks().await;
 }

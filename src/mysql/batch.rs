@@ -101,12 +101,12 @@ impl MySql {
     /// ids)` when it may, the reason when it runs on its own.
     async fn learn(
         &self,
+        conn: &mut Client,
         sql: &str,
         shape: &InsertShape,
         upsert: bool,
     ) -> Result<Result<bool, NotCoalesced>, Error> {
         let declined = |why: String| Ok(Err(NotCoalesced::Declined(why)));
-        let mut conn = self.pool.get().await?;
         let stmt = match conn.prep(sql).await {
             Ok(stmt) => stmt,
             Err(e) => {
@@ -125,7 +125,7 @@ impl MySql {
         }
         // Only transactional tables: a failed multi-row statement must leave
         // nothing behind, so its rows can be re-run to isolate the bad one.
-        let Some(facts) = table_facts(&mut conn, &shape.table).await? else {
+        let Some(facts) = table_facts(conn, &shape.table).await? else {
             return declined(format!(
                 "table {} is not one base table found in information_schema \
                  (temporary table, view, no access?)",
@@ -147,7 +147,7 @@ impl MySql {
                 shape.table
             ));
         }
-        let functions = stored_functions(&mut conn, &shape.calls).await?;
+        let functions = stored_functions(conn, &shape.calls).await?;
         if !functions.is_empty() {
             return declined(format!(
                 "the VALUES tuple calls stored functions ({}), which a re-run after a failed \
@@ -291,6 +291,7 @@ impl Backend for MySql {
 
     async fn prepare_shape(
         &self,
+        conn: &mut Client,
         sql: &str,
         shape: Arc<InsertShape>,
     ) -> Result<Result<MyShape, NotCoalesced>, Error> {
@@ -305,7 +306,7 @@ impl Backend for MySql {
         let one = shape.render(1, None).len();
         let text_per_row = shape.render(2, None).len().saturating_sub(one);
         let fixed = one.saturating_sub(text_per_row.saturating_sub(2));
-        let consecutive_ids = match self.learn(sql, &shape, upsert).await? {
+        let consecutive_ids = match self.learn(conn, sql, &shape, upsert).await? {
             Ok(consecutive_ids) => consecutive_ids,
             Err(reason) => return Ok(Err(reason)),
         };

@@ -122,10 +122,13 @@ impl Driver for MySql {
             ));
         }
         let found_rows = opts.client_found_rows();
+        // The URL's `tcp_keepalive` wins over the builder's.
+        let keepalive = opts.tcp_keepalive().or(settings.tcp_keepalive);
         let opts: Opts = OptsBuilder::from_opts(opts)
             .stmt_cache_size(settings.statement_cache)
+            .tcp_keepalive(keepalive)
             .into();
-        let manager = Manager::new(opts);
+        let manager = Manager::new(opts, settings.statement_timeout);
         let server = manager.server.clone();
         Ok(MySql {
             pool: settings.build_pool(manager)?,

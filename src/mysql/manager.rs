@@ -14,6 +14,8 @@ use mysql_async::consts::StatusFlags;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 
+use crate::engine::Wire;
+
 /// A connection idle for at least this long is pinged before it is handed
 /// out again.
 const IDLE_PING: Duration = Duration::from_secs(5);
@@ -31,6 +33,8 @@ pub(crate) struct ServerInfo {
 pub struct Manager {
     opts: Opts,
     pub(crate) server: Arc<OnceLock<ServerInfo>>,
+    /// `max_statement_time` (seconds) set on each session.
+    statement_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -58,10 +62,30 @@ impl std::fmt::Debug for Redacted<'_> {
 }
 
 impl Manager {
-    pub(crate) fn new(opts: Opts) -> Manager {
+    pub(crate) fn new(opts: Opts, statement_timeout: Option<Duration>) -> Manager {
         Manager {
             opts,
             server: Arc::new(OnceLock::new()),
+            statement_timeout,
+        }
+    }
+
+    /// Session settings of every connection: the server-side statement
+    /// time limit (MariaDB's `max_statement_time`; MySQL has no equivalent
+    /// for writes, and refuses the variable: then only the pool's own
+    /// deadline applies).
+    async fn setup(&self, conn: &mut Conn) -> Result<(), mysql_async::Error> {
+        let Some(limit) = self.statement_timeout else {
+            return Ok(());
+        };
+        let sql = format!(
+            "SET SESSION max_statement_time = {:.3}",
+            limit.as_secs_f64().max(0.001)
+        );
+        match conn.query_drop(sql).await {
+            // 1193 unknown system variable: not MariaDB.
+            Err(mysql_async::Error::Server(e)) if e.code == 1193 => Ok(()),
+            other => other,
         }
     }
 }
@@ -146,12 +170,14 @@ impl managed::Manager for Manager {
 
     async fn create(&self) -> Result<ConnWrapper, mysql_async::Error> {
         let mut conn = Conn::new(self.opts.clone()).await?;
+        self.setup(&mut conn).await?;
         let session = read_settings(&mut conn, &self.server).await?;
         Ok(ConnWrapper {
-            conn,
+            conn: Some(conn),
             session,
             broken: false,
             lent: false,
+            busy: false,
         })
     }
 
@@ -160,14 +186,19 @@ impl managed::Manager for Manager {
         wrapper: &mut ConnWrapper,
         metrics: &Metrics,
     ) -> RecycleResult<mysql_async::Error> {
-        if wrapper.broken || wrapper.conn.is_disconnected() {
+        if wrapper.broken || wrapper.is_disconnected() {
             return Err(RecycleError::message("connection lost"));
+        }
+        if wrapper.busy {
+            return Err(RecycleError::message(
+                "a statement on this connection was left unanswered",
+            ));
         }
         if wrapper.lent {
             // Back from `Pool::get`: the user may have changed session
             // state (variables, autocommit, temporary tables, an open
             // transaction). COM_RESET_CONNECTION puts it back as new.
-            match wrapper.conn.reset().await {
+            match wrapper.reset().await {
                 Ok(true) => {}
                 Ok(false) => {
                     return Err(RecycleError::message(
@@ -176,15 +207,16 @@ impl managed::Manager for Manager {
                 }
                 Err(e) => return Err(RecycleError::Backend(e)),
             }
-            wrapper.session = read_settings(&mut wrapper.conn, &self.server)
+            self.setup(wrapper).await.map_err(RecycleError::Backend)?;
+            wrapper.session = read_settings(wrapper, &self.server)
                 .await
                 .map_err(RecycleError::Backend)?;
             wrapper.lent = false;
-        } else if metrics.last_used() >= IDLE_PING || wrapper.conn.last_ok_packet().is_none() {
-            wrapper.conn.ping().await.map_err(RecycleError::Backend)?;
+        } else if metrics.last_used() >= IDLE_PING || wrapper.last_ok_packet().is_none() {
+            wrapper.ping().await.map_err(RecycleError::Backend)?;
         }
         // Rows written on this connection must commit on their own.
-        let flags = wrapper.conn.last_ok_packet().map(|ok| ok.status_flags());
+        let flags = wrapper.last_ok_packet().map(|ok| ok.status_flags());
         match flags {
             Some(f)
                 if f.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT)
@@ -208,7 +240,8 @@ impl managed::Manager for Manager {
 /// through it (variables, `autocommit`, an open transaction, temporary
 /// tables, prepared statements) never reach rows coalesced later.
 pub struct ConnWrapper {
-    conn: Conn,
+    /// `None` only while being dropped.
+    conn: Option<Conn>,
     /// This session's settings, read when it opened (and after a reset).
     pub(crate) session: Session,
     /// The server ended this session (killed, shutting down, packet too
@@ -216,13 +249,49 @@ pub struct ConnWrapper {
     pub(crate) broken: bool,
     /// Handed out by `Pool::get`: reset before reuse.
     pub(crate) lent: bool,
+    /// A request of batchpool's is unanswered (see [`Wire`]).
+    busy: bool,
+}
+
+impl Wire for ConnWrapper {
+    fn set_busy(&mut self, busy: bool) {
+        self.busy = busy;
+    }
+
+    fn is_busy(&self) -> bool {
+        self.busy
+    }
+}
+
+/// How long a connection closed with a request unanswered may take to say
+/// goodbye before its socket is simply dropped.
+const QUIT_LIMIT: Duration = Duration::from_millis(500);
+
+impl Drop for ConnWrapper {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if !self.busy {
+            // mysql_async reads what is pending, then quits, in a task.
+            return;
+        }
+        // An answer may never come: mysql_async's own drop would wait for
+        // it. Quit without reading it, and drop the socket if even that
+        // stalls (the server rolls back whatever was open).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = tokio::time::timeout(QUIT_LIMIT, conn.disconnect()).await;
+            });
+        }
+    }
 }
 
 impl std::fmt::Debug for ConnWrapper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConnWrapper")
-            .field("id", &self.conn.id())
-            .field("disconnected", &self.conn.is_disconnected())
+            .field("id", &self.id())
+            .field("disconnected", &self.is_disconnected())
             .finish_non_exhaustive()
     }
 }
@@ -230,13 +299,13 @@ impl std::fmt::Debug for ConnWrapper {
 impl Deref for ConnWrapper {
     type Target = Conn;
     fn deref(&self) -> &Conn {
-        &self.conn
+        self.conn.as_ref().expect("connection present until dropped")
     }
 }
 
 impl DerefMut for ConnWrapper {
     fn deref_mut(&mut self) -> &mut Conn {
-        &mut self.conn
+        self.conn.as_mut().expect("connection present until dropped")
     }
 }
 

@@ -1,7 +1,11 @@
 //! [`TxConn`]: the drop guard of a connection that may be inside a
 //! transaction.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use crate::backend::{self, Backend, Conn, End};
+use crate::engine::{Engine, Tracker, Wire, exchange};
 use crate::error::Error;
 
 /// A pooled connection that may be inside a transaction.
@@ -17,13 +21,19 @@ pub(crate) struct TxConn<B: Backend> {
     /// A `BEGIN` may have been sent without its `COMMIT` / `ROLLBACK` being
     /// answered.
     pub(crate) open: bool,
+    /// How long one answer may take (the pool's statement deadline).
+    pub(crate) limit: Option<Duration>,
+    /// The pool's work, so `close()` waits for a spawned `ROLLBACK`.
+    tracker: Arc<Tracker>,
 }
 
 impl<B: Backend> TxConn<B> {
-    pub(crate) fn new(conn: Conn<B>) -> TxConn<B> {
+    pub(crate) fn new(conn: Conn<B>, engine: &Engine<B>) -> TxConn<B> {
         TxConn {
             conn: Some(conn),
             open: false,
+            limit: engine.limits.answer(),
+            tracker: engine.tracker.clone(),
         }
     }
 
@@ -53,7 +63,7 @@ impl<B: Backend> TxConn<B> {
                 ),
             ));
         }
-        let (reply, over) = B::end(conn, end).await;
+        let (reply, over) = exchange!(B::Connections, self.limit, conn, |c| B::end(c, end))?;
         if over {
             self.open = false;
         }
@@ -70,16 +80,22 @@ impl<B: Backend> Drop for TxConn<B> {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        if B::is_broken(&conn) {
+        if B::is_broken(&conn) || conn.is_busy() {
+            // Cut mid-statement, or dead: closing the session rolls back.
             backend::discard(conn);
             return;
         }
+        let (work, limit) = (self.tracker.more(), self.limit);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
+                    let _work = work;
                     let mut guard = Discard::<B>(Some(conn));
                     let clean = match guard.0.as_mut() {
-                        Some(c) => matches!(B::end(c, End::Rollback).await, (Ok(()), true)),
+                        Some(c) => matches!(
+                            exchange!(B::Connections, limit, c, |c| B::end(c, End::Rollback)),
+                            Ok((Ok(()), true))
+                        ),
                         None => false,
                     };
                     if clean {

@@ -14,15 +14,16 @@ mod transaction;
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
 
 pub use self::builder::PoolBuilder;
 pub use self::transaction::Transaction;
 use crate::backend::{Backend, Conn, Ran, Stmt};
 use crate::classify::StatementKind;
-use crate::engine::Connections;
-use crate::engine::{Engine, Route};
+use crate::engine::{Connections, Detached, Engine, Route, Work, exchange};
 use crate::error::{AtomicError, Error};
 use crate::explain::{Explain, NotCoalesced};
 use crate::stats::Stats;
@@ -92,8 +93,9 @@ impl<B: Backend> Pool<B> {
     /// # Ok(()) }
     /// ```
     pub async fn explain(&self, sql: &str) -> Result<Explain, Error> {
-        self.engine.check_open()?;
-        Ok(self.engine.route(sql).await?.explain())
+        let _work = self.engine.enter()?;
+        let deadline = self.engine.wait_deadline();
+        Ok(self.engine.route(sql, deadline).await?.explain())
     }
 
     /// Batching counters since the pool was built.
@@ -116,7 +118,7 @@ impl<B: Backend> Pool<B> {
     /// began fail with an error for which [`is_closed`](Error::is_closed) is
     /// true. Idempotent.
     pub async fn close(&self) {
-        self.engine.close(None).await;
+        let _ = self.engine.close(None).await;
         self.engine.backend.connections().close();
     }
 
@@ -139,8 +141,9 @@ impl<B: Backend> Pool<B> {
 
     /// A pooled connection for the user (`Pool::get`).
     pub(crate) async fn lend(&self) -> Result<Conn<B>, Error> {
-        self.engine.check_open()?;
-        let mut conn = self.engine.backend.connections().checkout().await?;
+        let _work = self.engine.enter()?;
+        let deadline = self.engine.wait_deadline();
+        let mut conn = self.engine.backend.connections().checkout(deadline).await?;
         B::lend(&mut conn);
         Ok(conn)
     }
@@ -153,26 +156,51 @@ impl<B: Backend> Pool<B> {
         args: B::Args<'_>,
         reserved: Option<OwnedSemaphorePermit>,
     ) -> Result<B::Output, Error> {
-        self.engine.check_open()?;
-        match self.engine.route(sql).await? {
+        let work = self.engine.enter()?;
+        let deadline = self.engine.wait_deadline();
+        match self.engine.route(sql, deadline).await? {
             Route::Pass(reason) => {
                 refuse_control(&reason)?;
-                let mut conn = self.engine.backend.connections().checkout().await?;
-                let (prepared, bound) = prepare_one::<B>(&mut conn, sql, args).await?;
-                self.engine.counters.passthrough();
-                let stmt = Stmt {
-                    sql,
-                    prepared: &prepared,
-                    bound,
-                    all_rows: false,
-                };
-                B::run(&mut conn, stmt).await.map(Ran::into_outcome)
+                Box::pin(self.run_alone(work, sql, args, deadline, false))
+                    .await
+                    .map(Ran::into_outcome)
             }
             Route::Batch(q) => {
                 let (row, bytes) = self.engine.backend.encode_row(&q.shape, args)?;
-                self.engine.submit(&q, row, bytes, reserved).await
+                self.engine
+                    .submit(&q, row, bytes, reserved, work, deadline)
+                    .await
             }
         }
+    }
+
+    /// One statement on its own (autocommit) on a pooled connection:
+    /// prepared (cached per connection), bound and run. Once it is sent, a
+    /// caller that goes away does not cut it off: it is finished in the
+    /// background ([`Detached`]) and its connection returns clean.
+    async fn run_alone(
+        &self,
+        work: Work,
+        sql: &str,
+        args: B::Args<'_>,
+        deadline: Option<Instant>,
+        all_rows: bool,
+    ) -> Result<Ran<B::QueryRow>, Error> {
+        let limit = self.engine.limits.answer();
+        let mut conn = self.engine.backend.connections().checkout(deadline).await?;
+        let (prepared, bound) = prepare_one::<B>(&mut conn, limit, sql, args).await?;
+        self.engine.counters.passthrough();
+        let sql: Box<str> = sql.into();
+        let run = async move {
+            let stmt = Stmt {
+                sql: &sql,
+                prepared: &prepared,
+                bound,
+                all_rows,
+            };
+            exchange!(B::Connections, limit, &mut conn, |c| B::run(c, stmt))?
+        };
+        Detached::new(work, run).await
     }
 
     /// `execute_many`: each row's own outcome, in order.
@@ -181,8 +209,9 @@ impl<B: Backend> Pool<B> {
         sql: &str,
         rows: Vec<B::Args<'_>>,
     ) -> Result<Vec<Result<B::Output, Error>>, Error> {
-        self.engine.check_open()?;
-        match self.engine.route(sql).await? {
+        let work = self.engine.enter()?;
+        let deadline = self.engine.wait_deadline();
+        match self.engine.route(sql, deadline).await? {
             Route::Batch(q) => {
                 let mut results: Vec<Option<Result<B::Output, Error>>> = Vec::new();
                 let mut queued = Vec::new();
@@ -202,7 +231,11 @@ impl<B: Backend> Pool<B> {
                         Err(e) => results.push(Some(Err(e))),
                     }
                 }
-                let mut done = self.engine.submit_many(&q, queued).await?.into_iter();
+                let mut done = self
+                    .engine
+                    .submit_many(work, &q, queued, deadline)
+                    .await?
+                    .into_iter();
                 Ok(results
                     .into_iter()
                     .map(|slot| match slot {
@@ -213,13 +246,23 @@ impl<B: Backend> Pool<B> {
             }
             Route::Pass(reason) => {
                 refuse_control(&reason)?;
-                let mut conn = self.engine.backend.connections().checkout().await?;
+                let limit = self.engine.limits.answer();
+                let mut conn = self.engine.backend.connections().checkout(deadline).await?;
                 let texts = [(sql, rows.iter().any(B::has_params))];
-                let prepared = single(B::prepare(&mut conn, &texts).await)?;
+                let prepared = single(exchange!(B::Connections, limit, &mut conn, |c| B::prepare(
+                    c, &texts
+                ))?)?;
                 let bound: Vec<_> = rows.into_iter().map(|a| B::bind(&prepared, a)).collect();
                 self.engine.counters.passthrough();
-                let ran = B::run_many(&mut conn, sql, &prepared, bound).await;
-                Ok(ran.into_iter().map(|r| r.map(Ran::into_outcome)).collect())
+                // Pipelined (PostgreSQL): each statement may take the limit.
+                let n = u32::try_from(bound.len()).unwrap_or(u32::MAX).max(1);
+                let ran = exchange!(B::Connections, limit.map(|l| l * n), &mut conn, |c| {
+                    B::run_many(c, sql, &prepared, bound)
+                });
+                match ran {
+                    Ok(ran) => Ok(ran.into_iter().map(|r| r.map(Ran::into_outcome)).collect()),
+                    Err(timeout) => Err(timeout),
+                }
             }
         }
     }
@@ -230,19 +273,14 @@ impl<B: Backend> Pool<B> {
         sql: &str,
         args: B::Args<'_>,
     ) -> Result<Vec<B::QueryRow>, Error> {
-        self.engine.check_open()?;
-        if let Route::Pass(reason) = self.engine.route(sql).await? {
+        let work = self.engine.enter()?;
+        let deadline = self.engine.wait_deadline();
+        if let Route::Pass(reason) = self.engine.route(sql, deadline).await? {
             refuse_control(&reason)?;
         }
-        let mut conn = self.engine.backend.connections().checkout().await?;
-        let (prepared, bound) = prepare_one::<B>(&mut conn, sql, args).await?;
-        let stmt = Stmt {
-            sql,
-            prepared: &prepared,
-            bound,
-            all_rows: true,
-        };
-        B::run(&mut conn, stmt).await.map(|ran| ran.rows)
+        Box::pin(self.run_alone(work, sql, args, deadline, true))
+            .await
+            .map(|ran| ran.rows)
     }
 
     /// `query_one`: exactly one row.
@@ -297,14 +335,17 @@ fn single<T>(mut replies: Vec<Result<T, Error>>) -> Result<T, Error> {
     }
 }
 
-/// Prepares and binds one statement on `conn`.
+/// Prepares (within `limit`) and binds one statement on `conn`.
 async fn prepare_one<B: Backend>(
     conn: &mut Conn<B>,
+    limit: Option<Duration>,
     sql: &str,
     args: B::Args<'_>,
 ) -> Result<(B::Prepared, B::Bound), Error> {
     let texts = [(sql, B::has_params(&args))];
-    let prepared = single(B::prepare(conn, &texts).await)?;
+    let prepared = single(exchange!(B::Connections, limit, conn, |c| B::prepare(
+        c, &texts
+    ))?)?;
     let bound = B::bind(&prepared, args)?;
     Ok((prepared, bound))
 }

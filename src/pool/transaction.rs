@@ -6,11 +6,12 @@
 //! the replies mean for the caller.
 
 use std::fmt;
+use std::time::Duration;
 
 use super::guard::TxConn;
 use super::{Pool, at_most_one, exactly_one, refuse_statement, single};
 use crate::backend::{Backend, End, Group, GroupReplies, Ran, Stmt};
-use crate::engine::Connections;
+use crate::engine::{Connections, exchange};
 use crate::error::{AtomicError, Error, Kind};
 
 /// A transaction with a lazy `BEGIN`, from [`Pool::begin`].
@@ -84,6 +85,8 @@ impl<B: Backend> Transaction<B> {
         if !self.is_begun() {
             return Ok(());
         }
+        // After `close()` began, the transaction is rolled back (on drop).
+        let _work = self.pool.engine.enter()?;
         let Some(tx) = self.conn.as_mut() else {
             return Ok(());
         };
@@ -99,6 +102,8 @@ impl<B: Backend> Transaction<B> {
         if !self.is_begun() {
             return Ok(());
         }
+        // Allowed while closing: it ends work, and `close()` waits for it.
+        let _work = self.pool.engine.tracker.more();
         match self.conn.as_mut() {
             Some(tx) => tx.end(End::Rollback).await,
             None => Ok(()),
@@ -111,10 +116,9 @@ impl<B: Backend> Transaction<B> {
         conn: &'a mut Option<TxConn<B>>,
     ) -> Result<&'a mut TxConn<B>, Error> {
         if conn.is_none() {
-            pool.engine.check_open()?;
-            *conn = Some(TxConn::new(
-                pool.engine.backend.connections().checkout().await?,
-            ));
+            let deadline = pool.engine.wait_deadline();
+            let c = pool.engine.backend.connections().checkout(deadline).await?;
+            *conn = Some(TxConn::new(c, &pool.engine));
         }
         conn.as_mut()
             .ok_or_else(|| Error::internal("transaction connection missing"))
@@ -129,6 +133,7 @@ impl<B: Backend> Transaction<B> {
         all_rows: bool,
     ) -> Result<Ran<B::QueryRow>, Error> {
         refuse_statement(&self.pool, sql, true)?;
+        let _work = self.pool.engine.enter()?;
         let Transaction { pool, conn, failed } = self;
         if let Some(e) = failed {
             if !B::SERVER_ABORTS_FAILED_TRANSACTION {
@@ -136,9 +141,12 @@ impl<B: Backend> Transaction<B> {
             }
         }
         let tx = Self::connection(pool, conn).await?;
+        let limit = tx.limit;
         let c = TxConn::<B>::conn(&mut tx.conn)?;
         let texts = [(sql, B::has_params(&args))];
-        let prepared = match single(B::prepare(c, &texts).await) {
+        let prepared = match exchange!(B::Connections, limit, c, |c| B::prepare(c, &texts))
+            .and_then(single)
+        {
             Ok(prepared) => prepared,
             Err(e) => {
                 // Inside a transaction block a failed prepare may abort it.
@@ -164,7 +172,9 @@ impl<B: Backend> Transaction<B> {
             }],
             commit: false,
         };
-        let mut replies = B::run_group(c, group).await;
+        let mut replies = exchange!(B::Connections, group_limit(limit, 2), c, |c| {
+            B::run_group(c, group)
+        })?;
         pool.engine.counters.passthrough();
         if let Some(Err(e)) = replies.begin {
             if e.is_db() {
@@ -229,11 +239,13 @@ impl<B: Backend> Transaction<B> {
     ) -> Result<B::Output, Error> {
         let begun = self.is_begun();
         refuse_statement(&self.pool, sql, begun)?;
+        let _work = self.pool.engine.enter()?;
         if !begun {
             // The transaction's only statement is its own transaction.
             let tx = Self::connection(&self.pool, &mut self.conn).await?;
+            let limit = tx.limit;
             let c = TxConn::<B>::conn(&mut tx.conn)?;
-            let (prepared, bound) = super::prepare_one::<B>(c, sql, args).await?;
+            let (prepared, bound) = super::prepare_one::<B>(c, limit, sql, args).await?;
             self.pool.engine.counters.passthrough();
             let stmt = Stmt {
                 sql,
@@ -241,7 +253,8 @@ impl<B: Backend> Transaction<B> {
                 bound,
                 all_rows: false,
             };
-            return B::run(c, stmt).await.map(Ran::into_outcome);
+            return exchange!(B::Connections, limit, c, |c| B::run(c, stmt))?
+                .map(Ran::into_outcome);
         }
         let Transaction { pool, conn, failed } = &mut self;
         let tx = conn
@@ -251,8 +264,9 @@ impl<B: Backend> Transaction<B> {
             tx.end(End::Rollback).await?;
             return Err(e);
         }
+        let limit = tx.limit;
         let c = TxConn::<B>::conn(&mut tx.conn)?;
-        let (prepared, bound) = super::prepare_one::<B>(c, sql, args).await?;
+        let (prepared, bound) = super::prepare_one::<B>(c, limit, sql, args).await?;
         pool.engine.counters.passthrough();
         if B::is_broken(c) {
             return Err(Error::new(
@@ -270,7 +284,9 @@ impl<B: Backend> Transaction<B> {
             }],
             commit: true,
         };
-        let mut replies = B::run_group(c, group).await;
+        let mut replies = exchange!(B::Connections, group_limit(limit, 2), c, |c| {
+            B::run_group(c, group)
+        })?;
         if matches!(replies.end, Some((_, true))) {
             tx.open = false;
         }
@@ -296,7 +312,7 @@ pub(super) async fn atomic<B: Backend>(
     statements: Vec<(&str, B::Args<'_>)>,
 ) -> Result<Vec<B::Output>, AtomicError> {
     let engine = &pool.engine;
-    engine.check_open().map_err(AtomicError::group)?;
+    let _work = engine.enter().map_err(AtomicError::group)?;
     let n = statements.len();
     if n == 0 {
         return Ok(Vec::new());
@@ -308,10 +324,11 @@ pub(super) async fn atomic<B: Backend>(
     let conn = engine
         .backend
         .connections()
-        .checkout()
+        .checkout(engine.wait_deadline())
         .await
         .map_err(AtomicError::group)?;
-    let mut guard = TxConn::<B>::new(conn);
+    let mut guard = TxConn::<B>::new(conn, engine);
+    let limit = guard.limit;
     let c = TxConn::<B>::conn(&mut guard.conn).map_err(AtomicError::group)?;
 
     // Texts the connection has not prepared yet are prepared together (one
@@ -321,7 +338,11 @@ pub(super) async fn atomic<B: Backend>(
         .map(|(sql, args)| (*sql, B::has_params(args)))
         .collect();
     let mut prepared = Vec::with_capacity(n);
-    for (i, stmt) in B::prepare(c, &texts).await.into_iter().enumerate() {
+    let all = exchange!(B::Connections, group_limit(limit, n), c, |c| B::prepare(
+        c, &texts
+    ))
+    .map_err(AtomicError::group)?;
+    for (i, stmt) in all.into_iter().enumerate() {
         prepared.push(stmt.map_err(|e| AtomicError::at(i, e))?);
     }
     if prepared.len() != n {
@@ -351,8 +372,8 @@ pub(super) async fn atomic<B: Backend>(
             .into_iter()
             .next()
             .ok_or_else(|| AtomicError::group(Error::internal("one statement expected")))?;
-        return B::run(c, stmt)
-            .await
+        return exchange!(B::Connections, limit, c, |c| B::run(c, stmt))
+            .and_then(|ran| ran)
             .map(|ran| vec![ran.into_outcome()])
             .map_err(|e| AtomicError::at(0, e));
     }
@@ -368,7 +389,10 @@ pub(super) async fn atomic<B: Backend>(
         statements: stmts,
         commit: true,
     };
-    let replies = B::run_group(c, group).await;
+    let replies = exchange!(B::Connections, group_limit(limit, n + 2), c, |c| {
+        B::run_group(c, group)
+    })
+    .map_err(AtomicError::group)?;
     settle(&mut guard, &replies);
     interpret_group::<B>(replies, n)
 }
@@ -423,6 +447,12 @@ fn interpret_group<B: Backend>(
         Some((Ok(()), _)) | None => Err(AtomicError::group(missing_reply())),
         Some((Err(e), _)) => Err(AtomicError::group(e)),
     }
+}
+
+/// The answer deadline of `n` statements sent together (each may take the
+/// server's whole statement timeout).
+fn group_limit(limit: Option<Duration>, n: usize) -> Option<Duration> {
+    limit.map(|l| l * u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 fn missing_reply() -> Error {

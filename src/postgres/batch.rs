@@ -146,6 +146,7 @@ impl Backend for Postgres {
 
     async fn prepare_shape(
         &self,
+        conn: &mut Client,
         sql: &str,
         shape: Arc<InsertShape>,
     ) -> Result<Result<PgShape, NotCoalesced>, Error> {
@@ -157,7 +158,6 @@ impl Backend for Postgres {
                     .into(),
             )));
         };
-        let conn = self.pool.get().await?;
         // Learned afresh: the table may have changed since a cached prepare.
         conn.forget(sql);
         let stmt = conn.prepare_cached(sql).await.map_err(unsent_error)?;
@@ -173,7 +173,7 @@ impl Backend for Postgres {
         let key = key_match
             .as_ref()
             .map(|(_, params, columns)| KeyMatch { columns, params });
-        if let Some(why) = refusal(&conn, &shape, stmt.params(), key).await? {
+        if let Some(why) = refusal(conn, &shape, stmt.params(), key).await? {
             return Ok(Err(NotCoalesced::Declined(why)));
         }
         Ok(Ok(PgShape {

@@ -143,7 +143,11 @@ impl Driver for Postgres {
         settings: &PoolSettings,
         (): (),
     ) -> Result<Postgres, Error> {
-        let manager = Manager::new(config, settings.statement_cache);
+        let manager = Manager::new(
+            with_tcp_settings(config, settings),
+            settings.statement_cache,
+            settings.statement_timeout,
+        );
         Ok(Postgres {
             pool: settings.build_pool(manager)?,
         })
@@ -286,4 +290,34 @@ impl Driver for Postgres {
 
 fn missing() -> Error {
     Error::new(Kind::OutcomeUnknown, "a pipelined statement gave no reply")
+}
+
+/// Applies the builder's TCP keepalive and `TCP_USER_TIMEOUT` where the
+/// connection string left tokio-postgres's defaults (keepalive on after 2
+/// hours idle, no user timeout).
+fn with_tcp_settings(
+    mut config: tokio_postgres::Config,
+    settings: &PoolSettings,
+) -> tokio_postgres::Config {
+    const DRIVER_KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(2 * 60 * 60);
+    if config.get_keepalives() && config.get_keepalives_idle() == DRIVER_KEEPALIVE_IDLE {
+        match settings.tcp_keepalive {
+            Some(idle) => {
+                config.keepalives_idle(idle);
+                // Probes every idle/3, so a dead peer is noticed within
+                // about twice the idle time.
+                config.keepalives_interval((idle / 3).max(std::time::Duration::from_secs(1)));
+                config.keepalives_retries(3);
+            }
+            None => {
+                config.keepalives(false);
+            }
+        }
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        if let Some(t) = settings.tcp_user_timeout {
+            config.tcp_user_timeout(t);
+        }
+    }
+    config
 }

@@ -4,24 +4,35 @@
 use std::num::NonZeroUsize;
 use std::ops::Deref;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
 use lru::LruCache;
 use tokio_postgres::types::Type;
 use tokio_postgres::{NoTls, Statement};
 
+use crate::engine::Wire;
+
 /// Creates and recycles connections for the pool.
 #[derive(Debug)]
 pub struct Manager {
     config: tokio_postgres::Config,
     statement_cache: NonZeroUsize,
+    /// `SET statement_timeout` sent on each new connection.
+    session_setup: Option<String>,
 }
 
 impl Manager {
-    pub(crate) fn new(config: tokio_postgres::Config, statement_cache: usize) -> Manager {
+    pub(crate) fn new(
+        config: tokio_postgres::Config,
+        statement_cache: usize,
+        statement_timeout: Option<Duration>,
+    ) -> Manager {
         Manager {
             config,
             statement_cache: NonZeroUsize::new(statement_cache).unwrap_or(NonZeroUsize::MIN),
+            session_setup: statement_timeout
+                .map(|t| format!("SET statement_timeout = {}", t.as_millis().max(1))),
         }
     }
 }
@@ -32,16 +43,22 @@ impl managed::Manager for Manager {
 
     async fn create(&self) -> Result<ClientWrapper, tokio_postgres::Error> {
         let (client, connection) = self.config.connect(NoTls).await?;
-        tokio::spawn(async move {
+        let io = tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "postgres connection ended");
             }
         });
-        Ok(ClientWrapper {
+        let wrapper = ClientWrapper {
             client,
             statements: Mutex::new(LruCache::new(self.statement_cache)),
             batch_statements: Mutex::new(LruCache::new(self.statement_cache)),
-        })
+            io: io.abort_handle(),
+            busy: false,
+        };
+        if let Some(setup) = &self.session_setup {
+            wrapper.client.batch_execute(setup).await?;
+        }
+        Ok(wrapper)
     }
 
     async fn recycle(
@@ -51,6 +68,11 @@ impl managed::Manager for Manager {
     ) -> RecycleResult<tokio_postgres::Error> {
         if client.client.is_closed() {
             return Err(RecycleError::message("connection closed"));
+        }
+        if client.busy {
+            return Err(RecycleError::message(
+                "a statement on this connection was left unanswered",
+            ));
         }
         Ok(())
     }
@@ -62,6 +84,30 @@ pub struct ClientWrapper {
     client: tokio_postgres::Client,
     statements: Mutex<LruCache<Box<str>, Statement>>,
     batch_statements: Mutex<LruCache<(u64, usize), Statement>>,
+    /// The task driving the socket.
+    io: tokio::task::AbortHandle,
+    /// A request of batchpool's is unanswered (see [`Wire`]).
+    busy: bool,
+}
+
+impl Wire for ClientWrapper {
+    fn set_busy(&mut self, busy: bool) {
+        self.busy = busy;
+    }
+
+    fn is_busy(&self) -> bool {
+        self.busy
+    }
+}
+
+impl Drop for ClientWrapper {
+    fn drop(&mut self) {
+        if self.busy {
+            // Do not wait for an answer that may never come: close the
+            // socket now (the server rolls back whatever was open).
+            self.io.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for ClientWrapper {
