@@ -134,6 +134,11 @@ pub(crate) trait Driver:
     /// refuses them without sending: the server would run them, possibly in
     /// autocommit after it rolled back a deadlock (MySQL).
     const SERVER_ABORTS_FAILED_TRANSACTION: bool;
+    /// A connection whose exchange was cut off (its future dropped before
+    /// the answer was read) can still be used: the driver reads the pending
+    /// answers, in order, before the next one (tokio-postgres). When
+    /// `false`, such a connection is closed (mysql_async).
+    const RESUMES_AFTER_CUT: bool;
 
     /// Parses a connection string.
     fn parse_config(config: &str) -> Result<Self::Config, Error>;

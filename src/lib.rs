@@ -76,8 +76,15 @@
 //!   and before its reply, its callers get an error for which
 //!   [`Error::is_outcome_unknown`] is true.
 //! * **Cancellation:** a future dropped before a flush took its row means the
-//!   row is never sent; dropped after, the row is written anyway (the outcome
-//!   is discarded). Either way no queue slot or connection leaks.
+//!   row is never sent; dropped after, the statement is finished anyway (the
+//!   outcome is discarded). Either way no queue slot or connection leaks,
+//!   and no connection goes back to the pool with a statement unanswered.
+//! * **Bounded waits:** `wait_timeout` bounds a call's wait for a queue slot
+//!   and a connection end to end; `statement_timeout` (default 30 s) bounds
+//!   every statement, on the server and, 1 s later, in the pool (then the
+//!   outcome is unknown and the connection is closed).
+//! * **Close:** [`Pool::close`] returns only after every call accepted
+//!   before it has its outcome and no statement of the pool is on the wire.
 //! * **Ordering:** rows of different callers have no order between them.
 //!
 //! [`tokio-postgres`]: https://docs.rs/tokio-postgres

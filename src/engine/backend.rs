@@ -96,7 +96,9 @@ where
     async fn try_checkout(&self) -> Option<Self::Conn> {
         let mut timeouts = self.timeouts();
         timeouts.wait = Some(std::time::Duration::ZERO);
-        self.timeout_get(&timeouts).await.ok()
+        // Boxed: deadpool's get future (it may open a connection) would
+        // otherwise be part of every caller's `execute` future.
+        Box::pin(self.timeout_get(&timeouts)).await.ok()
     }
 
     fn set_busy(conn: &mut Self::Conn, busy: bool) {

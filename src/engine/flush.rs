@@ -22,7 +22,11 @@ use crate::stats::FlushReason;
 /// that are claimed by further flushers (spawned by `enqueue`, or here).
 /// While it waits for a connection, rows whose `wait_timeout` passes fail
 /// unsent ([`acquire`]).
-pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueue<B>>, _work: Work) {
+pub(super) async fn flusher<B: Backend>(
+    engine: Arc<Engine<B>>,
+    q: Arc<ShapeQueue<B>>,
+    _work: Work,
+) {
     let mut reason;
     let (_slot, conn, taken, waited) = loop {
         reason = FlushReason::Natural;
@@ -42,6 +46,10 @@ pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueu
     if taken.rows.is_empty() {
         return;
     }
+    let replies = Unanswered {
+        engine: &engine,
+        replies: taken.replies,
+    };
     let now = Instant::now();
     for at in waited {
         engine.counters.waited(now.saturating_duration_since(at));
@@ -69,14 +77,14 @@ pub(super) async fn flusher<B: Backend>(engine: Arc<Engine<B>>, q: Arc<ShapeQueu
             // that issues its next statement finds it free.
             drop(conn);
             drop(in_flight);
-            fan_out(&engine, taken.replies, results);
+            replies.answer(results);
             tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "flushed");
         }
         Err(e) => {
             // Nothing was sent: every taken row fails with the pool's error.
             engine.counters.unsent(taken.rows.len());
             let results = taken.rows.iter().map(|_| Err(e.clone())).collect();
-            fan_out(&engine, taken.replies, results);
+            replies.answer(results);
         }
     }
 }
@@ -157,19 +165,36 @@ fn take_if_due<B: Backend>(
     Some((taken, waited))
 }
 
-/// Sends every caller its own result. A caller that has gone after its row
-/// was sent simply does not hear; the row ran anyway.
-fn fan_out<B: Backend>(
-    engine: &Engine<B>,
+/// The reply channels of rows a flusher took. Answered with
+/// [`answer`](Unanswered::answer); dropped unanswered (a panic in a
+/// backend, the runtime shutting down mid-flush), every row gets an
+/// outcome-unknown error and is counted failed, so the counters stay exact.
+struct Unanswered<'a, B: Backend> {
+    engine: &'a Engine<B>,
     replies: Vec<super::queue::Reply<B>>,
-    results: Vec<Result<B::Output, Error>>,
-) {
-    let mut failed = 0;
-    for (reply, result) in replies.into_iter().zip(results) {
-        failed += usize::from(result.is_err());
-        let _ = reply.send(result);
+}
+
+impl<B: Backend> Unanswered<'_, B> {
+    /// Sends every caller its own result. A caller that has gone after its
+    /// row was sent simply does not hear; the row ran anyway.
+    fn answer(mut self, results: Vec<Result<B::Output, Error>>) {
+        let mut failed = 0;
+        for (reply, result) in std::mem::take(&mut self.replies).into_iter().zip(results) {
+            failed += usize::from(result.is_err());
+            let _ = reply.send(result);
+        }
+        self.engine.counters.failed(failed);
     }
-    engine.counters.failed(failed);
+}
+
+impl<B: Backend> Drop for Unanswered<'_, B> {
+    fn drop(&mut self) {
+        let replies = std::mem::take(&mut self.replies);
+        self.engine.counters.failed(replies.len());
+        for reply in replies {
+            let _ = reply.send(Err(Error::lost()));
+        }
+    }
 }
 
 /// The idle fast path of natural batching: nothing is queued for this shape,
@@ -204,6 +229,12 @@ pub(super) async fn inline<B: Backend>(
             rows = 1,
             reason = "idle",
         );
+        // Counted failed if no outcome comes (a panic in a backend).
+        let (reply, mut rx) = tokio::sync::oneshot::channel();
+        let unanswered = Unanswered {
+            engine: &engine,
+            replies: vec![reply],
+        };
         let mut out = execute_rows(&engine, &q, &mut conn, std::slice::from_ref(&row))
             .instrument(span)
             .await;
@@ -211,8 +242,8 @@ pub(super) async fn inline<B: Backend>(
         drop(slot);
         drop(in_flight);
         let result = out.pop().unwrap_or_else(|| Err(Error::lost()));
-        engine.counters.failed(usize::from(result.is_err()));
-        result
+        unanswered.answer(vec![result]);
+        rx.try_recv().unwrap_or_else(|_| Err(Error::lost()))
     };
     Ok(Detached::new(work.more(), flush).await)
 }

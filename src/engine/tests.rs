@@ -45,6 +45,8 @@ const SQL: &str = "INSERT INTO t (v) VALUES ($1)";
 const ROW_BYTES: usize = 8;
 /// Rows at or above this value fail their whole statement.
 const BREAKS_STATEMENT: i64 = 1_000_000;
+/// A row that makes the backend panic.
+const PANICS: i64 = 2_000_000;
 /// Rows the leak check queues (and abandons).
 const FILLER: i64 = 500_000;
 
@@ -292,6 +294,7 @@ impl Backend for Mem {
         // waits for the reply.
         let (gate, reply) = self.receive(rows);
         let _open = Open(self);
+        assert!(!rows.contains(&PANICS), "a backend bug");
         if let Some(gate) = gate {
             gate.notified().await;
         }
@@ -1401,10 +1404,14 @@ async fn wait_timeout_bounds_every_queued_row_not_one_statement() {
         for i in 0..500 {
             let v = 1 + batch * 500 + i;
             let f = h.submit(v);
-            callers.push((v, Instant::now(), tokio::spawn(async move {
-                let out = f.await;
-                (out, Instant::now())
-            })));
+            callers.push((
+                v,
+                Instant::now(),
+                tokio::spawn(async move {
+                    let out = f.await;
+                    (out, Instant::now())
+                }),
+            ));
         }
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
@@ -1423,11 +1430,18 @@ async fn wait_timeout_bounds_every_queued_row_not_one_statement() {
         assert_eq!(h.mem().times_sent(v), 0);
     }
     let st = h.stats();
-    assert_eq!((st.rows_unsent, st.rows_failed, st.queued), (2500, 2500, 0), "{st:?}");
+    assert_eq!(
+        (st.rows_unsent, st.rows_failed, st.queued),
+        (2500, 2500, 0),
+        "{st:?}"
+    );
     // The stuck statement still completes, and the pool serves again.
     h.mem().open_gates();
     settle().await;
-    assert!(finished(stuck).await.is_err(), "row -1 violates a constraint");
+    assert!(
+        finished(stuck).await.is_err(),
+        "row -1 violates a constraint"
+    );
     let last = h.spawn(7);
     settle().await;
     assert_ok_own(7, finished(last).await);
@@ -1444,8 +1458,15 @@ async fn an_unanswered_statement_fails_at_its_deadline_and_its_connection_is_clo
     tokio::time::sleep(Duration::from_secs(2) + STATEMENT_GRACE).await;
     settle().await;
     let e = finished(lone).await.unwrap_err();
-    assert!(e.is_outcome_unknown() && e.is_timeout() && e.is_statement_timeout(), "{e}");
-    assert_eq!(h.mem().discarded.load(SeqCst), 1, "the connection was closed");
+    assert!(
+        e.is_outcome_unknown() && e.is_timeout() && e.is_statement_timeout(),
+        "{e}"
+    );
+    assert_eq!(
+        h.mem().discarded.load(SeqCst),
+        1,
+        "the connection was closed"
+    );
     // The next flush runs on a new connection; the queued rows were never
     // sent, so they only waited.
     assert_eq!(h.mem().log(), [vec![1], vec![2, 3]]);
@@ -1456,7 +1477,11 @@ async fn an_unanswered_statement_fails_at_its_deadline_and_its_connection_is_clo
     }
     assert!(Instant::now() - start < Duration::from_secs(4));
     let st = h.stats();
-    assert_eq!((st.rows, st.rows_failed, st.statements), (3, 1, 2), "{st:?}");
+    assert_eq!(
+        (st.rows, st.rows_failed, st.statements),
+        (3, 1, 2),
+        "{st:?}"
+    );
     h.assert_no_leaks().await;
 }
 
@@ -1472,12 +1497,23 @@ async fn a_caller_dropped_mid_statement_does_not_cut_it_off() {
     assert!(lone.is_finished());
     let closer = h.close();
     settle().await;
-    assert!(!closer.is_finished(), "close waits for the statement on the wire");
-    assert_eq!(h.mem().in_use(), 1, "the connection stays with its statement");
+    assert!(
+        !closer.is_finished(),
+        "close waits for the statement on the wire"
+    );
+    assert_eq!(
+        h.mem().in_use(),
+        1,
+        "the connection stays with its statement"
+    );
     h.mem().open_gates();
     settle().await;
     finished(closer).await;
-    assert_eq!(h.mem().discarded.load(SeqCst), 0, "answered, so returned clean");
+    assert_eq!(
+        h.mem().discarded.load(SeqCst),
+        0,
+        "answered, so returned clean"
+    );
     let st = h.stats();
     assert_eq!((st.rows, st.statements, st.in_flight), (1, 1, 0), "{st:?}");
     assert_eq!(h.mem().written(1), 1);
@@ -1508,7 +1544,10 @@ async fn close_timeout_reports_work_still_running() {
     let h = H::new(1, config()).await;
     let a = h.spawn(1);
     settle().await;
-    let e = h.e.close(Some(Duration::from_millis(200))).await.unwrap_err();
+    let e =
+        h.e.close(Some(Duration::from_millis(200)))
+            .await
+            .unwrap_err();
     assert!(e.is_timeout(), "{e}");
     assert!(h.submit(2).await.unwrap_err().is_pool_closed());
     h.mem().open_gates();
@@ -1516,4 +1555,34 @@ async fn close_timeout_reports_work_still_running() {
     assert_ok_own(1, finished(a).await);
     h.e.close(Some(Duration::from_millis(200))).await.unwrap();
     h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn counters_stay_exact_when_a_backend_panics() {
+    let h = H::new(1, config()).await;
+    h.mem().open_gates();
+    // Inline: the panic reaches the caller's task (a bug is not hidden).
+    let lone = h.spawn(PANICS);
+    settle().await;
+    assert!(finished_or_panic(lone).await);
+    // Queued: the flusher task panics; its callers hear outcome-unknown.
+    let hold = h.mem().hold_all();
+    let queued = h.queue_all(&[PANICS, 5]);
+    drop(hold);
+    settle().await;
+    for (_, mut caller) in queued {
+        let e = outcome(&mut caller).unwrap_err();
+        assert!(e.is_outcome_unknown(), "{e}");
+    }
+    let st = h.stats();
+    assert_eq!((st.rows, st.rows_failed, st.in_flight), (3, 3, 0), "{st:?}");
+    h.assert_no_leaks().await;
+}
+
+/// Whether a task ended by panicking.
+async fn finished_or_panic<T: std::fmt::Debug>(task: JoinHandle<T>) -> bool {
+    match task.await {
+        Err(e) => e.is_panic(),
+        Ok(out) => panic!("expected a panic, got {out:?}"),
+    }
 }

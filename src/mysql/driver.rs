@@ -103,6 +103,7 @@ impl Driver for MySql {
 
     const NAME: &'static str = "MySQL";
     const SERVER_ABORTS_FAILED_TRANSACTION: bool = false;
+    const RESUMES_AFTER_CUT: bool = false;
 
     fn parse_config(config: &str) -> Result<Opts, Error> {
         Opts::from_url(config).map_err(|e| Error::with_source(Kind::Config, "invalid MySQL URL", e))

@@ -169,19 +169,35 @@ impl managed::Manager for Manager {
     type Error = mysql_async::Error;
 
     async fn create(&self) -> Result<ConnWrapper, mysql_async::Error> {
-        let mut conn = Conn::new(self.opts.clone()).await?;
-        self.setup(&mut conn).await?;
-        let session = read_settings(&mut conn, &self.server).await?;
-        Ok(ConnWrapper {
-            conn: Some(conn),
-            session,
-            broken: false,
-            lent: false,
-            busy: false,
+        // Boxed: these state machines are part of every checkout's future
+        // (every pending caller's) otherwise.
+        Box::pin(async {
+            let mut conn = Conn::new(self.opts.clone()).await?;
+            self.setup(&mut conn).await?;
+            let session = read_settings(&mut conn, &self.server).await?;
+            Ok(ConnWrapper {
+                conn: Some(conn),
+                session,
+                broken: false,
+                lent: false,
+                busy: false,
+            })
         })
+        .await
     }
 
     async fn recycle(
+        &self,
+        wrapper: &mut ConnWrapper,
+        metrics: &Metrics,
+    ) -> RecycleResult<mysql_async::Error> {
+        Box::pin(self.check(wrapper, metrics)).await
+    }
+}
+
+impl Manager {
+    /// `recycle`: whether a connection may be handed out again.
+    async fn check(
         &self,
         wrapper: &mut ConnWrapper,
         metrics: &Metrics,
@@ -299,13 +315,17 @@ impl std::fmt::Debug for ConnWrapper {
 impl Deref for ConnWrapper {
     type Target = Conn;
     fn deref(&self) -> &Conn {
-        self.conn.as_ref().expect("connection present until dropped")
+        self.conn
+            .as_ref()
+            .expect("connection present until dropped")
     }
 }
 
 impl DerefMut for ConnWrapper {
     fn deref_mut(&mut self) -> &mut Conn {
-        self.conn.as_mut().expect("connection present until dropped")
+        self.conn
+            .as_mut()
+            .expect("connection present until dropped")
     }
 }
 

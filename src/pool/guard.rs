@@ -80,11 +80,15 @@ impl<B: Backend> Drop for TxConn<B> {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        if B::is_broken(&conn) || conn.is_busy() {
-            // Cut mid-statement, or dead: closing the session rolls back.
+        if B::is_broken(&conn) || (conn.is_busy() && !B::RESUMES_AFTER_CUT) {
+            // Dead, or cut mid-statement on a driver that cannot go on:
+            // closing the session rolls back.
             backend::discard(conn);
             return;
         }
+        // Cut mid-statement on a driver that reads the pending answers
+        // first: the ROLLBACK below is answered after them, and then the
+        // connection is clean (or, unanswered by the deadline, closed).
         let (work, limit) = (self.tracker.more(), self.limit);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {

@@ -249,9 +249,13 @@ impl<B: Backend> Pool<B> {
                 let limit = self.engine.limits.answer();
                 let mut conn = self.engine.backend.connections().checkout(deadline).await?;
                 let texts = [(sql, rows.iter().any(B::has_params))];
-                let prepared = single(exchange!(B::Connections, limit, &mut conn, |c| B::prepare(
-                    c, &texts
-                ))?)?;
+                let prepared =
+                    single(exchange!(
+                        B::Connections,
+                        limit,
+                        &mut conn,
+                        |c| B::prepare(c, &texts)
+                    )?)?;
                 let bound: Vec<_> = rows.into_iter().map(|a| B::bind(&prepared, a)).collect();
                 self.engine.counters.passthrough();
                 // Pipelined (PostgreSQL): each statement may take the limit.

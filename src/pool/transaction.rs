@@ -144,18 +144,17 @@ impl<B: Backend> Transaction<B> {
         let limit = tx.limit;
         let c = TxConn::<B>::conn(&mut tx.conn)?;
         let texts = [(sql, B::has_params(&args))];
-        let prepared = match exchange!(B::Connections, limit, c, |c| B::prepare(c, &texts))
-            .and_then(single)
-        {
-            Ok(prepared) => prepared,
-            Err(e) => {
-                // Inside a transaction block a failed prepare may abort it.
-                if tx.open && failed.is_none() && !e.is_params() {
-                    *failed = Some(e.clone());
+        let prepared =
+            match exchange!(B::Connections, limit, c, |c| B::prepare(c, &texts)).and_then(single) {
+                Ok(prepared) => prepared,
+                Err(e) => {
+                    // Inside a transaction block a failed prepare may abort it.
+                    if tx.open && failed.is_none() && !e.is_params() {
+                        *failed = Some(e.clone());
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
-        };
+            };
         let bound = B::bind(&prepared, args)?;
         let begin = !tx.open;
         if begin && B::is_broken(c) {

@@ -126,6 +126,7 @@ impl Driver for Postgres {
 
     const NAME: &'static str = "PostgreSQL";
     const SERVER_ABORTS_FAILED_TRANSACTION: bool = true;
+    const RESUMES_AFTER_CUT: bool = true;
 
     fn parse_config(config: &str) -> Result<tokio_postgres::Config, Error> {
         config

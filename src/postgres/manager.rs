@@ -42,6 +42,30 @@ impl managed::Manager for Manager {
     type Error = tokio_postgres::Error;
 
     async fn create(&self) -> Result<ClientWrapper, tokio_postgres::Error> {
+        // Boxed: the connect state machine is large and is part of every
+        // checkout's future (every pending caller's) otherwise.
+        Box::pin(self.connect()).await
+    }
+
+    async fn recycle(
+        &self,
+        client: &mut ClientWrapper,
+        _: &Metrics,
+    ) -> RecycleResult<tokio_postgres::Error> {
+        if client.client.is_closed() {
+            return Err(RecycleError::message("connection closed"));
+        }
+        if client.busy {
+            return Err(RecycleError::message(
+                "a statement on this connection was left unanswered",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Manager {
+    async fn connect(&self) -> Result<ClientWrapper, tokio_postgres::Error> {
         let (client, connection) = self.config.connect(NoTls).await?;
         let io = tokio::spawn(async move {
             if let Err(e) = connection.await {
@@ -59,22 +83,6 @@ impl managed::Manager for Manager {
             wrapper.client.batch_execute(setup).await?;
         }
         Ok(wrapper)
-    }
-
-    async fn recycle(
-        &self,
-        client: &mut ClientWrapper,
-        _: &Metrics,
-    ) -> RecycleResult<tokio_postgres::Error> {
-        if client.client.is_closed() {
-            return Err(RecycleError::message("connection closed"));
-        }
-        if client.busy {
-            return Err(RecycleError::message(
-                "a statement on this connection was left unanswered",
-            ));
-        }
-        Ok(())
     }
 }
 
