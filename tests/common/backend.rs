@@ -15,7 +15,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
-use batchpool::{BatchConfig, Error, Stats};
+use batchpool::{BatchConfig, Error, PoolBuilder, Stats};
 
 /// A parameter value of a shared test, bound natively by each backend
 /// (`i32`/`i64`/`f64`/`bool`/`String`, or a text NULL).
@@ -102,6 +102,9 @@ pub trait TestBackend: Send + Sync + 'static {
     /// A direct connection (no pool, no proxy) for watching and steering
     /// the server from the side.
     type Admin: Send;
+    /// batchpool's backend type (`batchpool::postgres::Postgres`,
+    /// `batchpool::mysql::MySql`): `Self::Pool` is `batchpool::Pool<Self::Db>`.
+    type Db: batchpool::Backend;
 
     /// PostgreSQL (`true`) or MySQL (`false`): the few texts and codes that
     /// differ are chosen from it, here in the trait ([`TestBackend::pick`]).
@@ -179,6 +182,18 @@ pub trait TestBackend: Send + Sync + 'static {
     /// on `proxy`.
     fn pool_via(url: &str, proxy: SocketAddr, config: BatchConfig, max_size: usize) -> Self::Pool;
 
+    /// A pool on the database of `url` (through a TCP proxy listening on
+    /// `proxy`, if given) with `max_size` connections and `config`
+    /// batching, and whatever else `tune` sets on the builder (time limits:
+    /// `|b| b.statement_timeout(..).wait_timeout(..)`).
+    fn pool_with(
+        url: &str,
+        proxy: Option<SocketAddr>,
+        config: BatchConfig,
+        max_size: usize,
+        tune: impl FnOnce(PoolBuilder<Self::Db>) -> PoolBuilder<Self::Db>,
+    ) -> Self::Pool;
+
     /// The server address behind `url` (for a proxy in front of it).
     fn upstream(url: &str) -> SocketAddr;
 
@@ -226,6 +241,20 @@ pub trait TestBackend: Send + Sync + 'static {
     /// `pool.get()`: a connection the caller holds until it drops it.
     fn hold(pool: &Self::Pool) -> impl Future<Output = Box<dyn Send>> + Send;
     fn close(pool: &Self::Pool) -> impl Future<Output = ()> + Send;
+    /// `pool.close_timeout(limit)`.
+    fn close_timeout(
+        pool: &Self::Pool,
+        limit: std::time::Duration,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// `pool.is_closed()`.
+    fn is_closed(pool: &Self::Pool) -> bool;
+    /// `pool.begin()`, then `execute(sql, params)` in the transaction, then
+    /// `commit()`: the statement's outcome, or the first error.
+    fn tx_execute_commit(
+        pool: &Self::Pool,
+        sql: &str,
+        params: &[Val],
+    ) -> impl Future<Output = Result<Self::Outcome, Error>> + Send;
     /// `pool.explain(sql)`.
     fn explain(
         pool: &Self::Pool,
@@ -416,8 +445,9 @@ macro_rules! same_outcome_api {
 /// `pg_fresh_db`); the module has its `native_code`.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! same_pool_api {
-    ($is_pg:expr, $admin:ty, $url:ident, $version:ident, $fresh_db:ident) => {
+    ($is_pg:expr, $admin:ty, $db:ty, $url:ident, $version:ident, $fresh_db:ident) => {
         type Pool = Pool;
+        type Db = $db;
         type Outcome = Outcome;
         type Admin = $admin;
         const IS_PG: bool = $is_pg;
@@ -461,6 +491,14 @@ macro_rules! same_pool_api {
 
         async fn close(pool: &Pool) {
             pool.close().await
+        }
+
+        async fn close_timeout(pool: &Pool, limit: std::time::Duration) -> Result<(), Error> {
+            pool.close_timeout(limit).await
+        }
+
+        fn is_closed(pool: &Pool) -> bool {
+            pool.is_closed()
         }
 
         async fn explain(pool: &Pool, sql: &str) -> Result<batchpool::Explain, Error> {
@@ -543,6 +581,7 @@ mod pg {
         same_pool_api!(
             true,
             tokio_postgres::Client,
+            batchpool::postgres::Postgres,
             pg_url,
             pg_version,
             pg_fresh_db
@@ -558,8 +597,35 @@ mod pg {
                 .expect("build pool")
         }
 
+        fn pool_with(
+            url: &str,
+            proxy: Option<SocketAddr>,
+            config: BatchConfig,
+            max_size: usize,
+            tune: impl FnOnce(PoolBuilder<Self::Db>) -> PoolBuilder<Self::Db>,
+        ) -> Pool {
+            let builder = match proxy {
+                Some(proxy) => Pool::from_config(pg_via(url, proxy)),
+                None => Pool::builder(url),
+            };
+            tune(builder.max_size(max_size).batching(config))
+                .build()
+                .expect("build pool")
+        }
+
         fn upstream(url: &str) -> SocketAddr {
             pg_upstream(url)
+        }
+
+        async fn tx_execute_commit(
+            pool: &Pool,
+            sql: &str,
+            params: &[Val],
+        ) -> Result<Outcome, Error> {
+            let mut tx = pool.begin();
+            let out = tx.execute(sql, &pg_params(params)).await?;
+            tx.commit().await?;
+            Ok(out)
         }
 
         async fn execute(pool: &Pool, sql: &str, params: &[Val]) -> Result<Outcome, Error> {
@@ -729,6 +795,7 @@ mod my {
         same_pool_api!(
             false,
             mysql_async::Conn,
+            batchpool::mysql::MySql,
             mysql_url,
             mysql_version,
             mysql_fresh_db
@@ -759,6 +826,33 @@ mod my {
                 .batching(config)
                 .build()
                 .expect("build pool")
+        }
+
+        fn pool_with(
+            url: &str,
+            proxy: Option<SocketAddr>,
+            config: BatchConfig,
+            max_size: usize,
+            tune: impl FnOnce(PoolBuilder<Self::Db>) -> PoolBuilder<Self::Db>,
+        ) -> Pool {
+            let builder = match proxy {
+                Some(proxy) => Pool::from_opts(
+                    my_tcp_opts(url)
+                        .ip_or_hostname(proxy.ip().to_string())
+                        .tcp_port(proxy.port()),
+                ),
+                None => Pool::builder(url),
+            };
+            tune(builder.max_size(max_size).batching(config))
+                .build()
+                .expect("build pool")
+        }
+
+        async fn tx_execute_commit(pool: &Pool, sql: &str, p: &[Val]) -> Result<Outcome, Error> {
+            let mut tx = pool.begin();
+            let out = tx.execute(sql, my_params(p)).await?;
+            tx.commit().await?;
+            Ok(out)
         }
 
         fn upstream(url: &str) -> SocketAddr {

@@ -1,10 +1,12 @@
 //! A loopback TCP proxy the tests control: it forwards bytes between clients
-//! and one upstream server, counts round trips, and can cut every connection
-//! at once (to simulate a connection lost mid-statement).
+//! and one upstream server, counts round trips, can cut every connection at
+//! once (to simulate a connection lost mid-statement), hold the server's
+//! replies, and black-hole connections (a network stall: the connection stays
+//! open, nothing it carries arrives, nothing is closed).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -14,10 +16,40 @@ use tokio::sync::watch;
 pub struct Proxy {
     addr: SocketAddr,
     kill: watch::Sender<u64>,
-    round_trips: Arc<AtomicU64>,
-    client_bytes: Arc<AtomicU64>,
-    hold: Arc<AtomicBool>,
+    shared: Arc<Shared>,
     accept_task: tokio::task::JoinHandle<()>,
+}
+
+/// State shared by the proxy handle and its connection tasks.
+struct Shared {
+    round_trips: AtomicU64,
+    client_bytes: AtomicU64,
+    /// Bytes clients sent into a black hole (swallowed, not forwarded).
+    holed_client_bytes: AtomicU64,
+    /// Connections accepted so far.
+    accepted: AtomicU64,
+    hold: AtomicBool,
+    /// Black hole for every connection, present and future.
+    hole_all: AtomicBool,
+    /// The black-hole flag of each connection (dead ones pruned lazily).
+    holes: Mutex<Vec<Weak<AtomicBool>>>,
+    /// Bumped whenever a black hole opens or closes, to wake the tasks.
+    hole_changed: watch::Sender<u64>,
+}
+
+impl Shared {
+    fn set_holes(&self, on: bool) {
+        let mut holes = self.holes.lock().unwrap();
+        holes.retain(|h| match h.upgrade() {
+            Some(h) => {
+                h.store(on, Ordering::SeqCst);
+                true
+            }
+            None => false,
+        });
+        drop(holes);
+        self.hole_changed.send_modify(|n| *n += 1);
+    }
 }
 
 impl Proxy {
@@ -26,11 +58,18 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let (kill, _) = watch::channel(0u64);
-        let round_trips = Arc::new(AtomicU64::new(0));
-        let client_bytes = Arc::new(AtomicU64::new(0));
-        let hold = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared {
+            round_trips: AtomicU64::new(0),
+            client_bytes: AtomicU64::new(0),
+            holed_client_bytes: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            hold: AtomicBool::new(false),
+            hole_all: AtomicBool::new(false),
+            holes: Mutex::new(Vec::new()),
+            hole_changed: watch::channel(0u64).0,
+        });
         let kill_tx = kill.clone();
-        let (rt, cb, h) = (round_trips.clone(), client_bytes.clone(), hold.clone());
+        let sh = shared.clone();
         let accept_task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
@@ -41,22 +80,16 @@ impl Proxy {
                 };
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
-                tokio::spawn(pipe(
-                    client,
-                    server,
-                    kill_tx.subscribe(),
-                    rt.clone(),
-                    cb.clone(),
-                    h.clone(),
-                ));
+                let hole = Arc::new(AtomicBool::new(false));
+                sh.holes.lock().unwrap().push(Arc::downgrade(&hole));
+                sh.accepted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(pipe(client, server, kill_tx.subscribe(), sh.clone(), hole));
             }
         });
         Proxy {
             addr,
             kill,
-            round_trips,
-            client_bytes,
-            hold,
+            shared,
             accept_task,
         }
     }
@@ -74,18 +107,49 @@ impl Proxy {
     /// While held, bytes from the server are not forwarded to clients (the
     /// server's replies are "in flight").
     pub fn hold_replies(&self, on: bool) {
-        self.hold.store(on, Ordering::SeqCst);
+        self.shared.hold.store(on, Ordering::SeqCst);
+    }
+
+    /// Black-holes every connection open through the proxy right now: they
+    /// stay open, but from now on nothing is forwarded either way (bytes
+    /// are read and kept, nothing is closed), as in a network stall.
+    /// Connections made afterwards pass normally. Ended by
+    /// [`Proxy::black_hole`]`(false)` (the kept bytes are then delivered),
+    /// [`Proxy::kill_all`], or the client closing its end.
+    pub fn black_hole_existing(&self) {
+        self.shared.set_holes(true);
+    }
+
+    /// `true`: black-holes every connection, open now or made later.
+    /// `false`: ends every black hole (also those of
+    /// [`Proxy::black_hole_existing`]); the bytes kept meanwhile are
+    /// delivered.
+    pub fn black_hole(&self, on: bool) {
+        self.shared.hole_all.store(on, Ordering::SeqCst);
+        self.shared.set_holes(on);
     }
 
     /// Round trips seen so far: times the server answered after the client
     /// had sent something since the previous answer.
     pub fn round_trips(&self) -> u64 {
-        self.round_trips.load(Ordering::SeqCst)
+        self.shared.round_trips.load(Ordering::SeqCst)
     }
 
-    /// Bytes sent by clients so far.
+    /// Bytes sent by clients so far (black-holed ones included).
     pub fn client_bytes(&self) -> u64 {
-        self.client_bytes.load(Ordering::SeqCst)
+        self.shared.client_bytes.load(Ordering::SeqCst)
+    }
+
+    /// Bytes clients sent into a black hole so far (never forwarded while
+    /// the hole lasts): nonzero once a client wrote to a stalled
+    /// connection.
+    pub fn holed_client_bytes(&self) -> u64 {
+        self.shared.holed_client_bytes.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
     }
 }
 
@@ -100,33 +164,45 @@ async fn pipe(
     mut client: TcpStream,
     mut server: TcpStream,
     mut kill: watch::Receiver<u64>,
-    round_trips: Arc<AtomicU64>,
-    client_bytes: Arc<AtomicU64>,
-    hold: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+    hole: Arc<AtomicBool>,
 ) {
+    let mut hole_changed = shared.hole_changed.subscribe();
+    let holed = || hole.load(Ordering::SeqCst) || shared.hole_all.load(Ordering::SeqCst);
     let mut cbuf = vec![0u8; 64 * 1024];
     let mut sbuf = vec![0u8; 64 * 1024];
     // Whether the client has sent bytes not yet answered.
     let mut awaiting = false;
+    // Client bytes kept in a black hole, not yet forwarded.
+    let mut to_server: Vec<u8> = Vec::new();
+    // Server bytes not yet forwarded (held replies, or a black hole).
     let mut held: Vec<u8> = Vec::new();
     loop {
         tokio::select! {
             // A kill wins over everything else that is ready.
             biased;
             _ = kill.changed() => return,
+            r = hole_changed.changed() => if r.is_err() { return },
             r = client.read(&mut cbuf) => match r {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
-                    client_bytes.fetch_add(n as u64, Ordering::SeqCst);
-                    awaiting = true;
-                    if server.write_all(&cbuf[..n]).await.is_err() { return; }
+                    shared.client_bytes.fetch_add(n as u64, Ordering::SeqCst);
+                    // Read after the bytes arrived: a hole opened before
+                    // this read returned swallows them.
+                    if holed() {
+                        shared.holed_client_bytes.fetch_add(n as u64, Ordering::SeqCst);
+                        to_server.extend_from_slice(&cbuf[..n]);
+                    } else {
+                        awaiting = true;
+                        if server.write_all(&cbuf[..n]).await.is_err() { return; }
+                    }
                 }
             },
             r = server.read(&mut sbuf) => match r {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
                     if awaiting {
-                        round_trips.fetch_add(1, Ordering::SeqCst);
+                        shared.round_trips.fetch_add(1, Ordering::SeqCst);
                         awaiting = false;
                     }
                     held.extend_from_slice(&sbuf[..n]);
@@ -134,7 +210,17 @@ async fn pipe(
             },
             _ = tokio::time::sleep(std::time::Duration::from_millis(5)), if !held.is_empty() => {}
         }
-        if !held.is_empty() && !hold.load(Ordering::SeqCst) {
+        if holed() {
+            continue;
+        }
+        if !to_server.is_empty() {
+            awaiting = true;
+            if server.write_all(&to_server).await.is_err() {
+                return;
+            }
+            to_server.clear();
+        }
+        if !held.is_empty() && !shared.hold.load(Ordering::SeqCst) {
             // Tests cut connections with `kill_all()` and only then release
             // the replies (`hold_replies(false)`, SeqCst): once this task
             // sees the release it also sees the kill, and held replies of
