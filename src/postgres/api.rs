@@ -114,7 +114,10 @@ impl Pool {
 
     /// A pooled connection, for anything batchpool does not wrap
     /// (savepoints, COPY, LISTEN). It is never used for coalesced rows while
-    /// you hold it.
+    /// you hold it. When it comes back, one empty round trip (within
+    /// `recycle_timeout`) reads any answer a query you dropped mid-flight
+    /// left pending before the pool uses it again; a connection that does
+    /// not answer is closed.
     pub async fn get(&self) -> Result<Client, Error> {
         self.lend().await
     }

@@ -287,6 +287,10 @@ impl Driver for Postgres {
     fn is_broken(conn: &Client) -> bool {
         conn.is_closed()
     }
+
+    fn lend(conn: &mut Client) {
+        conn.lent = true;
+    }
 }
 
 fn missing() -> Error {

@@ -60,6 +60,14 @@ impl managed::Manager for Manager {
                 "a statement on this connection was left unanswered",
             ));
         }
+        if client.lent {
+            // Back from `Pool::get`: a query the user dropped mid-flight
+            // may still be unanswered. One empty round trip reads whatever
+            // is pending (within `recycle_timeout`), so no batch waits
+            // behind it.
+            client.client.simple_query("").await?;
+            client.lent = false;
+        }
         Ok(())
     }
 }
@@ -78,6 +86,7 @@ impl Manager {
             batch_statements: Mutex::new(LruCache::new(self.statement_cache)),
             io: io.abort_handle(),
             busy: false,
+            lent: false,
         };
         if let Some(setup) = &self.session_setup {
             wrapper.client.batch_execute(setup).await?;
@@ -96,6 +105,8 @@ pub struct ClientWrapper {
     io: tokio::task::AbortHandle,
     /// A request of batchpool's is unanswered (see [`Wire`]).
     busy: bool,
+    /// Handed out by `Pool::get`: checked with a round trip before reuse.
+    pub(crate) lent: bool,
 }
 
 impl Wire for ClientWrapper {
