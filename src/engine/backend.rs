@@ -127,11 +127,11 @@ pub(crate) async fn answer<T>(
 /// future is dropped midway, the mark stays and the connection is closed.
 macro_rules! exchange {
     ($conns:ty, $limit:expr, $conn:expr, |$c:ident| $call:expr) => {{
-        <$conns as $crate::engine::Connections>::set_busy($conn, true);
+        <$conns as $crate::engine::backend::Connections>::set_busy($conn, true);
         let $c = &mut *$conn;
-        let out = $crate::engine::answer($limit, $call).await;
+        let out = $crate::engine::backend::answer($limit, $call).await;
         if out.is_ok() {
-            <$conns as $crate::engine::Connections>::set_busy($conn, false);
+            <$conns as $crate::engine::backend::Connections>::set_busy($conn, false);
         }
         out
     }};

@@ -25,9 +25,7 @@ use lru::LruCache;
 use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
-pub(crate) use self::backend::{
-    Backend, ChunkError, ChunkResult, Connections, Wire, answer, exchange,
-};
+pub(crate) use self::backend::{Backend, ChunkError, ChunkResult, Connections, Wire, exchange};
 use self::queue::{Pending, ShapeQueue};
 pub(crate) use self::route::Route;
 use self::route::Routes;

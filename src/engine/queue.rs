@@ -9,6 +9,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use super::backend::Backend;
+use super::work::Work;
 use crate::classify::InsertShape;
 use crate::error::Error;
 
@@ -26,8 +27,8 @@ pub(crate) struct Pending<B: Backend> {
     /// (`wait_timeout` from its call's start).
     pub(crate) deadline: Option<Instant>,
     /// The call's guard, until a flusher takes the row (see
-    /// [`Engine::submit`](super::Engine::submit)).
-    pub(crate) _work: super::Work,
+    /// `Engine::submit`).
+    pub(crate) _work: Work,
 }
 
 pub(crate) struct State<B: Backend> {
