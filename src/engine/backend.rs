@@ -41,7 +41,7 @@ pub(crate) enum ChunkError<O> {
 
 /// Where a backend's connections come from: a deadpool pool for the real
 /// backends, written once below.
-pub(crate) trait Connections: Send + Sync + 'static {
+pub(crate) trait Connections: Send + Sync + Sized + 'static {
     /// A pooled connection, returned to the pool when dropped.
     type Conn: Send + 'static;
 
@@ -50,16 +50,68 @@ pub(crate) trait Connections: Send + Sync + 'static {
     fn checkout(
         &self,
         deadline: Option<Instant>,
-    ) -> impl Future<Output = Result<Self::Conn, Error>> + Send;
+    ) -> impl Future<Output = Result<Lease<Self>, Error>> + Send;
 
     /// Takes a connection only if one is free (or can be opened) right now,
     /// without queueing behind other waiters.
-    fn try_checkout(&self) -> impl Future<Output = Option<Self::Conn>> + Send;
+    fn try_checkout(&self) -> impl Future<Output = Option<Lease<Self>>> + Send;
 
     /// Marks a request written to `conn` whose answer has not been read in
     /// full (`true`), or read (`false`). A connection dropped while marked
-    /// never serves anyone again: the pool closes it (see [`Wire`]).
+    /// never serves anyone again (see [`Lease`]).
     fn set_busy(conn: &mut Self::Conn, busy: bool);
+
+    /// Whether `conn` is marked busy.
+    fn is_busy(conn: &Self::Conn) -> bool;
+
+    /// Takes a connection out of the pool for good and closes it.
+    fn discard(conn: Self::Conn);
+}
+
+/// A connection taken from the pool. Dropped while a request on it is
+/// unanswered (its exchange timed out, or the future driving it was
+/// dropped), it is closed at once instead of going back to the pool.
+pub(crate) struct Lease<C: Connections>(Option<C::Conn>);
+
+impl<C: Connections> Lease<C> {
+    pub(crate) fn new(conn: C::Conn) -> Self {
+        Lease(Some(conn))
+    }
+
+    /// The connection, to be handed on (to a user, a transaction guard):
+    /// from here on its owner decides what happens to it.
+    pub(crate) fn into_inner(mut self) -> C::Conn {
+        self.0
+            .take()
+            .expect("a lease holds its connection until dropped")
+    }
+}
+
+impl<C: Connections> std::ops::Deref for Lease<C> {
+    type Target = C::Conn;
+    fn deref(&self) -> &C::Conn {
+        self.0
+            .as_ref()
+            .expect("a lease holds its connection until dropped")
+    }
+}
+
+impl<C: Connections> std::ops::DerefMut for Lease<C> {
+    fn deref_mut(&mut self) -> &mut C::Conn {
+        self.0
+            .as_mut()
+            .expect("a lease holds its connection until dropped")
+    }
+}
+
+impl<C: Connections> Drop for Lease<C> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            if C::is_busy(&conn) {
+                C::discard(conn);
+            }
+        }
+    }
 }
 
 /// A backend's connection as the pool sees it: whether a request is
@@ -81,11 +133,11 @@ where
 {
     type Conn = deadpool::managed::Object<M>;
 
-    async fn checkout(&self, deadline: Option<Instant>) -> Result<Self::Conn, Error> {
+    async fn checkout(&self, deadline: Option<Instant>) -> Result<Lease<Self>, Error> {
         let mut timeouts = self.timeouts();
         timeouts.wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         match self.timeout_get(&timeouts).await {
-            Ok(conn) => Ok(conn),
+            Ok(conn) => Ok(Lease::new(conn)),
             Err(deadpool::managed::PoolError::Timeout(deadpool::managed::TimeoutType::Wait)) => {
                 Err(Error::wait_timeout())
             }
@@ -93,16 +145,28 @@ where
         }
     }
 
-    async fn try_checkout(&self) -> Option<Self::Conn> {
+    async fn try_checkout(&self) -> Option<Lease<Self>> {
         let mut timeouts = self.timeouts();
         timeouts.wait = Some(std::time::Duration::ZERO);
         // Boxed: deadpool's get future (it may open a connection) would
         // otherwise be part of every caller's `execute` future.
-        Box::pin(self.timeout_get(&timeouts)).await.ok()
+        Box::pin(self.timeout_get(&timeouts))
+            .await
+            .ok()
+            .map(Lease::new)
     }
 
     fn set_busy(conn: &mut Self::Conn, busy: bool) {
         Wire::set_busy(&mut **conn, busy);
+    }
+
+    fn is_busy(conn: &Self::Conn) -> bool {
+        Wire::is_busy(&**conn)
+    }
+
+    fn discard(conn: Self::Conn) {
+        // The wrapper, dropped busy, closes its socket at once.
+        drop(deadpool::managed::Object::take(conn));
     }
 }
 

@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::backend::{Conn, exchange};
+use super::backend::{Conn, Lease, exchange};
 use super::queue::{ShapeQueue, Taken, decompose};
 use super::{Backend, ChunkError, Connections, Detached, Engine, Work};
 use crate::error::Error;
@@ -97,7 +97,10 @@ pub(super) async fn flusher<B: Backend>(
 async fn acquire<B: Backend>(
     engine: &Engine<B>,
     q: &ShapeQueue<B>,
-) -> Option<(Option<OwnedSemaphorePermit>, Result<Conn<B>, Error>)> {
+) -> Option<(
+    Option<OwnedSemaphorePermit>,
+    Result<Lease<B::Connections>, Error>,
+)> {
     let get = async {
         let slot = engine.flush_slot().await;
         // Waits in deadpool's queue as long as it takes: the rows' own

@@ -32,6 +32,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::backend::Lease;
 use super::queue::{ShapeQueue, statement_size};
 use super::{Backend, ChunkError, ChunkResult, Connections, Engine, Route};
 use crate::classify::{Dialect, InsertShape};
@@ -305,23 +306,32 @@ impl Backend for Mem {
 impl Connections for Mem {
     type Conn = Conn;
 
-    async fn checkout(&self, _deadline: Option<tokio::time::Instant>) -> Result<Conn, Error> {
+    async fn checkout(&self, _deadline: Option<tokio::time::Instant>) -> Result<Lease<Mem>, Error> {
         let permit = self.conns.clone().acquire_owned().await;
         let permit = permit.map_err(|_| Error::pool_closed())?;
         // Checking a connection out takes a round trip (deadpool recycles
         // it): one more point where the caller may be dropped.
         tokio::task::yield_now().await;
-        Ok(self.conn(permit))
+        Ok(Lease::new(self.conn(permit)))
     }
 
-    async fn try_checkout(&self) -> Option<Conn> {
+    async fn try_checkout(&self) -> Option<Lease<Mem>> {
         let permit = self.conns.clone().try_acquire_owned().ok()?;
         tokio::task::yield_now().await;
-        Some(self.conn(permit))
+        Some(Lease::new(self.conn(permit)))
     }
 
     fn set_busy(conn: &mut Conn, busy: bool) {
         conn.busy = busy;
+    }
+
+    fn is_busy(conn: &Conn) -> bool {
+        conn.busy
+    }
+
+    fn discard(conn: Conn) {
+        // Closed: counted by its drop (still marked busy).
+        drop(conn);
     }
 }
 

@@ -145,7 +145,7 @@ impl<B: Backend> Pool<B> {
         let deadline = self.engine.wait_deadline();
         let mut conn = self.engine.backend.connections().checkout(deadline).await?;
         B::lend(&mut conn);
-        Ok(conn)
+        Ok(conn.into_inner())
     }
 
     /// `execute`: coalesced when batchable, else run on its own. `reserved`

@@ -118,7 +118,7 @@ impl<B: Backend> Transaction<B> {
         if conn.is_none() {
             let deadline = pool.engine.wait_deadline();
             let c = pool.engine.backend.connections().checkout(deadline).await?;
-            *conn = Some(TxConn::new(c, &pool.engine));
+            *conn = Some(TxConn::new(c.into_inner(), &pool.engine));
         }
         conn.as_mut()
             .ok_or_else(|| Error::internal("transaction connection missing"))
@@ -326,7 +326,7 @@ pub(super) async fn atomic<B: Backend>(
         .checkout(engine.wait_deadline())
         .await
         .map_err(AtomicError::group)?;
-    let mut guard = TxConn::<B>::new(conn, engine);
+    let mut guard = TxConn::<B>::new(conn.into_inner(), engine);
     let limit = guard.limit;
     let c = TxConn::<B>::conn(&mut guard.conn).map_err(AtomicError::group)?;
 
