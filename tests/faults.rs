@@ -31,6 +31,7 @@ both! {
         close_timeout_reports_work_still_running,
         stats_are_exact_under_cancellation,
         calls_after_close_fail_at_once,
+        sessions_killed_under_a_cancellation_storm_lose_nothing,
     ],
 }
 
@@ -766,4 +767,151 @@ async fn all_refused<B: TestBackend>(pool: &B::Pool, insert: &str, when: &str) {
             }
         }
     }
+}
+
+/// 10,000 callers, half of them dropped at a random point, while the
+/// server ends a random session of the pool every 10–200 ms. Every caller
+/// ends in bounded time; an acknowledged row is in the table, a row with a
+/// definite error is not, nothing appears that no caller sent, nothing is
+/// written after `close()` returned, and the counters agree with the table
+/// (exactly, where no outcome is unknown).
+async fn sessions_killed_under_a_cancellation_storm_lose_nothing<B: TestBackend>() {
+    const CALLERS: i32 = 10_000;
+    let (url, _) = fresh::<B>(&["CREATE TABLE ks (k INT PRIMARY KEY, v INT NOT NULL)"]).await;
+    let pool = B::pool_with(&url, None, BatchConfig::default(), 4, |b| {
+        b.statement_timeout(Duration::from_secs(5))
+            .wait_timeout(Duration::from_secs(5))
+    });
+    let insert = B::sql("INSERT INTO ks (k, v) VALUES (?, ?)");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let (url, stop) = (url.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut admin = B::admin(&url).await;
+            let me = B::pick("SELECT pg_backend_pid()::text", "SELECT CONNECTION_ID()");
+            let db = B::pick("SELECT current_database()", "SELECT DATABASE()");
+            let one = |rows: Vec<Vec<Option<String>>>| rows[0][0].clone().expect("a value");
+            let me = one(B::admin_rows(&mut admin, me).await.expect("own id"));
+            let db = one(B::admin_rows(&mut admin, db).await.expect("database"));
+            let others = B::pick(
+                format!(
+                    "SELECT pid::text FROM pg_stat_activity WHERE datname = '{db}' AND pid <> {me}"
+                ),
+                format!(
+                    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = '{db}' AND ID <> {me}"
+                ),
+            );
+            let mut kills = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let pause = rand::rng().random_range(10..200);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                let Ok(rows) = B::admin_rows(&mut admin, &others).await else {
+                    continue;
+                };
+                if rows.is_empty() {
+                    continue;
+                }
+                let pick = rand::rng().random_range(0..rows.len());
+                if let Some(Ok(id)) = rows[pick][0].as_deref().map(str::parse) {
+                    B::kill_session(&mut admin, id).await;
+                    kills += 1;
+                }
+            }
+            kills
+        })
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in 0..CALLERS {
+        let (pool, sql) = (pool.clone(), insert.clone());
+        let cancel = rand::rng()
+            .random_bool(0.5)
+            .then(|| Duration::from_micros(rand::rng().random_range(0..5000)));
+        tasks.spawn(async move {
+            let start = Instant::now();
+            let params = vals![k, k];
+            let call = B::execute(&pool, &sql, &params);
+            let r = match cancel {
+                Some(after) => tokio::time::timeout(after, call).await.ok(),
+                None => Some(call.await),
+            };
+            (k, r.map(|r| r.map(|o| o.rows_affected())), start.elapsed())
+        });
+        if k % 500 == 499 {
+            // Bursts, so the killer has sessions to pick from throughout.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let (mut acked, mut dropped, mut unknown, mut definite) = (
+        HashSet::new(),
+        HashSet::new(),
+        HashSet::new(),
+        HashSet::new(),
+    );
+    let mut slowest = Duration::ZERO;
+    while let Some(joined) = tasks.join_next().await {
+        let (k, r, elapsed) = joined.expect("no panic");
+        slowest = slowest.max(elapsed);
+        match r {
+            None => dropped.insert(k),
+            Some(Ok(1)) => acked.insert(k),
+            Some(Ok(n)) => panic!("row {k}: count {n}"),
+            Some(Err(e)) if e.is_outcome_unknown() => unknown.insert(k),
+            Some(Err(e)) => {
+                assert!(
+                    e.is_retryable() || e.is_closed() || e.is_timeout(),
+                    "row {k}: {e}"
+                );
+                definite.insert(k)
+            }
+        };
+    }
+    stop.store(true, Ordering::SeqCst);
+    let kills = killer.await.expect("killer");
+    B::close(&pool).await;
+    let mut admin = B::admin(&url).await;
+    let present = keys::<B>(&mut admin, "ks").await;
+    let stats = B::stats(&pool);
+    eprintln!(
+        "{}: {kills} sessions killed; {} acked, {} dropped, {} unknown, {} failed, {} in the \
+         table; slowest call {slowest:?}; {stats:?}",
+        B::NAME,
+        acked.len(),
+        dropped.len(),
+        unknown.len(),
+        definite.len(),
+        present.len()
+    );
+    assert!(kills > 0, "no session was killed");
+    assert!(
+        slowest < Duration::from_secs(30),
+        "slowest call {slowest:?}"
+    );
+    assert!(acked.is_subset(&present), "an acknowledged row is missing");
+    assert!(
+        present.is_disjoint(&definite),
+        "a row with a definite error was written"
+    );
+    let sent: HashSet<i32> = acked
+        .iter()
+        .chain(&dropped)
+        .chain(&unknown)
+        .copied()
+        .collect();
+    assert!(present.is_subset(&sent), "a row nobody sent was written");
+    assert_eq!((stats.queued, stats.in_flight), (0, 0), "{stats:?}");
+    // Sent rows that did not fail are in the table; of those that failed,
+    // only outcome-unknown ones may be (`rows_failed` also counts the rows
+    // that failed unsent).
+    let written = stats.rows - (stats.rows_failed - stats.rows_unsent);
+    assert!(
+        present.len() as u64 >= written && present.len() as u64 <= written + unknown.len() as u64,
+        "table {} vs counters {stats:?}",
+        present.len()
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        keys::<B>(&mut admin, "ks").await.len(),
+        present.len(),
+        "a row was written after close() returned"
+    );
 }
