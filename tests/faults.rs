@@ -32,6 +32,7 @@ both! {
         stats_are_exact_under_cancellation,
         calls_after_close_fail_at_once,
         sessions_killed_under_a_cancellation_storm_lose_nothing,
+        a_connection_given_up_on_leaves_the_pool_at_once,
     ],
 }
 
@@ -223,6 +224,12 @@ async fn black_holed_statement_is_bounded_by_the_deadline<B: TestBackend>() {
         acked.len(),
         definite.len()
     );
+    // A connection given up on is closed at once, not kept for a later
+    // checkout to find broken.
+    wait_for("the stalled connections to be closed", || {
+        proxy.stalled_open() == 0
+    })
+    .await;
     eprintln!(
         "{}: {} acked, {unknown} timed out, {} failed; slowest call {max_elapsed:?}",
         B::NAME,
@@ -914,4 +921,36 @@ async fn sessions_killed_under_a_cancellation_storm_lose_nothing<B: TestBackend>
         present.len(),
         "a row was written after close() returned"
     );
+}
+
+/// A statement past its deadline: by the time its caller hears, the
+/// connection is out of the pool and its socket closed — not left idle for
+/// a later checkout to find broken (nothing else runs on the pool here).
+async fn a_connection_given_up_on_leaves_the_pool_at_once<B: TestBackend>() {
+    let (url, _admin) = fresh::<B>(&["CREATE TABLE g (k INT PRIMARY KEY, v INT NOT NULL)"]).await;
+    let proxy = Proxy::start(B::upstream(&url)).await;
+    let pool = B::pool_with(&url, Some(proxy.addr()), BatchConfig::default(), 1, |b| {
+        b.statement_timeout(Duration::from_secs(1))
+    });
+    let insert = B::sql("INSERT INTO g (k, v) VALUES (?, ?)");
+    assert_coalesced::<B>(&pool, &insert).await;
+    B::execute(&pool, &insert, &vals![1, 1]).await.unwrap();
+    all_returned::<B>(&pool).await;
+    assert_eq!(B::size_available(&pool), (1, 1), "one idle connection");
+
+    proxy.black_hole_existing();
+    let e = B::execute(&pool, &insert, &vals![2, 2]).await.unwrap_err();
+    assert!(e.is_outcome_unknown() && e.is_timeout(), "{e}");
+    assert_eq!(
+        B::size_available(&pool).0,
+        0,
+        "the connection is out of the pool when its caller hears"
+    );
+    wait_for("the stalled connection to be closed", || {
+        proxy.stalled_open() == 0
+    })
+    .await;
+    // And the pool serves again, on a new connection.
+    B::execute(&pool, &insert, &vals![3, 3]).await.unwrap();
+    B::close(&pool).await;
 }

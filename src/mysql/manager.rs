@@ -191,7 +191,18 @@ impl managed::Manager for Manager {
         wrapper: &mut ConnWrapper,
         metrics: &Metrics,
     ) -> RecycleResult<mysql_async::Error> {
-        Box::pin(self.check(wrapper, metrics)).await
+        if wrapper.busy {
+            return Err(RecycleError::message(
+                "a statement on this connection was left unanswered",
+            ));
+        }
+        // The check talks to the server: if it does not finish within
+        // `recycle_timeout`, deadpool drops the connection still marked,
+        // and it is closed at once.
+        wrapper.busy = true;
+        let checked = Box::pin(self.check(wrapper, metrics)).await;
+        wrapper.busy = false;
+        checked
     }
 }
 
@@ -204,11 +215,6 @@ impl Manager {
     ) -> RecycleResult<mysql_async::Error> {
         if wrapper.broken || wrapper.is_disconnected() {
             return Err(RecycleError::message("connection lost"));
-        }
-        if wrapper.busy {
-            return Err(RecycleError::message(
-                "a statement on this connection was left unanswered",
-            ));
         }
         if wrapper.lent {
             // Back from `Pool::get`: the user may have changed session

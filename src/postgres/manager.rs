@@ -65,7 +65,11 @@ impl managed::Manager for Manager {
             // may still be unanswered. One empty round trip reads whatever
             // is pending (within `recycle_timeout`), so no batch waits
             // behind it.
+            // Marked busy meanwhile: past `recycle_timeout` deadpool drops
+            // it, and a busy connection is closed at once.
+            client.busy = true;
             client.client.simple_query("").await?;
+            client.busy = false;
             client.lent = false;
         }
         Ok(())

@@ -35,6 +35,9 @@ struct Shared {
     holes: Mutex<Vec<Weak<AtomicBool>>>,
     /// Bumped whenever a black hole opens or closes, to wake the tasks.
     hole_changed: watch::Sender<u64>,
+    /// One marker per connection that has swallowed client bytes in a
+    /// black hole, alive while that connection is open.
+    stalled: Mutex<Vec<Weak<()>>>,
 }
 
 impl Shared {
@@ -66,6 +69,7 @@ impl Proxy {
             hold: AtomicBool::new(false),
             hole_all: AtomicBool::new(false),
             holes: Mutex::new(Vec::new()),
+            stalled: Mutex::new(Vec::new()),
             hole_changed: watch::channel(0u64).0,
         });
         let kill_tx = kill.clone();
@@ -140,6 +144,13 @@ impl Proxy {
         self.shared.client_bytes.load(Ordering::SeqCst)
     }
 
+    /// Connections still open that had a request swallowed by a black hole
+    /// (a client that gives up on one closes it).
+    pub fn stalled_open(&self) -> usize {
+        let stalled = self.shared.stalled.lock().unwrap();
+        stalled.iter().filter(|m| m.strong_count() > 0).count()
+    }
+
     /// Bytes clients sent into a black hole so far (never forwarded while
     /// the hole lasts): nonzero once a client wrote to a stalled
     /// connection.
@@ -168,6 +179,8 @@ async fn pipe(
     hole: Arc<AtomicBool>,
 ) {
     let mut hole_changed = shared.hole_changed.subscribe();
+    // Alive (and registered) once this connection swallowed bytes in a hole.
+    let mut stalled: Option<Arc<()>> = None;
     let holed = || hole.load(Ordering::SeqCst) || shared.hole_all.load(Ordering::SeqCst);
     let mut cbuf = vec![0u8; 64 * 1024];
     let mut sbuf = vec![0u8; 64 * 1024];
@@ -191,6 +204,11 @@ async fn pipe(
                     // this read returned swallows them.
                     if holed() {
                         shared.holed_client_bytes.fetch_add(n as u64, Ordering::SeqCst);
+                        if stalled.is_none() {
+                            let marker = Arc::new(());
+                            shared.stalled.lock().unwrap().push(Arc::downgrade(&marker));
+                            stalled = Some(marker);
+                        }
                         to_server.extend_from_slice(&cbuf[..n]);
                     } else {
                         awaiting = true;
