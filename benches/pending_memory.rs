@@ -252,6 +252,38 @@ async fn pend<T>(
     Ok((per_caller, allocs, task_bytes, rss, handles))
 }
 
+/// What both backends measure alike: with every connection `held`, `n`
+/// callers spawned by `spawn` queue their rows ([`pend`]); then the
+/// connections are released and every caller must write its one row.
+#[allow(clippy::too_many_arguments)]
+async fn measure<H>(
+    backend: &'static str,
+    params_bytes: usize,
+    n: usize,
+    held: H,
+    sizes: &FutureSizes,
+    stats: impl Fn() -> Stats,
+    spawn: impl FnMut(usize) -> JoinHandle<Result<u64, batchpool::Error>>,
+) -> Res<Measured> {
+    let (per_caller, allocs_per_caller, task_bytes, rss_per_caller, handles) =
+        pend(n, stats, spawn).await?;
+    let peak_rss_kb = status_kb("VmHWM");
+    drop(held);
+    finish(handles).await?;
+    Ok(Measured {
+        backend,
+        callers: n,
+        per_caller,
+        allocs_per_caller,
+        task_bytes,
+        execute_future: sizes.sizes[0].1,
+        task_future: sizes.sizes[1].1,
+        params_bytes,
+        rss_per_caller,
+        peak_rss_kb,
+    })
+}
+
 /// Waits for every caller; each must have written its one row.
 async fn finish(handles: Vec<JoinHandle<Result<u64, batchpool::Error>>>) -> Res<()> {
     let n = handles.len();
@@ -357,17 +389,16 @@ mod pg {
             pool.get().await.map_err(text)?,
         ];
         let sizes = future_sizes(&pool);
-        let execute_future = sizes.sizes[0].1;
-        let task_future = sizes.sizes[1].1;
-        let (per_caller, allocs, task_bytes, rss, handles) = pend(
+        let m = measure(
+            "PostgreSQL",
+            4 + VALUE_LEN,
             n,
+            held,
+            &sizes,
             || pool.stats(),
             |i| tokio::spawn(caller(pool.clone(), i)),
         )
         .await?;
-        let peak_rss_kb = status_kb("VmHWM");
-        drop(held);
-        finish(handles).await?;
         let count: i64 = pool
             .query_one("SELECT count(*) FROM pm", &[])
             .await
@@ -376,18 +407,6 @@ mod pg {
         check_count("pm", count, n)?;
         pool.execute("DROP TABLE pm", &[]).await.map_err(text)?;
         pool.close().await;
-        let m = Measured {
-            backend: "PostgreSQL",
-            callers: n,
-            per_caller,
-            allocs_per_caller: allocs,
-            task_bytes,
-            task_future,
-            execute_future,
-            params_bytes: 4 + VALUE_LEN,
-            rss_per_caller: rss,
-            peak_rss_kb,
-        };
         Ok((m, sizes))
     }
 }
@@ -467,17 +486,16 @@ mod my {
             pool.get().await.map_err(text)?,
         ];
         let sizes = future_sizes(&pool);
-        let execute_future = sizes.sizes[0].1;
-        let task_future = sizes.sizes[1].1;
-        let (per_caller, allocs, task_bytes, rss, handles) = pend(
+        let m = measure(
+            "MariaDB",
+            8 + 1 + VALUE_LEN,
             n,
+            held,
+            &sizes,
             || pool.stats(),
             |i| tokio::spawn(caller(pool.clone(), i)),
         )
         .await?;
-        let peak_rss_kb = status_kb("VmHWM");
-        drop(held);
-        finish(handles).await?;
         let rows = pool
             .query("SELECT COUNT(*) FROM pm", ())
             .await
@@ -489,18 +507,6 @@ mod my {
         check_count("pm", count, n)?;
         pool.execute("DROP TABLE pm", ()).await.map_err(text)?;
         pool.close().await;
-        let m = Measured {
-            backend: "MariaDB",
-            callers: n,
-            per_caller,
-            allocs_per_caller: allocs,
-            task_bytes,
-            task_future,
-            execute_future,
-            params_bytes: 8 + 1 + VALUE_LEN,
-            rss_per_caller: rss,
-            peak_rss_kb,
-        };
         Ok((m, sizes))
     }
 }
