@@ -1,6 +1,7 @@
 //! Coalescing, per-row outcomes and error isolation against a real
 //! PostgreSQL and a real MariaDB: every test runs as `pg::name` and
-//! `mysql::name`. What only one backend has (ON CONFLICT, ON DUPLICATE KEY
+//! `mysql::name`, and behind PgBouncer in transaction mode as
+//! `pgbouncer::name`. What only one backend has (ON CONFLICT, ON DUPLICATE KEY
 //! UPDATE, auto-increment ids, its own SQL dialect) is in `pg_coalesce.rs`
 //! and `mysql_coalesce.rs`.
 
@@ -10,10 +11,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use batchpool::BatchConfig;
-use common::backend::{DbError, TestBackend, TestOutcome, Val, both, count, max_stat, vals};
+use common::backend::{DbError, TestBackend, TestOutcome, Val, count, max_stat, three, vals};
 use tokio::sync::Barrier;
 
-both! {
+three! {
     (flavor = "multi_thread", worker_threads = 4) => [
         two_hundred_concurrent_callers_are_coalesced,
         returning_gives_each_caller_its_own_row,

@@ -1,5 +1,7 @@
 //! The axum and actix-web example services on a loopback port against a
-//! real PostgreSQL, driven by a real HTTP client (reqwest).
+//! real PostgreSQL, driven by a real HTTP client (reqwest). Every test runs
+//! as `pg::name` and, behind PgBouncer in transaction mode, as
+//! `pgbouncer::name`.
 
 mod common;
 
@@ -12,8 +14,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use batchpool::BatchConfig;
 use batchpool::postgres::Pool;
-use common::backend::{Patience, pg_upstream, pg_via, wait_for};
+use common::backend::{Patience, TestBackend, pg_and_bouncer, wait_for};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
@@ -37,8 +40,19 @@ struct Event {
     data: String,
 }
 
-async fn pool(max_size: usize) -> Pool {
-    let url = common::pg_fresh_db().await;
+pg_and_bouncer! {
+    (flavor = "multi_thread", worker_threads = 4) => [
+        axum_service_two_thousand_concurrent_posts,
+    ],
+    (flavor = "multi_thread", worker_threads = 2) => [
+        actix_service_concurrent_posts,
+        axum_service_maps_overload_to_503,
+        axum_service_maps_outcome_unknown_to_500,
+    ],
+}
+
+async fn pool<B: TestBackend<Pool = Pool>>(max_size: usize) -> Pool {
+    let url = B::fresh_db().await;
     let pool = Pool::builder(&url)
         .max_size(max_size)
         .build()
@@ -182,17 +196,15 @@ fn base(addr: SocketAddr) -> String {
     format!("http://{addr}")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn axum_service_two_thousand_concurrent_posts() {
-    let pool = pool(4).await;
+async fn axum_service_two_thousand_concurrent_posts<B: TestBackend<Pool = Pool>>() {
+    let pool = pool::<B>(4).await;
     let (base, server) = serve_axum(pool.clone()).await;
     exercise("axum", &base, &pool, 2000, 200).await;
     server.abort();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn actix_service_concurrent_posts() {
-    let pool = pool(2).await;
+async fn actix_service_concurrent_posts<B: TestBackend<Pool = Pool>>() {
+    let pool = pool::<B>(2).await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     // actix-web runs on its own system (one current-thread runtime per
@@ -242,18 +254,12 @@ async fn post(base: &str, key: &str) -> (u16, serde_json::Value) {
     (status, resp.json().await.expect("JSON body"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn axum_service_maps_overload_to_503() {
-    let url = common::pg_fresh_db().await;
-    let pool = Pool::builder(&url)
-        .max_size(1)
-        .batching(
-            batchpool::BatchConfig::default()
-                .queue_capacity(1)
-                .queue_full(batchpool::QueueFull::Reject),
-        )
-        .build()
-        .unwrap();
+async fn axum_service_maps_overload_to_503<B: TestBackend<Pool = Pool>>() {
+    let url = B::fresh_db().await;
+    let config = BatchConfig::default()
+        .queue_capacity(1)
+        .queue_full(batchpool::QueueFull::Reject);
+    let pool = B::pool(&url, config, 1);
     pool.execute(axum_service::SCHEMA, &[]).await.unwrap();
     let (base, server) = serve_axum(pool.clone()).await;
     assert_eq!(post(&base, "warm").await.0, 201); // prepares the INSERT
@@ -274,14 +280,10 @@ async fn axum_service_maps_overload_to_503() {
     server.abort();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn axum_service_maps_outcome_unknown_to_500() {
-    let url = common::pg_fresh_db().await;
-    let proxy = common::proxy::Proxy::start(pg_upstream(&url)).await;
-    let pool = Pool::from_config(pg_via(&url, proxy.addr()))
-        .max_size(1)
-        .build()
-        .unwrap();
+async fn axum_service_maps_outcome_unknown_to_500<B: TestBackend<Pool = Pool>>() {
+    let url = B::fresh_db().await;
+    let proxy = common::proxy::Proxy::start(B::upstream(&url)).await;
+    let pool = B::pool_via(&url, proxy.addr(), BatchConfig::default(), 1);
     pool.execute(axum_service::SCHEMA, &[]).await.unwrap();
     let (base, server) = serve_axum(pool.clone()).await;
     assert_eq!(post(&base, "warm").await.0, 201);
@@ -294,7 +296,7 @@ async fn axum_service_maps_outcome_unknown_to_500() {
         let base = base.clone();
         async move { post(&base, "in-doubt").await }
     });
-    let direct = Pool::builder(&url).max_size(1).build().unwrap();
+    let direct = B::pool(&url, BatchConfig::default(), 1);
     let patience = Patience::new("the INSERT to commit");
     loop {
         let rows = direct

@@ -1,5 +1,6 @@
 //! Cancellation, backpressure and shutdown against a real PostgreSQL and a
-//! real MariaDB: every test runs as `pg::name` and `mysql::name`.
+//! real MariaDB: every test runs as `pg::name` and `mysql::name`, and behind
+//! PgBouncer in transaction mode as `pgbouncer::name`.
 
 mod common;
 
@@ -9,11 +10,11 @@ use std::time::Duration;
 
 use batchpool::{BatchConfig, QueueFull};
 use common::backend::{
-    TestBackend, TestOutcome, all_returned, both, max_stat, settle, vals, wait_for,
+    TestBackend, TestOutcome, all_returned, max_stat, settle, three, vals, wait_for,
 };
 use rand::Rng;
 
-both! {
+three! {
     (flavor = "multi_thread", worker_threads = 4) => [
         cancellation_at_random_points_loses_nothing_acknowledged,
         tiny_queue_bound_still_completes_everything,

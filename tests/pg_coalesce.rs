@@ -1,31 +1,42 @@
 //! PostgreSQL-only coalescing behaviour: `ON CONFLICT`, the dialect's
 //! quoting and casts, its parameter types and limits, and the escape hatch.
-//! What both backends share is in `coalesce.rs`.
+//! What both backends share is in `coalesce.rs`. Every test runs as
+//! `pg::name` and, behind PgBouncer in transaction mode, as
+//! `pgbouncer::name`.
 
 mod common;
 
 use batchpool::BatchConfig;
 use batchpool::postgres::Pool;
-use common::backend::{Pg, TestBackend};
+use common::backend::{TestBackend, pg_and_bouncer};
+
+pg_and_bouncer! {
+    (flavor = "multi_thread", worker_threads = 2) => [
+        duplicate_conflict_keys_in_one_do_update_batch_succeed,
+        on_conflict_do_nothing_reports_exact_per_row_counts,
+        wrong_types_transaction_control_and_too_many_parameters_are_refused,
+        escape_hatch_and_status,
+        table_facts_decide_what_is_coalesced,
+    ],
+}
 
 /// A pool on a fresh database holding the table `ddl` creates.
-async fn table(ddl: &str) -> Pool {
-    let pool = pool().await;
-    Pg::execute(&pool, ddl, &[]).await.unwrap();
+async fn table<B: TestBackend<Pool = Pool>>(ddl: &str) -> Pool {
+    let pool = pool::<B>().await;
+    B::execute(&pool, ddl, &[]).await.unwrap();
     pool
 }
 
-async fn pool() -> Pool {
-    Pg::pool(&Pg::fresh_db().await, BatchConfig::default(), 4)
+async fn pool<B: TestBackend<Pool = Pool>>() -> Pool {
+    B::pool(&B::fresh_db().await, BatchConfig::default(), 4)
 }
 
-async fn count(pool: &Pool, table: &str) -> i64 {
-    common::backend::count::<Pg>(pool, table).await
+async fn count<B: TestBackend<Pool = Pool>>(pool: &Pool, table: &str) -> i64 {
+    common::backend::count::<B>(pool, table).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duplicate_conflict_keys_in_one_do_update_batch_succeed() {
-    let pool = table("CREATE TABLE kv (k int PRIMARY KEY, v text NOT NULL)").await;
+async fn duplicate_conflict_keys_in_one_do_update_batch_succeed<B: TestBackend<Pool = Pool>>() {
+    let pool = table::<B>("CREATE TABLE kv (k int PRIMARY KEY, v text NOT NULL)").await;
     let data: Vec<(i32, String)> = (0..60).map(|i| (i % 20, format!("v{i}"))).collect();
     let rows: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 2]> =
         data.iter().map(|(k, v)| [k as _, v as _]).collect();
@@ -39,7 +50,7 @@ async fn duplicate_conflict_keys_in_one_do_update_batch_succeed() {
     for r in &results {
         assert_eq!(r.as_ref().expect("upsert ok").rows_affected(), 1);
     }
-    assert_eq!(count(&pool, "kv").await, 20);
+    assert_eq!(count::<B>(&pool, "kv").await, 20);
     // Rows are applied in order: the last value of each key wins.
     for k in 0..20i32 {
         let v: String = pool
@@ -51,9 +62,8 @@ async fn duplicate_conflict_keys_in_one_do_update_batch_succeed() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_conflict_do_nothing_reports_exact_per_row_counts() {
-    let pool = table("CREATE TABLE seen (k int PRIMARY KEY, note text)").await;
+async fn on_conflict_do_nothing_reports_exact_per_row_counts<B: TestBackend<Pool = Pool>>() {
+    let pool = table::<B>("CREATE TABLE seen (k int PRIMARY KEY, note text)").await;
     pool.execute("INSERT INTO seen (k, note) VALUES (1, 'old')", &[])
         .await
         .unwrap();
@@ -77,15 +87,16 @@ async fn on_conflict_do_nothing_reports_exact_per_row_counts() {
         .collect();
     assert_eq!(counts, vec![0, 1, 1, 0, 1, 0]);
     assert!(results.iter().all(|r| r.as_ref().unwrap().is_exact()));
-    assert_eq!(count(&pool, "seen").await, 4);
+    assert_eq!(count::<B>(&pool, "seen").await, 4);
     assert!(pool.stats().batches >= 1);
 }
 
 /// PostgreSQL's own refusals; those both backends share are in
 /// `coalesce.rs` (`bad_input_gets_a_clear_error_for_its_caller_only`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wrong_types_transaction_control_and_too_many_parameters_are_refused() {
-    let pool = table("CREATE TABLE p (a int, b text)").await;
+async fn wrong_types_transaction_control_and_too_many_parameters_are_refused<
+    B: TestBackend<Pool = Pool>,
+>() {
+    let pool = table::<B>("CREATE TABLE p (a int, b text)").await;
     let sql = "INSERT INTO p (a, b) VALUES ($1, $2)";
     // Wrong type: a string for an int column.
     let e = pool.execute(sql, &[&"x", &"y"]).await.unwrap_err();
@@ -108,14 +119,19 @@ async fn wrong_types_transaction_control_and_too_many_parameters_are_refused() {
     );
     // Good rows still go through.
     pool.execute(sql, &[&1i32, &"one"]).await.unwrap();
-    assert_eq!(count(&pool, "p").await, 1);
+    assert_eq!(count::<B>(&pool, "p").await, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn escape_hatch_and_status() {
-    let pool = pool().await;
+async fn escape_hatch_and_status<B: TestBackend<Pool = Pool>>() {
+    let pool = pool::<B>().await;
     let client = pool.get().await.unwrap();
-    let row = client.query_one("SELECT 41 + 1", &[]).await.unwrap();
+    // Behind a pooler the raw client is the user's to keep to unnamed
+    // statements (its `query` prepares a named one).
+    let row = if B::BEHIND_POOLER {
+        client.query_typed_one("SELECT 41 + 1", &[]).await.unwrap()
+    } else {
+        client.query_one("SELECT 41 + 1", &[]).await.unwrap()
+    };
     assert_eq!(row.get::<_, i32>(0), 42);
     let status = pool.status();
     assert_eq!(status.max_size, 4);
@@ -131,9 +147,8 @@ async fn escape_hatch_and_status() {
 /// coalesced: one statement per table, `Pool::explain` says why not (the
 /// reason naming the culprit), and a coalesced one really runs as one
 /// multi-row statement.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn table_facts_decide_what_is_coalesced() {
-    let pool = pool().await;
+async fn table_facts_decide_what_is_coalesced<B: TestBackend<Pool = Pool>>() {
+    let pool = pool::<B>().await;
     let setup = "
         CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS
             $$ BEGIN RETURN NEW; END $$;
@@ -243,5 +258,5 @@ async fn table_facts_decide_what_is_coalesced() {
         assert_eq!(call.await.unwrap().unwrap().rows_affected(), 1);
     }
     assert!(pool.stats().rows_per_batch() > 1.0, "{:?}", pool.stats());
-    assert_eq!(count(&pool, "plain").await, 10);
+    assert_eq!(count::<B>(&pool, "plain").await, 10);
 }

@@ -1,33 +1,42 @@
 //! PostgreSQL-only transaction behaviour: statements prepared and pipelined
 //! with `BEGIN`/`COMMIT` in one round trip, tokio-postgres' view of an
 //! aborted `COMMIT`, and cancellation while the replies are in flight.
-//! What both backends share is in `transactions.rs`.
+//! What both backends share is in `transactions.rs`. The tests of the pool
+//! run as `pg::name` and, behind PgBouncer in transaction mode (the proxy
+//! between the pool and PgBouncer), as `pgbouncer::name`.
 
 mod common;
 
-use common::backend::{Pg, TestBackend};
-use common::tx::{Env, Sent, TxBackend, hold_until_sent, pg_connect, three};
+use batchpool::postgres::Pool;
+use common::backend::{Pg, TestOutcome, pg_and_bouncer};
+use common::tx::{Sent, TxBackend, hold_until_sent, pg_connect, three};
 
 const INS: &str = <Pg as TxBackend>::INS;
 const INS_BANG: &str = <Pg as TxBackend>::INS_BANG;
 const TOUCH: &str = <Pg as TxBackend>::TOUCH;
 
-async fn env(max_size: usize) -> Env<Pg> {
-    Pg::env(max_size).await
+pg_and_bouncer! {
+    (flavor = "current_thread") => [
+        group_of_three_is_one_round_trip_and_one_transaction,
+        cancelled_atomic_group_leaves_no_open_transaction,
+        cancelled_transaction_statement_then_drop_rolls_back,
+    ],
 }
+// Not behind PgBouncer: tokio_postgres_reports_commit_of_aborted_transaction_as_ok
+// checks tokio-postgres itself on a direct client (whose `execute` prepares
+// named statements); no batchpool pool is involved.
 
-#[tokio::test]
-async fn group_of_three_is_one_round_trip_and_one_transaction() {
-    let env = env(1).await;
+async fn group_of_three_is_one_round_trip_and_one_transaction<B: TxBackend<Pool = Pool>>() {
+    let env = B::env(1).await;
     // Connection opened (not through `get`, whose return costs a check).
-    Pg::query_i64(&env.pool, "SELECT 1::int8", &[])
+    B::query_i64(&env.pool, "SELECT 1::int8", &[])
         .await
         .unwrap();
 
     // First use of the texts on this connection: one round trip prepares all
     // three, one runs the group.
-    let (ten, twenty) = (three::<Pg>(10, "v10", "v10"), three::<Pg>(20, "v20", "v20"));
-    let (out, trips, log) = env.count(Pg::atomic(&env.pool, &ten)).await;
+    let (ten, twenty) = (three::<B>(10, "v10", "v10"), three::<B>(20, "v20", "v20"));
+    let (out, trips, log) = env.count(B::atomic(&env.pool, &ten)).await;
     let out = out.unwrap();
     assert_eq!(trips, 2, "prepare (once) + the group");
     assert_eq!(
@@ -37,15 +46,15 @@ async fn group_of_three_is_one_round_trip_and_one_transaction() {
     assert_eq!(log, ["BEGIN", INS, INS_BANG, TOUCH, "COMMIT"]);
 
     // Prepared: one round trip.
-    let (out, trips, log) = env.count(Pg::atomic(&env.pool, &twenty)).await;
+    let (out, trips, log) = env.count(B::atomic(&env.pool, &twenty)).await;
     out.unwrap();
     assert_eq!(trips, 1);
     assert_eq!(log, ["BEGIN", INS, INS_BANG, TOUCH, "COMMIT"]);
 
     // One transaction wrote all three rows' versions.
     let sql = "SELECT count(DISTINCT xmin::text) FROM item WHERE k IN (20, 21)";
-    assert_eq!(Pg::query_i64(&env.pool, sql, &[]).await.unwrap(), 1);
-    let v = Pg::query_text(&env.pool, "SELECT v FROM item WHERE k = 20", &[]).await;
+    assert_eq!(B::query_i64(&env.pool, sql, &[]).await.unwrap(), 1);
+    let v = B::query_text(&env.pool, "SELECT v FROM item WHERE k = 20", &[]).await;
     assert_eq!(v.unwrap(), [[Some("v20+".to_string())]]);
     env.pooled_connections_clean().await;
 }
@@ -54,7 +63,7 @@ async fn group_of_three_is_one_round_trip_and_one_transaction() {
 /// of an aborted transaction (command tag `ROLLBACK`) as success.
 #[tokio::test]
 async fn tokio_postgres_reports_commit_of_aborted_transaction_as_ok() {
-    let env = env(1).await;
+    let env = Pg::env(1).await;
     let client = pg_connect(&env.db).await;
     client
         .execute("INSERT INTO item (k, v) VALUES (1, 'a')", &[])
@@ -74,14 +83,13 @@ async fn tokio_postgres_reports_commit_of_aborted_transaction_as_ok() {
     assert_eq!(env.keys().await, vec![1], "yet nothing committed");
 }
 
-#[tokio::test]
-async fn cancelled_atomic_group_leaves_no_open_transaction() {
-    let env = env(1).await;
-    let (zero, ten) = (three::<Pg>(0, "x", "y"), three::<Pg>(10, "x", "y"));
-    Pg::atomic(&env.pool, &zero).await.unwrap(); // prepared
+async fn cancelled_atomic_group_leaves_no_open_transaction<B: TxBackend<Pool = Pool>>() {
+    let env = B::env(1).await;
+    let (zero, ten) = (three::<B>(0, "x", "y"), three::<B>(10, "x", "y"));
+    B::atomic(&env.pool, &zero).await.unwrap(); // prepared
 
     {
-        let fut = Pg::atomic(&env.pool, &ten);
+        let fut = B::atomic(&env.pool, &ten);
         tokio::pin!(fut);
         hold_until_sent(&env.proxy, &mut fut).await;
         // The server runs the whole group meanwhile; only its replies wait.
@@ -115,9 +123,8 @@ async fn cancelled_atomic_group_leaves_no_open_transaction() {
 }
 
 /// The first statement, which carries the `BEGIN`, is cancelled in flight.
-#[tokio::test]
-async fn cancelled_transaction_statement_then_drop_rolls_back() {
-    let env = env(1).await;
+async fn cancelled_transaction_statement_then_drop_rolls_back<B: TxBackend<Pool = Pool>>() {
+    let env = B::env(1).await;
     env.insert(0, "warm").await;
 
     let mut tx = env.pool.begin();

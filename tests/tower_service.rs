@@ -1,10 +1,12 @@
 //! The tower integration against a real PostgreSQL: `PoolService` in a
 //! `ServiceBuilder` stack, readiness as backpressure, and `CoalesceLayer`
-//! over an inner service that runs batches on a pool.
+//! over an inner service that runs batches on a pool. The PostgreSQL tests
+//! run as `pg::name` and, behind PgBouncer in transaction mode, as
+//! `pgbouncer::name`.
 
 mod common;
 
-use common::backend::wait_for;
+use common::backend::{TestBackend, pg_and_bouncer, wait_for};
 
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -25,8 +27,23 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 
 const INSERT: &str = "INSERT INTO events (body) VALUES ($1) RETURNING id";
 
-async fn pool_with(config: BatchConfig, max_size: usize) -> Pool {
-    let url = common::pg_fresh_db().await;
+pg_and_bouncer! {
+    (flavor = "multi_thread", worker_threads = 4) => [
+        service_builder_stack_with_timeout_and_concurrency_limit,
+        coalesce_layer_batches_rows_for_an_inner_service,
+    ],
+    (flavor = "multi_thread", worker_threads = 2) => [
+        timeout_layer_drops_a_queued_row_unsent,
+        readiness_blocks_while_the_queue_is_full,
+        reserved_slot_is_released_when_the_service_is_dropped,
+        fail_fast_pool_rejects_in_call_and_call_without_ready_waits,
+        coalesce_readiness_and_dropped_rows,
+        a_failed_batch_reaches_every_row_as_outcome_unknown,
+    ],
+}
+
+async fn pool_with<B: TestBackend<Pool = Pool>>(config: BatchConfig, max_size: usize) -> Pool {
+    let url = B::fresh_db().await;
     let pool = Pool::builder(&url)
         .max_size(max_size)
         .batching(config)
@@ -87,9 +104,8 @@ async fn ids_to_bodies(pool: &Pool) -> HashMap<i64, String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn service_builder_stack_with_timeout_and_concurrency_limit() {
-    let pool = pool_with(BatchConfig::default(), 2).await;
+async fn service_builder_stack_with_timeout_and_concurrency_limit<B: TestBackend<Pool = Pool>>() {
+    let pool = pool_with::<B>(BatchConfig::default(), 2).await;
     let svc = stack(pool.clone());
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..500 {
@@ -132,12 +148,11 @@ async fn service_builder_stack_with_timeout_and_concurrency_limit() {
     assert_eq!(count(&pool).await, 500);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn timeout_layer_drops_a_queued_row_unsent() {
+async fn timeout_layer_drops_a_queued_row_unsent<B: TestBackend<Pool = Pool>>() {
     // Timed batching with a delay longer than the per-row timeout, and both
     // connections held: the timeout drops the row's future while the row
     // is still queued.
-    let pool = pool_with(BatchConfig::default().max_delay(Duration::from_secs(1)), 2).await;
+    let pool = pool_with::<B>(BatchConfig::default().max_delay(Duration::from_secs(1)), 2).await;
     // Learn the statement (refused for its missing parameter, so nothing
     // is written): the row below queues without a connection.
     assert!(pool.execute(INSERT, &[]).await.unwrap_err().is_params());
@@ -162,11 +177,10 @@ async fn timeout_layer_drops_a_queued_row_unsent() {
     assert_eq!(count(&pool).await, 0, "the timed-out row was never sent");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readiness_blocks_while_the_queue_is_full() {
+async fn readiness_blocks_while_the_queue_is_full<B: TestBackend<Pool = Pool>>() {
     // Two queue slots, one connection. While the connection is held, no
     // flush can take rows, so two queued rows fill the queue.
-    let pool = pool_with(BatchConfig::default().queue_capacity(2), 1).await;
+    let pool = pool_with::<B>(BatchConfig::default().queue_capacity(2), 1).await;
     warm(&pool).await;
     let held = pool.get().await.expect("hold the only connection");
     let svc = PoolService::new(pool.clone());
@@ -204,9 +218,8 @@ async fn readiness_blocks_while_the_queue_is_full() {
     assert_eq!(count(&pool).await, 4);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reserved_slot_is_released_when_the_service_is_dropped() {
-    let pool = pool_with(BatchConfig::default().queue_capacity(1), 1).await;
+async fn reserved_slot_is_released_when_the_service_is_dropped<B: TestBackend<Pool = Pool>>() {
+    let pool = pool_with::<B>(BatchConfig::default().queue_capacity(1), 1).await;
     warm(&pool).await;
     let held = pool.get().await.unwrap();
     let mut a = PoolService::new(pool.clone());
@@ -260,9 +273,8 @@ async fn reserved_slot_is_released_when_the_service_is_dropped() {
     assert_eq!(count(&pool).await, 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fail_fast_pool_rejects_in_call_and_call_without_ready_waits() {
-    let pool = pool_with(
+async fn fail_fast_pool_rejects_in_call_and_call_without_ready_waits<B: TestBackend<Pool = Pool>>() {
+    let pool = pool_with::<B>(
         BatchConfig::default()
             .queue_capacity(1)
             .queue_full(QueueFull::Reject),
@@ -328,9 +340,8 @@ fn recording(sizes: BatchSizes, exec: BatchExecutor<Pool>) -> Recording {
     Recording { sizes, exec }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn coalesce_layer_batches_rows_for_an_inner_service() {
-    let pool = pool_with(BatchConfig::default(), 4).await;
+async fn coalesce_layer_batches_rows_for_an_inner_service<B: TestBackend<Pool = Pool>>() {
+    let pool = pool_with::<B>(BatchConfig::default(), 4).await;
     let sizes = BatchSizes::default();
     let svc = ServiceBuilder::new()
         .timeout(Duration::from_secs(30)) // per row
@@ -392,9 +403,8 @@ async fn coalesce_layer_batches_rows_for_an_inner_service() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn coalesce_readiness_and_dropped_rows() {
-    let pool = pool_with(BatchConfig::default(), 1).await;
+async fn coalesce_readiness_and_dropped_rows<B: TestBackend<Pool = Pool>>() {
+    let pool = pool_with::<B>(BatchConfig::default(), 1).await;
     let held = pool.get().await.unwrap(); // the inner batch cannot run yet
     let sizes = BatchSizes::default();
     let mut svc = ServiceBuilder::new()
@@ -444,9 +454,8 @@ async fn coalesce_readiness_and_dropped_rows() {
     assert_eq!(sizes.0.lock().unwrap().iter().sum::<usize>(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_batch_reaches_every_row_as_outcome_unknown() {
-    let pool = pool_with(BatchConfig::default(), 1).await;
+async fn a_failed_batch_reaches_every_row_as_outcome_unknown<B: TestBackend<Pool = Pool>>() {
+    let pool = pool_with::<B>(BatchConfig::default(), 1).await;
     let held = pool.get().await.unwrap();
     // The per-batch timeout expires while the batch waits for a connection.
     let svc = ServiceBuilder::new()

@@ -1,7 +1,9 @@
 //! `Pool::atomic` and `Pool::begin` against a real PostgreSQL and a real
 //! MariaDB: what reaches the server is counted exactly, on the wire (a proxy
 //! counting round trips) and in the server's statement log (see
-//! `common/tx.rs`). Every test runs as `pg::name` and `mysql::name`; where
+//! `common/tx.rs`). Every test runs as `pg::name` and `mysql::name`, and as
+//! `pgbouncer::name` behind PgBouncer in transaction mode (the proxy between
+//! the pool and PgBouncer, the log the server's); where
 //! the protocols differ (PostgreSQL pipelines `BEGIN` and `COMMIT` with the
 //! statements, MySQL sends each on its own) the expected counts are given
 //! per backend. Tests of one backend only are in `pg_transactions.rs` and
@@ -10,10 +12,10 @@
 mod common;
 
 use batchpool::Error;
-use common::backend::{DbError, TestOutcome, both, count, vals};
+use common::backend::{DbError, TestOutcome, count, three, vals};
 use common::tx::{Sent, TxBackend};
 
-both! {
+three! {
     (flavor = "current_thread") => [
         single_statement_group_is_one_round_trip_without_begin,
         failing_statement_rolls_back_the_whole_group_and_names_it,

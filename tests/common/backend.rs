@@ -1,13 +1,17 @@
 //! One interface over both backends, so that a test body is written once and
-//! runs against PostgreSQL and MariaDB.
+//! runs against PostgreSQL and MariaDB (and PostgreSQL behind PgBouncer).
 //!
 //! A shared test is a generic `async fn name<B: TestBackend>()`; the
 //! [`both!`] macro turns a list of them into `pg::name` and `mysql::name`
-//! tests. [`Pg`] and [`My`] implement [`TestBackend`] with each backend's own
-//! pool (`batchpool::postgres::Pool`, `batchpool::mysql::Pool`) and native
-//! parameter API; shared SQL is written with `?` placeholders, which
-//! [`TestBackend::sql`] numbers (`$1, $2, …`) for PostgreSQL. Each half is
-//! compiled only with its cargo feature (`postgres`, `mysql`).
+//! tests, [`three!`] also into `pgbouncer::name`, [`pg_and_bouncer!`] into
+//! `pg::name` and `pgbouncer::name`. [`Pg`] and [`My`] implement
+//! [`TestBackend`] with each backend's own pool (`batchpool::postgres::Pool`,
+//! `batchpool::mysql::Pool`) and native parameter API; [`Bouncer`] is [`Pg`]
+//! reaching the server through a PgBouncer in transaction mode (its pools in
+//! unnamed statement mode, `statements=unnamed` in their URLs). Shared SQL
+//! is written with `?` placeholders, which [`TestBackend::sql`] numbers
+//! (`$1, $2, …`) for PostgreSQL. Each half is compiled only with its cargo
+//! feature (`postgres`, `mysql`).
 
 // Each test binary uses only some of these.
 #![allow(unused_imports, unused_macros)]
@@ -118,6 +122,10 @@ pub trait TestBackend: Send + Sync + 'static {
     } else {
         "BIGINT AUTO_INCREMENT"
     };
+    /// Whether the pool reaches the server through a pooler (PgBouncer in
+    /// transaction mode): a raw client from `Pool::get` may then only use
+    /// unnamed statements (`query_typed`, `simple_query`).
+    const BEHIND_POOLER: bool = false;
     /// Whether outcomes carry per-row generated ids without `RETURNING`
     /// ([`TestOutcome::insert_id`]): MySQL's `last_insert_id`.
     const INSERT_IDS: bool = !Self::IS_PG;
@@ -399,6 +407,46 @@ macro_rules! both {
 }
 pub(crate) use both;
 
+/// [`both!`], and the same tests once more behind PgBouncer, as
+/// `pgbouncer::name` ([`Bouncer`]; see [`bouncer!`]).
+macro_rules! three {
+    ($($group:tt => [$($name:ident),* $(,)?]),* $(,)?) => {
+        $crate::common::backend::both! { $($group => [$($name),*]),* }
+        $crate::common::backend::bouncer! { $($group => [$($name),*]),* }
+    };
+}
+pub(crate) use three;
+
+/// Runs generic test bodies behind PgBouncer in transaction mode as
+/// `pgbouncer::name` tests ([`Bouncer`]: batchpool in unnamed statement
+/// mode), in the syntax of [`both!`]. A suite whose tests all hold behind a
+/// pooler uses [`three!`]; one with exceptions pairs [`both!`] (or
+/// [`pg_and_bouncer!`]) with a `bouncer!` listing the others, and says why
+/// each one left out cannot hold behind a pooler.
+macro_rules! bouncer {
+    ($($group:tt => [$($name:ident),* $(,)?]),* $(,)?) => {
+        #[cfg(feature = "postgres")]
+        mod pgbouncer {
+            $($crate::common::backend::tests_for!(Bouncer, $group, $($name)*);)*
+        }
+    };
+}
+pub(crate) use bouncer;
+
+/// For the PostgreSQL-only suites: generic bodies (`B` a [`PgVia`]) run as
+/// `pg::name` ([`Pg`]) and `pgbouncer::name` ([`Bouncer`]), in the syntax
+/// of [`both!`].
+macro_rules! pg_and_bouncer {
+    ($($group:tt => [$($name:ident),* $(,)?]),* $(,)?) => {
+        #[cfg(feature = "postgres")]
+        mod pg {
+            $($crate::common::backend::tests_for!(Pg, $group, $($name)*);)*
+        }
+        $crate::common::backend::bouncer! { $($group => [$($name),*]),* }
+    };
+}
+pub(crate) use pg_and_bouncer;
+
 /// One group of [`both!`] for one backend.
 macro_rules! tests_for {
     ($backend:ident, test, $($name:ident)*) => {$(
@@ -440,12 +488,11 @@ macro_rules! same_outcome_api {
     };
 }
 
-/// See [`same_outcome_api`]; the arguments are `IS_PG`, the `Admin` type,
-/// and the backend's harness functions (`pg_url`, `pg_version`,
-/// `pg_fresh_db`); the module has its `native_code`.
+/// See [`same_outcome_api`]; the arguments are `IS_PG`, the `Admin` type
+/// and batchpool's backend type; the module has its `native_code`.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! same_pool_api {
-    ($is_pg:expr, $admin:ty, $db:ty, $url:ident, $version:ident, $fresh_db:ident) => {
+    ($is_pg:expr, $admin:ty, $db:ty) => {
         type Pool = Pool;
         type Db = $db;
         type Outcome = Outcome;
@@ -454,18 +501,6 @@ macro_rules! same_pool_api {
 
         fn native_code(e: &Error) -> Option<String> {
             native_code(e)
-        }
-
-        fn url() -> String {
-            crate::common::$url()
-        }
-
-        async fn version(url: &str) -> String {
-            crate::common::$version(url).await
-        }
-
-        async fn fresh_db() -> String {
-            crate::common::$fresh_db().await
         }
 
         fn pool(url: &str, config: BatchConfig, max_size: usize) -> Pool {
@@ -508,7 +543,7 @@ macro_rules! same_pool_api {
 }
 
 #[cfg(feature = "postgres")]
-pub use pg::{Pg, pg_params, pg_upstream, pg_via};
+pub use pg::{Bouncer, Direct, Pg, PgVia, Pooler, Route, pg_params, pg_upstream, pg_via, pg_via_url};
 
 #[cfg(feature = "postgres")]
 mod pg {
@@ -516,8 +551,91 @@ mod pg {
     use batchpool::postgres::{Outcome, Pool};
     use tokio_postgres::types::ToSql;
 
-    /// PostgreSQL through `batchpool::postgres::Pool`.
-    pub struct Pg;
+    /// PostgreSQL through `batchpool::postgres::Pool`, reaching the server
+    /// the way `R` says: [`Pg`] directly, [`Bouncer`] through PgBouncer.
+    pub struct PgVia<R>(std::marker::PhantomData<R>);
+
+    /// PostgreSQL, connected directly (`pg::name` tests).
+    pub type Pg = PgVia<Direct>;
+
+    /// PostgreSQL through a PgBouncer in transaction mode, with batchpool in
+    /// unnamed statement mode (`pgbouncer::name` tests): the same pool type
+    /// and helpers as [`Pg`]; its databases come from
+    /// [`crate::common::bouncer_fresh_db`], its side connections ([`TestBackend::admin`],
+    /// [`TestBackend::version`]) go to the server directly.
+    pub type Bouncer = PgVia<Pooler>;
+
+    /// How a [`PgVia`] backend reaches the server.
+    pub trait Route: Send + Sync + 'static {
+        /// Through a pooler (PgBouncer, transaction mode).
+        const POOLER: bool;
+        /// The backend's name in messages.
+        const NAME: &'static str;
+        /// See [`TestBackend::url`].
+        fn url() -> String;
+        /// See [`TestBackend::fresh_db`].
+        fn fresh_db() -> impl Future<Output = String> + Send;
+        /// The database of `url` (one of this route's) on the server itself.
+        fn direct(url: &str) -> String;
+        /// A pool builder for the database of `url`, through a TCP proxy
+        /// listening on `proxy` if given.
+        fn builder(url: &str, proxy: Option<SocketAddr>) -> batchpool::postgres::PoolBuilder;
+    }
+
+    /// Straight to the server: [`Pg`].
+    pub struct Direct;
+
+    impl Route for Direct {
+        const POOLER: bool = false;
+        const NAME: &'static str = "PostgreSQL";
+
+        fn url() -> String {
+            crate::common::pg_url()
+        }
+
+        async fn fresh_db() -> String {
+            crate::common::pg_fresh_db().await
+        }
+
+        fn direct(url: &str) -> String {
+            url.to_string()
+        }
+
+        fn builder(url: &str, proxy: Option<SocketAddr>) -> batchpool::postgres::PoolBuilder {
+            match proxy {
+                Some(proxy) => Pool::from_config(pg_via(url, proxy)),
+                None => Pool::builder(url),
+            }
+        }
+    }
+
+    /// Through the harness's PgBouncer, in unnamed statement mode: [`Bouncer`].
+    pub struct Pooler;
+
+    impl Route for Pooler {
+        const POOLER: bool = true;
+        const NAME: &'static str = "PostgreSQL via PgBouncer";
+
+        fn url() -> String {
+            crate::common::bouncer_url_for(&crate::common::pg_url())
+        }
+
+        async fn fresh_db() -> String {
+            crate::common::bouncer_fresh_db().await
+        }
+
+        fn direct(url: &str) -> String {
+            crate::common::direct_url_for(url)
+        }
+
+        /// From a URL string (`statements=` and all), as a user would.
+        fn builder(url: &str, proxy: Option<SocketAddr>) -> batchpool::postgres::PoolBuilder {
+            match proxy {
+                Some(proxy) => Pool::builder(&pg_via_url(url, proxy)),
+                None => Pool::builder(url),
+            }
+        }
+    }
 
     static NULL_TEXT: Option<String> = None;
 
@@ -538,9 +656,18 @@ mod pg {
             .collect()
     }
 
+    /// `url` without batchpool's `statements=` parameter, parsed by
+    /// tokio-postgres (which does not know it).
+    fn parse(url: &str) -> tokio_postgres::Config {
+        crate::common::strip_param(url, "statements")
+            .0
+            .parse()
+            .expect("test url")
+    }
+
     /// The server address behind a PostgreSQL URL (`localhost` as 127.0.0.1).
     pub fn pg_upstream(url: &str) -> SocketAddr {
-        let parsed: tokio_postgres::Config = url.parse().expect("test url");
+        let parsed = parse(url);
         let port = parsed.get_ports().first().copied().unwrap_or(5432);
         let host = match parsed.get_hosts().first() {
             Some(tokio_postgres::config::Host::Tcp(h)) if h != "localhost" => h.clone(),
@@ -549,9 +676,10 @@ mod pg {
         format!("{host}:{port}").parse().expect("upstream address")
     }
 
-    /// A config reaching the database of `url` through `proxy`.
+    /// A config reaching the database of `url` through `proxy` (without
+    /// `url`'s statement mode: see [`pg_via_url`]).
     pub fn pg_via(url: &str, proxy: SocketAddr) -> tokio_postgres::Config {
-        let parsed: tokio_postgres::Config = url.parse().expect("test url");
+        let parsed = parse(url);
         let mut config = tokio_postgres::Config::new();
         config.host(proxy.ip().to_string()).port(proxy.port());
         if let Some(user) = parsed.get_user() {
@@ -561,6 +689,39 @@ mod pg {
             config.dbname(db);
         }
         config
+    }
+
+    /// A URL reaching the database of `url` through `proxy`, with `url`'s
+    /// user, password and statement mode (`statements=`).
+    pub fn pg_via_url(url: &str, proxy: SocketAddr) -> String {
+        let parsed = parse(url);
+        let mode = crate::common::strip_param(url, "statements").1;
+        let user = parsed.get_user().unwrap_or("postgres");
+        let password = match parsed.get_password() {
+            Some(p) => format!(":{}", percent_encode(p)),
+            None => String::new(),
+        };
+        let db = parsed.get_dbname().unwrap_or("postgres");
+        let via = format!(
+            "postgresql://{}{password}@{proxy}/{}",
+            percent_encode(user.as_bytes()),
+            percent_encode(db.as_bytes())
+        );
+        crate::common::with_statements(&via, mode.as_deref())
+    }
+
+    /// Every byte but `[A-Za-z0-9_.-]` as `%XX`.
+    fn percent_encode(bytes: &[u8]) -> String {
+        bytes
+            .iter()
+            .map(|&b| {
+                if b.is_ascii_alphanumeric() || b"_.-".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect()
     }
 
     fn insert_id(_: &Outcome) -> Option<u64> {
@@ -577,20 +738,28 @@ mod pg {
         e.as_db_error().map(|db| db.code().code().to_string())
     }
 
-    impl TestBackend for Pg {
-        same_pool_api!(
-            true,
-            tokio_postgres::Client,
-            batchpool::postgres::Postgres,
-            pg_url,
-            pg_version,
-            pg_fresh_db
-        );
+    impl<R: Route> TestBackend for PgVia<R> {
+        same_pool_api!(true, tokio_postgres::Client, batchpool::postgres::Postgres);
+
+        const NAME: &'static str = R::NAME;
+        const BEHIND_POOLER: bool = R::POOLER;
+
+        fn url() -> String {
+            R::url()
+        }
+
+        async fn version(url: &str) -> String {
+            crate::common::pg_version(&R::direct(url)).await
+        }
+
+        async fn fresh_db() -> String {
+            R::fresh_db().await
+        }
 
         async fn require_consecutive_ids(_: &Pool) {}
 
         fn pool_via(url: &str, proxy: SocketAddr, config: BatchConfig, max_size: usize) -> Pool {
-            Pool::from_config(pg_via(url, proxy))
+            R::builder(url, Some(proxy))
                 .max_size(max_size)
                 .batching(config)
                 .build()
@@ -604,11 +773,7 @@ mod pg {
             max_size: usize,
             tune: impl FnOnce(PoolBuilder<Self::Db>) -> PoolBuilder<Self::Db>,
         ) -> Pool {
-            let builder = match proxy {
-                Some(proxy) => Pool::from_config(pg_via(url, proxy)),
-                None => Pool::builder(url),
-            };
-            tune(builder.max_size(max_size).batching(config))
+            tune(R::builder(url, proxy).max_size(max_size).batching(config))
                 .build()
                 .expect("build pool")
         }
@@ -662,8 +827,10 @@ mod pg {
             Ok(pool.query_one(sql, &pg_params(params)).await?.get(0))
         }
 
+        /// Straight to the server, also for [`Bouncer`].
         async fn admin(url: &str) -> tokio_postgres::Client {
-            let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            let url = R::direct(url);
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
                 .await
                 .expect("admin connection");
             tokio::spawn(async move {
@@ -792,14 +959,19 @@ mod my {
     }
 
     impl TestBackend for My {
-        same_pool_api!(
-            false,
-            mysql_async::Conn,
-            batchpool::mysql::MySql,
-            mysql_url,
-            mysql_version,
-            mysql_fresh_db
-        );
+        same_pool_api!(false, mysql_async::Conn, batchpool::mysql::MySql);
+
+        fn url() -> String {
+            crate::common::mysql_url()
+        }
+
+        async fn version(url: &str) -> String {
+            crate::common::mysql_version(url).await
+        }
+
+        async fn fresh_db() -> String {
+            crate::common::mysql_fresh_db().await
+        }
 
         /// Per-row ids are only claimed with `innodb_autoinc_lock_mode` 0 or
         /// 1 (the MariaDB default, and the throwaway server's); tests that

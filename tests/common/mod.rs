@@ -5,12 +5,17 @@
 //! Tests and benches run against REAL servers:
 //! - `PG_URL` / `MYSQL_URL` set (non-empty): that server is used as is, e.g.
 //!   `PG_URL=postgresql://postgres@127.0.0.1:5432/postgres`,
-//!   `MYSQL_URL=mysql://root@127.0.0.1:3306/test`.
+//!   `MYSQL_URL=mysql://root@127.0.0.1:3306/test`; likewise `PGBOUNCER_URL`
+//!   for a PgBouncer (transaction mode) in front of the PostgreSQL server.
 //! - unset: each test process starts its own throwaway PostgreSQL cluster
 //!   (`initdb` + `pg_ctl`) and/or `mariadbd`, once, on the first call to
 //!   [`pg_url`] / [`mysql_url`], in a temp dir, listening on 127.0.0.1 and a
 //!   free port only, with the unix socket inside that temp dir.
 //!   Missing server binaries are a test failure that says what to install.
+//! - The PostgreSQL tests that also run behind PgBouncer (`pgbouncer::name`)
+//!   start a throwaway PgBouncer in transaction mode in front of that server,
+//!   once per process, on the first call to [`bouncer_url`] (binary
+//!   `pgbouncer`, Debian package `pgbouncer`; missing, a failing test).
 //!
 //! Throwaway servers keep durable settings unless `BATCHPOOL_FAST_SERVER=1`.
 //! When running as root they run as the system users `postgres` / `mysql`.
@@ -26,6 +31,8 @@
 //! batchpool.
 
 pub mod backend;
+#[cfg(feature = "postgres")]
+mod bouncer;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
@@ -37,6 +44,12 @@ mod util;
 #[cfg(feature = "mysql")]
 #[allow(unused_imports)] // each test binary uses only some of these
 pub use mysql::{MysqlServer, mysql_fresh_db, mysql_url, mysql_version};
+#[cfg(feature = "postgres")]
+#[allow(unused_imports)]
+pub use bouncer::{
+    PgBouncer, bouncer_fresh_db, bouncer_url, bouncer_url_for, direct_url_for, strip_param,
+    with_statements,
+};
 #[cfg(feature = "postgres")]
 #[allow(unused_imports)]
 pub use pg::{PgServer, pg_fresh_db, pg_url, pg_version};

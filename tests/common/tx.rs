@@ -253,8 +253,8 @@ where
 #[cfg(feature = "postgres")]
 mod pg {
     use super::*;
-    use crate::common::PgServer;
-    use crate::common::backend::Pg;
+    use crate::common::backend::{PgVia, Route};
+    use crate::common::{PgBouncer, PgServer};
     use batchpool::postgres::{Outcome, Pool, Transaction};
     use std::sync::OnceLock;
     use tokio_postgres::types::ToSql;
@@ -265,6 +265,13 @@ mod pg {
         SERVER.get_or_init(|| {
             PgServer::start(&[("log_statement", "all"), ("log_line_prefix", "%d|%a|")])
         })
+    }
+
+    /// A PgBouncer (transaction mode) in front of [`server`], for the
+    /// [`crate::common::backend::Bouncer`] environments.
+    pub fn bouncer() -> &'static PgBouncer {
+        static BOUNCER: OnceLock<PgBouncer> = OnceLock::new();
+        BOUNCER.get_or_init(|| PgBouncer::start(&server().url()))
     }
 
     /// A direct connection to `db` on this binary's server.
@@ -287,12 +294,15 @@ mod pg {
         crate::common::backend::pg_params(params)
     }
 
-    impl TxBackend for Pg {
+    /// Behind PgBouncer ([`Route::POOLER`]) the pool's connections reach
+    /// the server through the proxy, then [`bouncer`]; the admin connection
+    /// and the log are the server's own either way.
+    impl<R: Route> TxBackend for PgVia<R> {
         type Tx = Transaction;
         type Conn = batchpool::postgres::Client;
 
-        async fn env(max_size: usize) -> Env<Pg> {
-            let db = Env::<Pg>::new_db_name();
+        async fn env(max_size: usize) -> Env<Self> {
+            let db = Env::<Self>::new_db_name();
             let root = connect("postgres").await;
             root.batch_execute(&format!("CREATE DATABASE {db}"))
                 .await
@@ -302,8 +312,18 @@ mod pg {
                 .batch_execute("CREATE TABLE item (k int PRIMARY KEY, v text NOT NULL)")
                 .await
                 .unwrap();
-            let upstream = format!("127.0.0.1:{}", server().port()).parse().unwrap();
             let name = db.clone();
+            if R::POOLER {
+                let upstream = bouncer().addr();
+                return Env::assemble(db, upstream, admin, move |proxy| {
+                    let url = format!(
+                        "postgresql://postgres@{proxy}/{name}?application_name=pool&statements=unnamed"
+                    );
+                    Pool::builder(&url).max_size(max_size).build().unwrap()
+                })
+                .await;
+            }
+            let upstream = format!("127.0.0.1:{}", server().port()).parse().unwrap();
             Env::assemble(db, upstream, admin, move |proxy| {
                 let mut config = tokio_postgres::Config::new();
                 config
@@ -444,7 +464,7 @@ mod pg {
 }
 
 #[cfg(feature = "postgres")]
-pub use pg::{connect as pg_connect, server as pg_server};
+pub use pg::{bouncer as pg_bouncer, connect as pg_connect, server as pg_server};
 
 #[cfg(feature = "mysql")]
 mod my {
