@@ -273,7 +273,9 @@ async fn reserved_slot_is_released_when_the_service_is_dropped<B: TestBackend<Po
     assert_eq!(count(&pool).await, 2);
 }
 
-async fn fail_fast_pool_rejects_in_call_and_call_without_ready_waits<B: TestBackend<Pool = Pool>>() {
+async fn fail_fast_pool_rejects_in_call_and_call_without_ready_waits<
+    B: TestBackend<Pool = Pool>,
+>() {
     let pool = pool_with::<B>(
         BatchConfig::default()
             .queue_capacity(1)

@@ -543,7 +543,9 @@ macro_rules! same_pool_api {
 }
 
 #[cfg(feature = "postgres")]
-pub use pg::{Bouncer, Direct, Pg, PgVia, Pooler, Route, pg_params, pg_upstream, pg_via, pg_via_url};
+pub use pg::{
+    Bouncer, Direct, Pg, PgVia, Pooler, Route, pg_params, pg_upstream, pg_via, pg_via_url,
+};
 
 #[cfg(feature = "postgres")]
 mod pg {

@@ -23,7 +23,8 @@
 //! - `[databases] * = host=... port=...`: every database of the server;
 //! - `auth_type = trust`, the server's user (and its password, if its URL
 //!   has one, which PgBouncer then uses to log in to the server) in the auth
-//!   file.
+//!   file; that user may also use the admin console (database `pgbouncer`,
+//!   `SHOW POOLS`, simple protocol only).
 //!
 //! The binary is `pgbouncer` on PATH, else `/usr/sbin/pgbouncer` (Debian
 //! package `pgbouncer`). Missing, it is a test failure that says what to
@@ -69,10 +70,7 @@ pub fn bouncer_url() -> String {
 /// with `statements=unnamed` (any other mode it had replaced):
 /// `postgresql://postgres@127.0.0.1:PORT/bp_…?statements=unnamed`.
 pub fn bouncer_url_for(db_url: &str) -> String {
-    let db = parse(db_url)
-        .get_dbname()
-        .unwrap_or("postgres")
-        .to_string();
+    let db = parse(db_url).get_dbname().unwrap_or("postgres").to_string();
     let through = util::with_database(&bouncer_url(), &db);
     with_statements(&through, Some("unnamed"))
 }
@@ -82,6 +80,12 @@ pub fn bouncer_url_for(db_url: &str) -> String {
 pub async fn bouncer_fresh_db() -> String {
     bouncer_url(); // starts the bouncer (and the server) before awaiting
     bouncer_url_for(&super::pg_fresh_db().await)
+}
+
+/// [`bouncer_url`]'s admin console (database `pgbouncer`: `SHOW ...`
+/// commands, simple protocol only).
+pub fn bouncer_admin_url() -> String {
+    util::with_database(&bouncer_url(), "pgbouncer")
 }
 
 /// The same database as `url` (a PgBouncer URL of [`bouncer_url_for`])
@@ -236,6 +240,7 @@ impl PgBouncer {
                      unix_socket_dir =\n\
                      auth_type = trust\n\
                      auth_file = {users}\n\
+                     admin_users = {user}\n\
                      pool_mode = transaction\n\
                      server_reset_query =\n\
                      max_client_conn = 1000\n\
@@ -340,7 +345,10 @@ impl PgBouncer {
     /// Connection URL: `postgresql://USER@127.0.0.1:PORT/postgres` (no
     /// statement mode; see [`with_statements`]).
     pub fn url(&self) -> String {
-        format!("postgresql://{}@127.0.0.1:{}/postgres", self.user, self.port)
+        format!(
+            "postgresql://{}@127.0.0.1:{}/postgres",
+            self.user, self.port
+        )
     }
 
     /// TCP port it listens on (127.0.0.1 only).

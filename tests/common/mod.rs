@@ -41,15 +41,15 @@ pub mod proxy;
 pub mod tx;
 mod util;
 
-#[cfg(feature = "mysql")]
-#[allow(unused_imports)] // each test binary uses only some of these
-pub use mysql::{MysqlServer, mysql_fresh_db, mysql_url, mysql_version};
 #[cfg(feature = "postgres")]
 #[allow(unused_imports)]
 pub use bouncer::{
-    PgBouncer, bouncer_fresh_db, bouncer_url, bouncer_url_for, direct_url_for, strip_param,
-    with_statements,
+    POOL_SIZE as BOUNCER_POOL_SIZE, PgBouncer, bouncer_admin_url, bouncer_fresh_db, bouncer_url,
+    bouncer_url_for, direct_url_for, strip_param, with_statements,
 };
+#[cfg(feature = "mysql")]
+#[allow(unused_imports)] // each test binary uses only some of these
+pub use mysql::{MysqlServer, mysql_fresh_db, mysql_url, mysql_version};
 #[cfg(feature = "postgres")]
 #[allow(unused_imports)]
 pub use pg::{PgServer, pg_fresh_db, pg_url, pg_version};

@@ -1,0 +1,481 @@
+//! batchpool behind PgBouncer in transaction mode (GitHub issue 12).
+//!
+//! The shared suites also run behind PgBouncer (`pgbouncer::name` in
+//! `coalesce.rs`, `lifecycle.rs`, `transactions.rs`, …). This file holds
+//! what needs more than one pool: two OS processes writing through ONE
+//! PgBouncer, so that their pools share server connections without sharing
+//! tokio-postgres' process-global statement counter (both name their
+//! prepared statements `s0`, `s1`, …). Each process writes its own rows
+//! into its own table; the two tables have the same column types, so a
+//! statement bound on a server connection where the other process prepared
+//! a statement of the same name would succeed silently, in the wrong table.
+//! The parent checks that every row landed in its own table exactly once.
+//!
+//! The children are this test binary run again (`--exact child_process`),
+//! selected by environment variables; `child_process` does nothing in a
+//! normal run.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use batchpool::postgres::Pool;
+use serde::{Deserialize, Serialize};
+
+/// Rows each child writes.
+const ROWS: i32 = 2_000;
+/// Concurrent callers in each child.
+const CALLERS: i32 = 64;
+/// Client connections of each child's pool: with two children, four times
+/// the bouncer's server connections for the database.
+const CLIENTS: usize = 2 * common::BOUNCER_POOL_SIZE;
+
+/// Selects the child role (`a` or `b`: also its table).
+const ROLE_VAR: &str = "BATCHPOOL_PGBOUNCER_CHILD";
+/// The URL the child's pool connects to.
+const URL_VAR: &str = "BATCHPOOL_PGBOUNCER_CHILD_URL";
+/// Marks the child's lines on its stdout.
+const MARK: &str = "@@child@@";
+
+/// What a child reports when it is done.
+#[derive(Debug, Serialize, Deserialize)]
+struct Report {
+    role: String,
+    /// Rows acknowledged with the caller's own `RETURNING` row.
+    ok: u64,
+    /// Calls that failed.
+    errors: u64,
+    /// Calls acknowledged with another row than the caller's.
+    wrong_rows: u64,
+    /// Distinct error messages, with how often each occurred.
+    error_kinds: BTreeMap<String, u64>,
+    batches: u64,
+    rows_per_batch: f64,
+}
+
+/// The child's side: `BATCHPOOL_PGBOUNCER_CHILD=a|b` and
+/// `BATCHPOOL_PGBOUNCER_CHILD_URL` set by [`two_processes`]; without them
+/// (any normal run) there is nothing to do.
+#[test]
+fn child_process() {
+    let Ok(role) = std::env::var(ROLE_VAR) else {
+        return;
+    };
+    let url = std::env::var(URL_VAR).expect("the child's URL");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = rt.block_on(child(role, url));
+    println!("{MARK} RESULT {}", serde_json::to_string(&report).unwrap());
+}
+
+async fn child(role: String, url: String) -> Report {
+    let pool = Pool::builder(&url)
+        .max_size(CLIENTS)
+        .build()
+        .expect("build the child's pool");
+    // Both children start writing together (see `two_processes`).
+    println!("{MARK} READY");
+    std::io::stdout().flush().unwrap();
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
+    assert_eq!(go.trim(), "GO", "the parent's start signal");
+
+    let sql = format!("INSERT INTO {role} (k, v) VALUES ($1, $2) RETURNING k, v");
+    let mut callers = tokio::task::JoinSet::new();
+    for caller in 0..CALLERS {
+        let (pool, sql, role) = (pool.clone(), sql.clone(), role.clone());
+        callers.spawn(async move {
+            let mut outcomes = Vec::new();
+            for k in (caller..ROWS).step_by(CALLERS as usize) {
+                let v = format!("{role}:{k}");
+                let r = pool.execute(&sql, &[&k, &v]).await.map(|out| {
+                    let row = out.returned().expect("RETURNING row");
+                    (row.get::<_, i32>(0), row.get::<_, String>(1)) == (k, v)
+                });
+                outcomes.push(r);
+            }
+            outcomes
+        });
+    }
+    let mut report = Report {
+        role,
+        ok: 0,
+        errors: 0,
+        wrong_rows: 0,
+        error_kinds: BTreeMap::new(),
+        batches: 0,
+        rows_per_batch: 0.0,
+    };
+    while let Some(outcomes) = callers.join_next().await {
+        for r in outcomes.expect("caller task") {
+            match r {
+                Ok(true) => report.ok += 1,
+                Ok(false) => report.wrong_rows += 1,
+                Err(e) => {
+                    report.errors += 1;
+                    *report.error_kinds.entry(error_kind(&e)).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+    let stats = pool.stats();
+    report.batches = stats.batches;
+    report.rows_per_batch = stats.rows_per_batch();
+    pool.close().await;
+    report
+}
+
+/// An error's message with statement names (`"s123"`) made generic, so
+/// that alike errors are counted together.
+fn error_kind(e: &batchpool::Error) -> String {
+    let message = e.to_string();
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message.as_str();
+    while let Some(at) = rest.find("\"s") {
+        out.push_str(&rest[..at + 2]);
+        rest = &rest[at + 2..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 {
+            out.push('N');
+            rest = &rest[digits..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A child process of this binary, its stdout lines arriving on a channel.
+struct Running {
+    role: &'static str,
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Running {
+    fn start(role: &'static str, url: &str) -> Running {
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "child_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE_VAR, role)
+            .env(URL_VAR, url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start a child process");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // libtest may have written `test child_process ... ` first.
+                if let Some((_, mine)) = line.split_once(MARK) {
+                    if tx.send(mine.trim().to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Running { role, child, lines }
+    }
+
+    /// The child's next marked line starting with `word`, within `limit`
+    /// (a bound for a bug, not a pace: the child is certain to get there).
+    fn expect(&mut self, word: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(rest) = line.strip_prefix(word) {
+                        return rest.trim().to_string();
+                    }
+                }
+                Err(e) => {
+                    let _ = self.child.kill();
+                    let status = self.child.wait();
+                    panic!(
+                        "child {} never said {word} ({e:?}; exit: {status:?}); its stderr is above",
+                        self.role
+                    );
+                }
+            }
+        }
+    }
+
+    fn go(&mut self) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"GO\n").unwrap();
+        stdin.flush().unwrap();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh database with tables `a` and `b (k int, v text)`: its direct URL.
+async fn two_tables() -> String {
+    let url = common::pg_fresh_db().await;
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute("CREATE TABLE a (k int, v text); CREATE TABLE b (k int, v text);")
+        .await
+        .unwrap();
+    url
+}
+
+/// Every row of `table` (read directly from the server), as `(k, v)`.
+async fn rows(direct: &str, table: &str) -> Vec<(i32, String)> {
+    let (client, conn) = tokio_postgres::connect(direct, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .query(&format!("SELECT k, v FROM {table} ORDER BY k, v"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// Two children, `a` and `b`, each writing [`ROWS`] rows into its own
+/// table through `url_for(database)`, started together; then every row must
+/// be in its own table, exactly once, and each child must report no error.
+async fn two_processes(mode: Option<&str>) {
+    let direct = two_tables().await;
+    let url = common::with_statements(&common::bouncer_url_for(&direct), mode);
+    eprintln!("children connect to {url}");
+    let mut children = [Running::start("a", &url), Running::start("b", &url)];
+    for child in &mut children {
+        child.expect("READY", Duration::from_secs(120));
+    }
+    for child in &mut children {
+        child.go();
+    }
+    let mut reports = Vec::new();
+    for child in &mut children {
+        let json = child.expect("RESULT", Duration::from_secs(600));
+        let report: Report = serde_json::from_str(&json).expect("a child's report");
+        eprintln!("child {}: {report:?}", child.role);
+        reports.push(report);
+        let status = child.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "child {} exited with {status}",
+            child.role
+        );
+    }
+
+    let mut problems = Vec::new();
+    for report in &reports {
+        if report.errors != 0 || report.wrong_rows != 0 || report.ok != ROWS as u64 {
+            problems.push(format!(
+                "child {}: {} rows acknowledged, {} errors, {} acknowledged with another row; \
+                 errors: {:?}",
+                report.role, report.ok, report.errors, report.wrong_rows, report.error_kinds
+            ));
+        }
+    }
+    for table in ["a", "b"] {
+        let found = rows(&direct, table).await;
+        let mut seen = BTreeMap::new();
+        let mut foreign = 0;
+        for (k, v) in &found {
+            if *v == format!("{table}:{k}") {
+                *seen.entry(*k).or_insert(0) += 1;
+            } else {
+                foreign += 1;
+            }
+        }
+        let missing = (0..ROWS).filter(|k| !seen.contains_key(k)).count();
+        let doubled = seen.values().filter(|&&n| n > 1).count();
+        eprintln!(
+            "table {table}: {} rows, {missing} of its own missing, {doubled} doubled, \
+             {foreign} written by the other child",
+            found.len()
+        );
+        if found.len() != ROWS as usize || missing + doubled + foreign != 0 {
+            problems.push(format!(
+                "table {table}: {} rows ({missing} missing, {doubled} doubled, {foreign} foreign)",
+                found.len()
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    for report in &reports {
+        assert!(
+            report.rows_per_batch > 1.0,
+            "child {}: {CALLERS} callers on {CLIENTS} connections were not coalesced: {report:?}",
+            report.role
+        );
+    }
+}
+
+/// Both children with `statements=unnamed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_through_one_pgbouncer_unnamed() {
+    two_processes(Some("unnamed")).await;
+}
+
+/// Both children with the default statement mode (`auto`): the pool must
+/// notice that it talks to a pooler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_through_one_pgbouncer_auto() {
+    two_processes(None).await;
+}
+
+/// The default mode on a direct connection still writes every row, with
+/// named (prepared, cached) statements: the one connection has some.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_on_a_direct_connection_uses_named_statements() {
+    let direct = two_tables().await;
+    let pool = Pool::builder(&direct).max_size(1).build().unwrap();
+    let mut callers = tokio::task::JoinSet::new();
+    for k in 0..500i32 {
+        let pool = pool.clone();
+        callers.spawn(async move {
+            let v = format!("a:{k}");
+            pool.execute("INSERT INTO a (k, v) VALUES ($1, $2)", &[&k, &v])
+                .await
+                .map(|out| out.rows_affected())
+        });
+    }
+    while let Some(r) = callers.join_next().await {
+        assert_eq!(r.unwrap().expect("insert"), 1);
+    }
+    let mut expected: Vec<(i32, String)> = (0..500).map(|k| (k, format!("a:{k}"))).collect();
+    expected.sort();
+    let mut found = rows(&direct, "a").await;
+    found.sort();
+    assert_eq!(found, expected);
+    assert!(pool.stats().rows_per_batch() > 1.0, "{:?}", pool.stats());
+    let client = pool.get().await.unwrap();
+    let prepared = client
+        .simple_query("SELECT count(*) FROM pg_prepared_statements")
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        });
+    let prepared: i64 = prepared.expect("a count").parse().unwrap();
+    assert!(
+        prepared > 0,
+        "a direct connection in the default mode should use named statements"
+    );
+}
+
+/// Unnamed mode from the `key=value` form of the connection string.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_value_connection_string_selects_unnamed_mode() {
+    let direct = two_tables().await;
+    let through = common::bouncer_url_for(&direct);
+    let parsed: tokio_postgres::Config = common::strip_param(&through, "statements")
+        .0
+        .parse()
+        .unwrap();
+    let port = parsed.get_ports()[0];
+    let kv = format!(
+        "host=127.0.0.1 port={port} user={} dbname={} statements=unnamed",
+        parsed.get_user().unwrap(),
+        parsed.get_dbname().unwrap()
+    );
+    let pool = Pool::builder(&kv).max_size(CLIENTS).build().unwrap();
+    let mut callers = tokio::task::JoinSet::new();
+    for k in 0..300i32 {
+        let pool = pool.clone();
+        callers.spawn(async move {
+            let v = format!("b:{k}");
+            pool.execute("INSERT INTO b (k, v) VALUES ($1, $2)", &[&k, &v])
+                .await
+                .map(|out| out.rows_affected())
+        });
+    }
+    while let Some(r) = callers.join_next().await {
+        assert_eq!(r.unwrap().expect("insert"), 1);
+    }
+    assert_eq!(rows(&direct, "b").await.len(), 300);
+    let n: i64 = pool
+        .query_one("SELECT count(*) FROM b WHERE v LIKE 'b:%'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 300);
+}
+
+/// The fixture itself: PgBouncer runs in transaction mode, and its server
+/// connections are shared: many client connections, each running
+/// statements, never see more than `default_pool_size` server backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bouncer_shares_few_server_connections_in_transaction_mode() {
+    let direct = common::pg_fresh_db().await;
+    let through = common::strip_param(&common::bouncer_url_for(&direct), "statements").0;
+
+    let admin = common::bouncer_admin_url();
+    let (console, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("PgBouncer admin console ({admin}): {e}"));
+    tokio::spawn(conn);
+    let mode = console
+        .simple_query("SHOW CONFIG")
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("pool_mode") => {
+                r.get(1).map(str::to_owned)
+            }
+            _ => None,
+        });
+    assert_eq!(mode.as_deref(), Some("transaction"), "PgBouncer pool_mode");
+
+    let mut clients = Vec::new();
+    for _ in 0..3 * common::BOUNCER_POOL_SIZE {
+        let (client, conn) = tokio_postgres::connect(&through, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        clients.push(client);
+    }
+    let mut pids = std::collections::BTreeSet::new();
+    for _ in 0..3 {
+        let rounds = clients
+            .iter()
+            .map(|c| c.simple_query("SELECT pg_backend_pid()"));
+        for messages in futures_util::future::join_all(rounds).await {
+            for m in messages.unwrap() {
+                if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+                    pids.insert(r.get(0).unwrap().to_string());
+                }
+            }
+        }
+    }
+    assert!(
+        !pids.is_empty() && pids.len() <= common::BOUNCER_POOL_SIZE,
+        "{} client connections used {} server connections",
+        clients.len(),
+        pids.len()
+    );
+}
