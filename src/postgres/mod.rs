@@ -54,7 +54,10 @@ mod driver;
 mod encode;
 mod errors;
 mod manager;
+mod pipeline;
+mod statements;
 mod table;
+mod unnamed;
 
 #[cfg(any(feature = "tower", feature = "bench"))]
 pub(crate) use self::encode::PgArgs;
@@ -62,6 +65,7 @@ pub use self::encode::PgValue;
 #[cfg(feature = "bench")]
 pub(crate) use self::encode::encode;
 pub use self::manager::{ClientWrapper, Manager};
+pub use self::statements::Statements;
 
 /// The PostgreSQL backend: a [`Pool`] is a `batchpool::Pool<Postgres>`.
 ///
