@@ -13,8 +13,9 @@ use tokio_postgres::{Row, Statement};
 
 use super::encode::{PgRow, RawValue};
 use super::errors::{sent_error, statement_level, unsent_error};
-use super::manager::{ClientWrapper, lock};
+use super::manager::{ClientWrapper, Prepared, lock};
 use super::table::{KeyMatch, refusal};
+use super::unnamed::Described;
 use super::{Client, Manager, Outcome, Postgres};
 use crate::classify::{Conflict, Dialect, InsertShape};
 use crate::engine::{Backend, ChunkError, ChunkResult};
@@ -29,12 +30,9 @@ const RENDERED: NonZeroUsize = NonZeroUsize::new(32).unwrap();
 /// A batchable statement shape, prepared once.
 pub(crate) struct PgShape {
     id: u64,
-    /// The one-row text.
-    sql: Box<str>,
     shape: Arc<InsertShape>,
-    /// Unnamed mode: the text has catalog-defined types (see
-    /// `Described::custom`).
-    custom: bool,
+    /// Unnamed mode: what was learned of the one-row text.
+    described: Option<Arc<Described>>,
     /// Unnamed mode: the n-row texts rendered so far.
     texts: Mutex<LruCache<usize, Arc<str>>>,
     /// Parameter types of the one-row statement, as the server inferred them.
@@ -167,13 +165,9 @@ impl Postgres {
         shape: &PgShape,
         rows: &[PgRow],
     ) -> Result<Result<Written, tokio_postgres::Error>, ChunkError<Outcome>> {
-        if shape.custom {
-            // This connection looks up the shape's catalog types before a
-            // statement needs them (see `Described::custom`).
-            conn.prepare_for(&[&shape.sql], false)
+        if let Some(described) = &shape.described {
+            conn.ensure_types(described)
                 .await
-                .pop()
-                .unwrap_or_else(|| Err(Error::internal("a text was not prepared")))
                 .map_err(ChunkError::Statement)?;
         }
         let n = rows.len();
@@ -280,9 +274,11 @@ impl Backend for Postgres {
         }
         Ok(Ok(PgShape {
             id: NEXT_SHAPE_ID.fetch_add(1, Ordering::Relaxed),
-            sql: sql.into(),
-            custom: stmt.custom(),
             types: stmt.params().to_vec(),
+            described: match &stmt {
+                Prepared::Unnamed(described) => Some(Arc::clone(described)),
+                Prepared::Named(_) => None,
+            },
             texts: Mutex::new(LruCache::new(RENDERED)),
             shape,
             key_match: key_match.map(|(list, params, _)| (list, params)),

@@ -43,6 +43,7 @@ async fn run_statement(
         }
         Prepared::Named(stmt) => conn.query_raw(stmt, row.raw()).await,
         Prepared::Unnamed(described) => {
+            conn.ensure_types(described).await?;
             let typed = row.raw().zip(described.params.iter().cloned());
             conn.query_typed_raw(sql, typed).await
         }

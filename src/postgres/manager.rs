@@ -2,6 +2,7 @@
 //! of prepared statements, or (unnamed mode) the pool's learned parameter
 //! types.
 
+use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +18,7 @@ use tokio_postgres::{NoTls, SimpleQueryMessage, Statement};
 use super::errors::{sent_error, stale_db, unsent_error};
 use super::pipeline::{Step, in_order};
 use super::statements::Statements;
-use super::unnamed::{Described, Learned};
+use super::unnamed::{Described, Learned, look_up, preload_types};
 use crate::engine::Wire;
 use crate::error::{Error, Kind};
 
@@ -107,6 +108,13 @@ impl Manager {
                 return Err(e);
             }
         };
+        if pooled && self.mode == Statements::Named {
+            tracing::warn!(
+                "statements=named behind a pooler: correct only if the pooler keeps each \
+                 session on one server connection (session mode, or PgBouncer >= 1.21 with \
+                 max_prepared_statements)"
+            );
+        }
         let unnamed = match self.mode {
             Statements::Named => false,
             Statements::Unnamed => true,
@@ -117,12 +125,21 @@ impl Manager {
             statements: Mutex::new(LruCache::new(self.statement_cache)),
             batch_statements: Mutex::new(LruCache::new(self.statement_cache)),
             learned: unnamed.then(|| Arc::clone(&self.learned)),
-            warmed: Mutex::new(LruCache::new(self.statement_cache)),
             io: io.abort_handle(),
             types_lost: AtomicBool::new(false),
+            types: Mutex::new(HashSet::new()),
             busy: false,
             lent: false,
         };
+        if unnamed {
+            match preload_types(&wrapper.client).await {
+                Ok(oids) => lock(&wrapper.types).extend(oids),
+                Err(e) if e.as_db_error().is_some() => {
+                    tracing::debug!(error = %e, "the database's own types could not be looked up");
+                }
+                Err(e) => return Err(e),
+            }
+        }
         // Behind a pooler a session setting would stay on whichever server
         // connection ran it, for other clients: the server-side limit is
         // then the database's or role's own.
@@ -175,15 +192,15 @@ pub struct ClientWrapper {
     /// Unnamed mode: the pool's learned parameter types (no named
     /// statement is ever kept on the server).
     learned: Option<Arc<Learned>>,
-    /// Unnamed mode: texts with catalog-defined types, learned on this
-    /// connection (see [`Described::custom`]).
-    warmed: Mutex<LruCache<Box<str>, Arc<Described>>>,
     /// The task driving the socket.
     io: tokio::task::AbortHandle,
     /// Unnamed mode: tokio-postgres's own named statement for looking up
     /// types is not on the server connection the pooler gave: this
     /// connection must go.
     types_lost: AtomicBool,
+    /// Unnamed mode: oids of the catalog types tokio-postgres has cached on
+    /// this connection.
+    types: Mutex<HashSet<u32>>,
     /// A request of batchpool's is unanswered (see [`Wire`]).
     busy: bool,
     /// Handed out by `Pool::get`: checked with a round trip before reuse.
@@ -233,9 +250,27 @@ impl ClientWrapper {
         if let Some(stmt) = lock(&self.statements).get(sql) {
             return Ok(stmt.clone());
         }
-        let stmt = self.client.prepare(sql).await?;
+        let stmt = self.prepare_typed_fresh(sql, &[]).await?;
         lock(&self.statements).put(sql.into(), stmt.clone());
         Ok(stmt)
+    }
+
+    /// Prepares a new named statement. The name is tokio-postgres's
+    /// (`s<n>`, from a counter of the process): a statement of that name
+    /// left on the server session by someone else (`42P05`, only possible
+    /// when a pooler shares server sessions) is stepped over by preparing
+    /// again under the next name.
+    async fn prepare_typed_fresh(
+        &self,
+        sql: &str,
+        types: &[Type],
+    ) -> Result<Statement, tokio_postgres::Error> {
+        match self.client.prepare_typed(sql, types).await {
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_PSTATEMENT) => {
+                self.client.prepare_typed(sql, types).await
+            }
+            other => other,
+        }
     }
 
     /// Closed, or unusable (see `types_lost`).
@@ -300,12 +335,7 @@ impl ClientWrapper {
         };
         let mut out: Vec<Option<Result<Prepared, Error>>> = texts
             .iter()
-            .map(|sql| {
-                learned
-                    .known(sql)
-                    .or_else(|| lock(&self.warmed).get(*sql).cloned())
-                    .map(|d| Ok(Prepared::Unnamed(d)))
-            })
+            .map(|sql| learned.known(sql).map(|d| Ok(Prepared::Unnamed(d))))
             .collect();
         let unknown: Vec<&str> = texts
             .iter()
@@ -316,15 +346,14 @@ impl ClientWrapper {
         if !unknown.is_empty() {
             match learned.learn(&self.client, &unknown, in_transaction).await {
                 Ok(replies) => {
-                    let mut replies = unknown.iter().zip(replies);
+                    let mut replies = replies.into_iter();
                     for slot in out.iter_mut().filter(|slot| slot.is_none()) {
-                        let Some((sql, reply)) = replies.next() else {
+                        let Some(reply) = replies.next() else {
                             break;
                         };
                         if let Ok(d) = &reply {
-                            if d.custom {
-                                lock(&self.warmed).put((*sql).into(), Arc::clone(d));
-                            }
+                            // Looked up in the learning transaction.
+                            lock(&self.types).extend(d.custom.iter().map(Type::oid));
                         }
                         *slot = Some(reply.map(Prepared::Unnamed).map_err(unsent_error));
                     }
@@ -351,11 +380,44 @@ impl ClientWrapper {
             .map_err(unsent_error)
     }
 
+    /// Unnamed mode: makes sure tokio-postgres has `described`'s catalog
+    /// types cached on this connection before a statement needing them is
+    /// sent (it would look them up while reading the answer, with a named
+    /// statement that may not exist on the pooler's current server
+    /// connection). Nothing is sent when they are cached already.
+    pub(crate) async fn ensure_types(&self, described: &Described) -> Result<(), Error> {
+        let missing: Vec<&Type> = {
+            let known = lock(&self.types);
+            described
+                .custom
+                .iter()
+                .filter(|t| !known.contains(&t.oid()))
+                .collect()
+        };
+        if missing.is_empty() {
+            return Ok(());
+        }
+        match look_up(&self.client, &missing).await {
+            Ok(()) => {
+                lock(&self.types).extend(missing.iter().map(|t| t.oid()));
+                Ok(())
+            }
+            Err(e) => {
+                if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME) {
+                    // tokio-postgres's lookup statement is not on this
+                    // server connection: this connection cannot look up
+                    // types any more.
+                    self.types_lost.store(true, Ordering::Relaxed);
+                }
+                Err(unsent_error(e))
+            }
+        }
+    }
+
     /// Drops the cached statement (or learned types) of `sql`: it no longer
     /// fits its table.
     pub(crate) fn forget(&self, sql: &str) {
         lock(&self.statements).pop(sql);
-        lock(&self.warmed).pop(sql);
         if let Some(learned) = &self.learned {
             learned.forget(sql);
         }
@@ -390,7 +452,7 @@ impl ClientWrapper {
         for _ in 0..rows {
             all.extend_from_slice(types);
         }
-        let stmt = self.client.prepare_typed(&sql, &all).await?;
+        let stmt = self.prepare_typed_fresh(&sql, &all).await?;
         lock(&self.batch_statements).put((shape_id, rows), stmt.clone());
         Ok(stmt)
     }
@@ -411,11 +473,6 @@ impl Prepared {
             Prepared::Named(stmt) => stmt.params(),
             Prepared::Unnamed(described) => &described.params,
         }
-    }
-
-    /// Unnamed mode: the text has catalog-defined types.
-    pub(crate) fn custom(&self) -> bool {
-        matches!(self, Prepared::Unnamed(described) if described.custom)
     }
 }
 

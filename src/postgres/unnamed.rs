@@ -21,12 +21,10 @@ use tokio_postgres::error::SqlState;
 pub(crate) struct Described {
     /// Parameter types, as the server inferred them.
     pub(crate) params: Vec<Type>,
-    /// Some parameter or result column has a type tokio-postgres looks up in
-    /// the catalog (enum, domain, composite, range...). It keeps what it
-    /// looked up per connection, and looking up runs a named statement, so
-    /// each connection learns such a text itself, inside a transaction,
-    /// before its first run there.
-    pub(crate) custom: bool,
+    /// The parameter and result types tokio-postgres looks up in the
+    /// catalog (not built in): a connection runs the text only once it has
+    /// them cached (see [`preload_types`]).
+    pub(crate) custom: Vec<Type>,
 }
 
 /// A pool's learned texts (bounded LRU).
@@ -42,10 +40,9 @@ impl Learned {
         }
     }
 
-    /// The pool's description of `sql`, if it has one that `client` can use
-    /// without learning the text itself.
+    /// The pool's description of `sql`, if it has one.
     pub(crate) fn known(&self, sql: &str) -> Option<Arc<Described>> {
-        lock(&self.texts).get(sql).filter(|d| !d.custom).cloned()
+        lock(&self.texts).get(sql).cloned()
     }
 
     /// Learns `texts` on `client`, together, and keeps them for the pool.
@@ -129,10 +126,77 @@ async fn learn_once(
 }
 
 fn describe(stmt: &tokio_postgres::Statement) -> Described {
-    let catalog = |t: &Type| Type::from_oid(t.oid()).is_none();
+    let mut custom: Vec<Type> = Vec::new();
+    let all = stmt
+        .params()
+        .iter()
+        .chain(stmt.columns().iter().map(|c| c.type_()));
+    for t in all {
+        if Type::from_oid(t.oid()).is_none() && !custom.iter().any(|c| c.oid() == t.oid()) {
+            custom.push(t.clone());
+        }
+    }
     Described {
         params: stmt.params().to_vec(),
-        custom: stmt.params().iter().any(catalog)
-            || stmt.columns().iter().any(|c| catalog(c.type_())),
+        custom,
     }
+}
+
+/// The database's own types (enums, domains, ranges, composite types,
+/// extension types, and arrays of them; not the row types of tables): oid
+/// and `NULL::schema.type`, at most 512.
+const CATALOG_TYPES: &str = "\
+SELECT t.oid::text, format('NULL::%I.%I', n.nspname, t.typname)
+FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+WHERE n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%'
+    AND t.typtype <> 'p' AND t.typisdefined
+    AND NOT EXISTS (SELECT 1 FROM pg_class c
+        WHERE c.reltype IN (t.oid, t.typelem) AND c.relkind <> 'c')
+ORDER BY t.oid LIMIT 512";
+
+/// Looks up the database's own types on a new connection, inside one
+/// transaction, so that tokio-postgres has them cached before any
+/// statement needs them; returns their oids.
+///
+/// tokio-postgres looks a type up with a named statement of its own that it
+/// prepares once per connection and keeps: behind a transaction-mode pooler
+/// that statement exists only on the server connection of the transaction
+/// that prepared it. Looking everything up in the first transaction means
+/// it is rarely needed again; a type created later is looked up by
+/// [`look_up`] before a statement that needs it is sent.
+pub(crate) async fn preload_types(client: &Client) -> Result<Vec<u32>, tokio_postgres::Error> {
+    let mut oids = Vec::new();
+    let mut exprs = Vec::new();
+    for message in client.simple_query(CATALOG_TYPES).await? {
+        if let tokio_postgres::SimpleQueryMessage::Row(row) = message {
+            if let (Some(oid), Some(expr)) = (row.get(0).and_then(|o| o.parse().ok()), row.get(1)) {
+                oids.push(oid);
+                exprs.push(expr.to_string());
+            }
+        }
+    }
+    if !exprs.is_empty() {
+        let select = format!("SELECT {}", exprs.join(", "));
+        learn_once(client, &[&select], false)
+            .await?
+            .pop()
+            .transpose()?;
+    }
+    Ok(oids)
+}
+
+/// Looks up `types` inside a transaction (they were created after the
+/// connection opened).
+pub(crate) async fn look_up(client: &Client, types: &[&Type]) -> Result<(), tokio_postgres::Error> {
+    let quote = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
+    let exprs: Vec<String> = types
+        .iter()
+        .map(|t| format!("NULL::{}.{}", quote(t.schema()), quote(t.name())))
+        .collect();
+    let select = format!("SELECT {}", exprs.join(", "));
+    learn_once(client, &[&select], false)
+        .await?
+        .pop()
+        .transpose()?;
+    Ok(())
 }
