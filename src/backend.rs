@@ -167,9 +167,11 @@ pub(crate) trait Driver:
 
     /// Prepares statements on `conn`, in order; `(sql, has_params)` each.
     /// PostgreSQL sends all the new texts in one round trip.
+    /// `in_transaction`: the connection is inside an open transaction.
     fn prepare<'a>(
         conn: &'a mut Conn<Self>,
         texts: &'a [(&'a str, bool)],
+        in_transaction: bool,
     ) -> impl Future<Output = Vec<Result<Self::Prepared, Error>>> + Send + 'a;
 
     /// Checks and encodes a caller's parameters for a prepared statement.

@@ -157,6 +157,7 @@ impl Driver for MySql {
     async fn prepare<'a>(
         conn: &'a mut Client,
         texts: &'a [(&'a str, bool)],
+        _in_transaction: bool,
     ) -> Vec<Result<MyPrepared, Error>> {
         let mut out = Vec::with_capacity(texts.len());
         for (sql, has_params) in texts {

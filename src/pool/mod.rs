@@ -254,7 +254,7 @@ impl<B: Backend> Pool<B> {
                         B::Connections,
                         limit,
                         &mut conn,
-                        |c| B::prepare(c, &texts)
+                        |c| B::prepare(c, &texts, false)
                     )?)?;
                 let bound: Vec<_> = rows.into_iter().map(|a| B::bind(&prepared, a)).collect();
                 self.engine.counters.passthrough();
@@ -348,7 +348,7 @@ async fn prepare_one<B: Backend>(
 ) -> Result<(B::Prepared, B::Bound), Error> {
     let texts = [(sql, B::has_params(&args))];
     let prepared = single(exchange!(B::Connections, limit, conn, |c| B::prepare(
-        c, &texts
+        c, &texts, false
     ))?)?;
     let bound = B::bind(&prepared, args)?;
     Ok((prepared, bound))

@@ -144,17 +144,18 @@ impl<B: Backend> Transaction<B> {
         let limit = tx.limit;
         let c = TxConn::<B>::conn(&mut tx.conn)?;
         let texts = [(sql, B::has_params(&args))];
-        let prepared =
-            match exchange!(B::Connections, limit, c, |c| B::prepare(c, &texts)).and_then(single) {
-                Ok(prepared) => prepared,
-                Err(e) => {
-                    // Inside a transaction block a failed prepare may abort it.
-                    if tx.open && failed.is_none() && !e.is_params() {
-                        *failed = Some(e.clone());
-                    }
-                    return Err(e);
+        let prepared = match exchange!(B::Connections, limit, c, |c| B::prepare(c, &texts, tx.open))
+            .and_then(single)
+        {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                // Inside a transaction block a failed prepare may abort it.
+                if tx.open && failed.is_none() && !e.is_params() {
+                    *failed = Some(e.clone());
                 }
-            };
+                return Err(e);
+            }
+        };
         let bound = B::bind(&prepared, args)?;
         let begin = !tx.open;
         if begin && B::is_broken(c) {
@@ -338,7 +339,7 @@ pub(super) async fn atomic<B: Backend>(
         .collect();
     let mut prepared = Vec::with_capacity(n);
     let all = exchange!(B::Connections, group_limit(limit, n), c, |c| B::prepare(
-        c, &texts
+        c, &texts, false
     ))
     .map_err(AtomicError::group)?;
     for (i, stmt) in all.into_iter().enumerate() {

@@ -3,14 +3,19 @@
 
 use tokio_postgres::Row;
 
+use super::driver::PgConfig;
 use super::encode::PgArgs;
+use super::statements::Statements;
 use super::{Client, Outcome, Params, Pool, PoolBuilder, Transaction};
 use crate::error::{AtomicError, Error};
 
 impl Pool {
     /// Starts building a pool from a parsed tokio-postgres config.
     pub fn from_config(config: tokio_postgres::Config) -> PoolBuilder {
-        crate::pool::PoolBuilder::new(Ok(config))
+        crate::pool::PoolBuilder::new(Ok(PgConfig {
+            pg: config,
+            statements: None,
+        }))
     }
 
     /// Runs one statement and returns this caller's own outcome.
@@ -120,6 +125,17 @@ impl Pool {
     /// not answer is closed.
     pub async fn get(&self) -> Result<Client, Error> {
         self.lend().await
+    }
+}
+
+impl PoolBuilder {
+    /// Which prepared statements the pool sends (default
+    /// [`Statements::Auto`]: named on a direct connection, unnamed behind a
+    /// pooler). A `statements=` parameter in the connection string wins
+    /// over this. See [Behind a pooler](super#behind-a-pooler).
+    pub fn statements(mut self, mode: Statements) -> Self {
+        self.options.statements = Some(mode);
+        self
     }
 }
 

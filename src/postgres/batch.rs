@@ -2,16 +2,20 @@
 //! INSERT of a batchable shape on a pooled tokio-postgres connection, and
 //! maps the statement's result back to each row.
 
-use std::sync::Arc;
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures_util::TryStreamExt;
+use lru::LruCache;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Row, Statement};
 
 use super::encode::{PgRow, RawValue};
-use super::errors::{sent_error, stale, statement_level, unsent_error};
+use super::errors::{sent_error, statement_level, unsent_error};
+use super::manager::{ClientWrapper, Prepared, lock};
 use super::table::{KeyMatch, refusal};
+use super::unnamed::Described;
 use super::{Client, Manager, Outcome, Postgres};
 use crate::classify::{Conflict, Dialect, InsertShape};
 use crate::engine::{Backend, ChunkError, ChunkResult};
@@ -20,10 +24,17 @@ use crate::explain::NotCoalesced;
 
 static NEXT_SHAPE_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Rendered n-row texts kept per shape (unnamed mode).
+const RENDERED: NonZeroUsize = NonZeroUsize::new(32).unwrap();
+
 /// A batchable statement shape, prepared once.
 pub(crate) struct PgShape {
     id: u64,
     shape: Arc<InsertShape>,
+    /// Unnamed mode: what was learned of the one-row text.
+    described: Option<Arc<Described>>,
+    /// Unnamed mode: the n-row texts rendered so far.
+    texts: Mutex<LruCache<usize, Arc<str>>>,
     /// Parameter types of the one-row statement, as the server inferred them.
     pub(crate) types: Vec<Type>,
     /// ON CONFLICT with a row filter: RETURNING these quoted target columns
@@ -118,6 +129,87 @@ impl Postgres {
     }
 }
 
+impl Postgres {
+    /// Runs the n-row statement as a prepared statement of the connection.
+    async fn write_named(
+        conn: &ClientWrapper,
+        shape: &PgShape,
+        rows: &[PgRow],
+    ) -> Result<Result<Written, tokio_postgres::Error>, ChunkError<Outcome>> {
+        let n = rows.len();
+        let extra = shape.key_match.as_ref().map(|(list, _)| list.as_str());
+        let stmt: Statement = conn
+            .prepare_batch(shape.id, n, || shape.shape.render(n, extra), &shape.types)
+            .await
+            .map_err(|e| ChunkError::Statement(unsent_error(e)))?;
+        if conn.is_closed() {
+            return Err(ChunkError::Statement(Error::closed_before_send()));
+        }
+        let mut params = Vec::with_capacity(rows.len() * shape.types.len());
+        for row in rows {
+            params.extend(row.raw());
+        }
+        Ok(if stmt.columns().is_empty() {
+            conn.execute_raw(&stmt, params).await.map(Written::Count)
+        } else {
+            match conn.query_raw(&stmt, params).await {
+                Ok(stream) => stream.try_collect::<Vec<Row>>().await.map(Written::Rows),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// Runs the n-row statement unnamed, with the shape's learned types.
+    async fn write_unnamed(
+        conn: &ClientWrapper,
+        shape: &PgShape,
+        rows: &[PgRow],
+    ) -> Result<Result<Written, tokio_postgres::Error>, ChunkError<Outcome>> {
+        if let Some(described) = &shape.described {
+            conn.ensure_types(described)
+                .await
+                .map_err(ChunkError::Statement)?;
+        }
+        let n = rows.len();
+        let sql = {
+            let mut texts = lock(&shape.texts);
+            match texts.get(&n) {
+                Some(sql) => Arc::clone(sql),
+                None => {
+                    let extra = shape.key_match.as_ref().map(|(list, _)| list.as_str());
+                    let sql: Arc<str> = shape.shape.render(n, extra).into();
+                    texts.put(n, Arc::clone(&sql));
+                    sql
+                }
+            }
+        };
+        if conn.is_closed() {
+            return Err(ChunkError::Statement(Error::closed_before_send()));
+        }
+        let params = rows
+            .iter()
+            .flat_map(|row| row.raw().zip(shape.types.iter().cloned()));
+        let stream = match conn.query_typed_raw(&sql, params).await {
+            Ok(stream) => stream,
+            Err(e) => return Ok(Err(e)),
+        };
+        futures_util::pin_mut!(stream);
+        let mut returned = Vec::new();
+        loop {
+            match stream.try_next().await {
+                Ok(Some(row)) => returned.push(row),
+                Ok(None) => break,
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        Ok(Ok(if shape.shape.returning || shape.key_match.is_some() {
+            Written::Rows(returned)
+        } else {
+            Written::Count(stream.rows_affected().unwrap_or(0))
+        }))
+    }
+}
+
 enum Written {
     Count(u64),
     Rows(Vec<Row>),
@@ -160,7 +252,11 @@ impl Backend for Postgres {
         };
         // Learned afresh: the table may have changed since a cached prepare.
         conn.forget(sql);
-        let stmt = conn.prepare_cached(sql).await.map_err(unsent_error)?;
+        let stmt = conn
+            .prepare_for(&[sql], false)
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(Error::internal("a text was not prepared")))?;
         if stmt.params().len() != shape.params_per_row {
             // The server sees the parameters differently from the classifier:
             // do not rewrite what we do not understand.
@@ -179,6 +275,11 @@ impl Backend for Postgres {
         Ok(Ok(PgShape {
             id: NEXT_SHAPE_ID.fetch_add(1, Ordering::Relaxed),
             types: stmt.params().to_vec(),
+            described: match &stmt {
+                Prepared::Unnamed(described) => Some(Arc::clone(described)),
+                Prepared::Named(_) => None,
+            },
+            texts: Mutex::new(LruCache::new(RENDERED)),
             shape,
             key_match: key_match.map(|(list, params, _)| (list, params)),
         }))
@@ -190,30 +291,14 @@ impl Backend for Postgres {
         shape: &'a PgShape,
         rows: &'a [PgRow],
     ) -> ChunkResult<Outcome> {
-        let n = rows.len();
-        let extra = shape.key_match.as_ref().map(|(list, _)| list.as_str());
-        let stmt: Statement = conn
-            .prepare_batch(shape.id, n, || shape.shape.render(n, extra), &shape.types)
-            .await
-            .map_err(|e| ChunkError::Statement(unsent_error(e)))?;
-        if conn.is_closed() {
-            return Err(ChunkError::Statement(Error::closed_before_send()));
-        }
-        let mut params = Vec::with_capacity(rows.len() * shape.types.len());
-        for row in rows {
-            params.extend(row.raw());
-        }
-        let written = if stmt.columns().is_empty() {
-            conn.execute_raw(&stmt, params).await.map(Written::Count)
+        let written = if conn.unnamed() {
+            Self::write_unnamed(conn, shape, rows).await?
         } else {
-            match conn.query_raw(&stmt, params).await {
-                Ok(stream) => stream.try_collect::<Vec<Row>>().await.map(Written::Rows),
-                Err(e) => Err(e),
-            }
+            Self::write_named(conn, shape, rows).await?
         };
         match written {
             Ok(w) => Ok(Self::outputs(shape, rows, w)),
-            Err(e) if stale(&e) => {
+            Err(e) if e.as_db_error().is_some_and(|db| conn.stale(db)) => {
                 // Nothing ran: prepare afresh next time.
                 conn.forget_batch(shape.id);
                 Err(ChunkError::Stale(sent_error(e)))
@@ -222,7 +307,7 @@ impl Backend for Postgres {
                 let row = e
                     .as_db_error()
                     .is_some_and(|db| !statement_level(db.code().code()));
-                let err = sent_error(e);
+                let err = conn.sent_error(e);
                 Err(if row {
                     ChunkError::Row(err)
                 } else {

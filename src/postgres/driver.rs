@@ -3,88 +3,56 @@
 //! [`postgres`](super)).
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
 
 use futures_util::TryStreamExt;
-use tokio_postgres::{Row, Statement};
+use tokio_postgres::Row;
 
 use super::encode::{PgArgs, PgRow, encode};
-use super::errors::{sent_error, stale_db, unsent_error};
-use super::manager::{ClientWrapper, Manager};
+use super::errors::sent_error;
+use super::manager::{ClientWrapper, Manager, Prepared};
+use super::pipeline::{Step, in_order};
+use super::statements::{self, Statements};
 use super::{Client, Postgres};
 use crate::backend::{Driver, End, Group, GroupReplies, Ran, Stmt};
 use crate::config::PoolSettings;
 use crate::error::{Error, Kind};
 
-type Step<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Polls every future, always in the given order, until all are done, and
-/// returns their outputs in that order.
-///
-/// The first poll polls each future once, in order, without yielding in
-/// between: with tokio-postgres every request is queued on the connection,
-/// in order, before its task can run and flush, so they leave in one write.
-async fn in_order<T>(steps: Vec<Step<'_, T>>) -> Vec<T> {
-    enum Slot<'a, T> {
-        Running(Step<'a, T>),
-        Done(T),
-    }
-    let mut slots: Vec<Slot<'_, T>> = steps.into_iter().map(Slot::Running).collect();
-    std::future::poll_fn(|cx| {
-        let mut all_done = true;
-        for slot in slots.iter_mut() {
-            if let Slot::Running(fut) = slot {
-                match fut.as_mut().poll(cx) {
-                    Poll::Ready(out) => *slot = Slot::Done(out),
-                    Poll::Pending => all_done = false,
-                }
-            }
-        }
-        if all_done {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    })
-    .await;
-    slots
-        .into_iter()
-        .filter_map(|slot| match slot {
-            Slot::Done(out) => Some(out),
-            Slot::Running(_) => None,
-        })
-        .collect()
-}
-
 /// Runs one prepared statement with an encoded row on `conn`: every
 /// returned row, or only the first and the count.
 async fn run_statement(
     conn: &ClientWrapper,
-    stmt: &Statement,
+    sql: &str,
+    prepared: &Prepared,
     row: &PgRow,
     all_rows: bool,
 ) -> Result<Ran<Row>, Error> {
     if conn.is_closed() {
         return Err(Error::closed_before_send());
     }
-    if stmt.columns().is_empty() {
-        let affected = conn
-            .execute_raw(stmt, row.raw())
-            .await
-            .map_err(sent_error)?;
-        return Ok(Ran {
-            affected,
-            last_insert_id: None,
-            rows: Vec::new(),
-        });
-    }
-    let stream = conn.query_raw(stmt, row.raw()).await.map_err(sent_error)?;
+    let stream = match prepared {
+        Prepared::Named(stmt) if stmt.columns().is_empty() => {
+            let affected = conn
+                .execute_raw(stmt, row.raw())
+                .await
+                .map_err(sent_error)?;
+            return Ok(Ran {
+                affected,
+                last_insert_id: None,
+                rows: Vec::new(),
+            });
+        }
+        Prepared::Named(stmt) => conn.query_raw(stmt, row.raw()).await,
+        Prepared::Unnamed(described) => {
+            conn.ensure_types(described).await?;
+            let typed = row.raw().zip(described.params.iter().cloned());
+            conn.query_typed_raw(sql, typed).await
+        }
+    };
+    let stream = stream.map_err(|e| conn.sent_error(e))?;
     futures_util::pin_mut!(stream);
     let mut rows = Vec::new();
     let mut count = 0u64;
-    while let Some(r) = stream.try_next().await.map_err(sent_error)? {
+    while let Some(r) = stream.try_next().await.map_err(|e| conn.sent_error(e))? {
         count += 1;
         if all_rows || rows.is_empty() {
             rows.push(r);
@@ -117,37 +85,46 @@ fn ended(reply: &Result<(), Error>) -> bool {
 
 impl Driver for Postgres {
     type Manager = Manager;
-    type Config = tokio_postgres::Config;
-    type Options = ();
+    type Config = PgConfig;
+    type Options = PgOptions;
     type QueryRow = Row;
     type Args<'a> = PgArgs<'a>;
-    type Prepared = Statement;
+    type Prepared = Prepared;
     type Bound = PgRow;
 
     const NAME: &'static str = "PostgreSQL";
     const SERVER_ABORTS_FAILED_TRANSACTION: bool = true;
     const RESUMES_AFTER_CUT: bool = true;
 
-    fn parse_config(config: &str) -> Result<tokio_postgres::Config, Error> {
-        config
+    fn parse_config(config: &str) -> Result<PgConfig, Error> {
+        let (config, statements) = statements::split(config)?;
+        let pg = config
             .parse()
-            .map_err(|e| Error::with_source(Kind::Config, "invalid connection string", e))
+            .map_err(|e| Error::with_source(Kind::Config, "invalid connection string", e))?;
+        Ok(PgConfig { pg, statements })
     }
 
-    fn fmt_config(config: &tokio_postgres::Config, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    fn fmt_config(config: &PgConfig, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // tokio-postgres prints the password as `_`.
-        fmt::Debug::fmt(config, f)
+        fmt::Debug::fmt(&config.pg, f)?;
+        match config.statements {
+            Some(mode) => write!(f, " statements={mode}"),
+            None => Ok(()),
+        }
     }
 
     fn open(
-        config: tokio_postgres::Config,
+        config: PgConfig,
         settings: &PoolSettings,
-        (): (),
+        options: PgOptions,
     ) -> Result<Postgres, Error> {
+        // The connection string's choice wins over the builder's.
+        let mode = config.statements.or(options.statements).unwrap_or_default();
         let manager = Manager::new(
-            with_tcp_settings(config, settings),
+            with_tcp_settings(config.pg, settings),
             settings.statement_cache,
             settings.statement_timeout,
+            mode,
         );
         Ok(Postgres {
             pool: settings.build_pool(manager)?,
@@ -171,44 +148,34 @@ impl Driver for Postgres {
     async fn prepare<'a>(
         conn: &'a mut Client,
         texts: &'a [(&'a str, bool)],
-    ) -> Vec<Result<Statement, Error>> {
-        let client: &ClientWrapper = conn;
-        let prepared = if let [(sql, _)] = texts {
-            vec![client.prepare_cached(sql).await]
-        } else {
-            // Texts this connection has not prepared yet go out together.
-            let steps = texts
-                .iter()
-                .map(|(sql, _)| -> Step<'_, _> { Box::pin(client.prepare_cached(sql)) })
-                .collect();
-            in_order(steps).await
-        };
-        prepared
-            .into_iter()
-            .map(|r| r.map_err(unsent_error))
-            .collect()
+        in_transaction: bool,
+    ) -> Vec<Result<Prepared, Error>> {
+        let sql: Vec<&str> = texts.iter().map(|(sql, _)| *sql).collect();
+        conn.prepare_for(&sql, in_transaction).await
     }
 
-    fn bind(prepared: &Statement, args: PgArgs<'_>) -> Result<PgRow, Error> {
+    fn bind(prepared: &Prepared, args: PgArgs<'_>) -> Result<PgRow, Error> {
         encode(prepared.params(), args)
     }
 
     async fn run<'a>(conn: &'a mut Client, stmt: Stmt<'a, Postgres>) -> Result<Ran<Row>, Error> {
         let client: &ClientWrapper = conn;
-        match run_statement(client, stmt.prepared, &stmt.bound, stmt.all_rows).await {
-            // The table changed under the cached statement and nothing ran:
-            // prepare it afresh and run it once more, if its parameters
-            // still have the types the row was encoded for.
-            Err(e) if e.as_db_error().is_some_and(stale_db) => {
+        match run_statement(client, stmt.sql, stmt.prepared, &stmt.bound, stmt.all_rows).await {
+            // The table changed under the cached statement (or the learned
+            // types) and nothing ran: prepare it afresh and run it once
+            // more, if its parameters still have the types the row was
+            // encoded for.
+            Err(e) if e.as_db_error().is_some_and(|db| client.stale(db)) => {
                 client.forget(stmt.sql);
                 let fresh = client
-                    .prepare_cached(stmt.sql)
+                    .prepare_for(&[stmt.sql], false)
                     .await
-                    .map_err(unsent_error)?;
+                    .pop()
+                    .unwrap_or_else(|| Err(Error::internal("a text was not prepared")))?;
                 if fresh.params() != stmt.prepared.params() {
                     return Err(e);
                 }
-                run_statement(client, &fresh, &stmt.bound, stmt.all_rows).await
+                run_statement(client, stmt.sql, &fresh, &stmt.bound, stmt.all_rows).await
             }
             other => other,
         }
@@ -216,8 +183,8 @@ impl Driver for Postgres {
 
     async fn run_many<'a>(
         conn: &'a mut Client,
-        _sql: &'a str,
-        prepared: &'a Statement,
+        sql: &'a str,
+        prepared: &'a Prepared,
         rows: Vec<Result<PgRow, Error>>,
     ) -> Vec<Result<Ran<Row>, Error>> {
         let client: &ClientWrapper = conn;
@@ -225,7 +192,7 @@ impl Driver for Postgres {
         // waiting for the previous reply.
         let runs = rows
             .into_iter()
-            .map(|row| async move { run_statement(client, prepared, &row?, false).await });
+            .map(|row| async move { run_statement(client, sql, prepared, &row?, false).await });
         futures_util::future::join_all(runs).await
     }
 
@@ -239,7 +206,7 @@ impl Driver for Postgres {
         }
         for stmt in group.statements {
             steps.push(Box::pin(async move {
-                run_statement(client, stmt.prepared, &stmt.bound, stmt.all_rows).await
+                run_statement(client, stmt.sql, stmt.prepared, &stmt.bound, stmt.all_rows).await
             }));
         }
         if group.commit {
@@ -259,7 +226,7 @@ impl Driver for Postgres {
                 .as_ref()
                 .err()
                 .and_then(Error::as_db_error)
-                .is_some_and(stale_db)
+                .is_some_and(|db| client.stale(db))
             {
                 client.forget(sql);
             }
@@ -285,12 +252,25 @@ impl Driver for Postgres {
     }
 
     fn is_broken(conn: &Client) -> bool {
-        conn.is_closed()
+        conn.is_broken()
     }
 
     fn lend(conn: &mut Client) {
         conn.lent = true;
     }
+}
+
+/// A parsed connection string: tokio-postgres's settings and the statement
+/// mode it named.
+pub(crate) struct PgConfig {
+    pub(crate) pg: tokio_postgres::Config,
+    pub(crate) statements: Option<Statements>,
+}
+
+/// PostgreSQL-only builder options.
+#[derive(Debug, Default)]
+pub(crate) struct PgOptions {
+    pub(crate) statements: Option<Statements>,
 }
 
 fn missing() -> Error {

@@ -49,11 +49,6 @@ pub(crate) fn statement_level(code: &str) -> bool {
 /// table, before running it: the table's columns changed under a cached
 /// `RETURNING *` ("cached plan must not change result type"), or the
 /// statement is gone ("prepared statement ... does not exist").
-pub(crate) fn stale(e: &tokio_postgres::Error) -> bool {
-    e.as_db_error().is_some_and(stale_db)
-}
-
-/// [`stale`], from the server's error.
 pub(crate) fn stale_db(db: &tokio_postgres::error::DbError) -> bool {
     let code = db.code().code();
     code == "26000"

@@ -1,17 +1,26 @@
 //! deadpool manager for tokio-postgres connections, each with a bounded cache
-//! of prepared statements.
+//! of prepared statements, or (unnamed mode) the pool's learned parameter
+//! types.
 
+use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::ops::Deref;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
 use lru::LruCache;
+use tokio::io::AsyncReadExt;
 use tokio_postgres::types::Type;
-use tokio_postgres::{NoTls, Statement};
+use tokio_postgres::{NoTls, SimpleQueryMessage, Statement};
 
+use super::errors::{sent_error, stale_db, unsent_error};
+use super::pipeline::{Step, in_order};
+use super::statements::Statements;
+use super::unnamed::{Described, Learned, look_up, preload_types};
 use crate::engine::Wire;
+use crate::error::{Error, Kind};
 
 /// Creates and recycles connections for the pool.
 #[derive(Debug)]
@@ -20,6 +29,10 @@ pub struct Manager {
     statement_cache: NonZeroUsize,
     /// `SET statement_timeout` sent on each new connection.
     session_setup: Option<String>,
+    mode: Statements,
+    /// Parameter types learned per statement text (unnamed mode), shared by
+    /// the pool's connections.
+    learned: Arc<Learned>,
 }
 
 impl Manager {
@@ -27,12 +40,16 @@ impl Manager {
         config: tokio_postgres::Config,
         statement_cache: usize,
         statement_timeout: Option<Duration>,
+        mode: Statements,
     ) -> Manager {
+        let statement_cache = NonZeroUsize::new(statement_cache).unwrap_or(NonZeroUsize::MIN);
         Manager {
             config,
-            statement_cache: NonZeroUsize::new(statement_cache).unwrap_or(NonZeroUsize::MIN),
+            statement_cache,
             session_setup: statement_timeout
                 .map(|t| format!("SET statement_timeout = {}", t.as_millis().max(1))),
+            mode,
+            learned: Arc::new(Learned::new(statement_cache)),
         }
     }
 }
@@ -52,7 +69,7 @@ impl managed::Manager for Manager {
         client: &mut ClientWrapper,
         _: &Metrics,
     ) -> RecycleResult<tokio_postgres::Error> {
-        if client.client.is_closed() {
+        if client.is_broken() {
             return Err(RecycleError::message("connection closed"));
         }
         if client.busy {
@@ -84,19 +101,86 @@ impl Manager {
                 tracing::debug!(error = %e, "postgres connection ended");
             }
         });
+        let pooled = match behind_pooler(&client).await {
+            Ok(pooled) => pooled,
+            Err(e) => {
+                io.abort();
+                return Err(e);
+            }
+        };
+        if pooled && self.mode == Statements::Named {
+            tracing::warn!(
+                "statements=named behind a pooler: correct only if the pooler keeps each \
+                 session on one server connection (session mode, or PgBouncer >= 1.21 with \
+                 max_prepared_statements)"
+            );
+        }
+        let unnamed = match self.mode {
+            Statements::Named => false,
+            Statements::Unnamed => true,
+            Statements::Auto => pooled,
+        };
         let wrapper = ClientWrapper {
             client,
             statements: Mutex::new(LruCache::new(self.statement_cache)),
             batch_statements: Mutex::new(LruCache::new(self.statement_cache)),
+            learned: unnamed.then(|| Arc::clone(&self.learned)),
             io: io.abort_handle(),
+            types_lost: AtomicBool::new(false),
+            types: Mutex::new(HashSet::new()),
             busy: false,
             lent: false,
         };
-        if let Some(setup) = &self.session_setup {
+        if unnamed {
+            match preload_types(&wrapper.client).await {
+                Ok(oids) => lock(&wrapper.types).extend(oids),
+                Err(e) if e.as_db_error().is_some() => {
+                    tracing::debug!(error = %e, "the database's own types could not be looked up");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Behind a pooler a session setting would stay on whichever server
+        // connection ran it, for other clients: the server-side limit is
+        // then the database's or role's own.
+        if let Some(setup) = self.session_setup.as_ref().filter(|_| !pooled) {
             wrapper.client.batch_execute(setup).await?;
         }
         Ok(wrapper)
     }
+}
+
+/// Whether `client` reaches PostgreSQL through a pooler: the backend process
+/// serving its session is not the one named by the cancel key the server
+/// side of the connection gave (a pooler hands out keys of its own). A key
+/// that cannot be read counts as a pooler (the safe answer).
+async fn behind_pooler(client: &tokio_postgres::Client) -> Result<bool, tokio_postgres::Error> {
+    let backend_pid = client
+        .simple_query("SELECT pg_backend_pid()")
+        .await?
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i32>().ok(),
+            _ => None,
+        });
+    Ok(backend_pid.is_none() || backend_pid != cancel_key_pid(client).await)
+}
+
+/// The process id of the connection's cancel key: the cancel request
+/// tokio-postgres would send, written into an in-memory pipe and read back
+/// (`Int32 length, Int32 code, Int32 pid, Int32 secret`).
+async fn cancel_key_pid(client: &tokio_postgres::Client) -> Option<i32> {
+    let (mut ours, theirs) = tokio::io::duplex(64);
+    let token = client.cancel_token();
+    let send = token.cancel_query_raw(theirs, NoTls);
+    let read = async move {
+        let mut request = [0u8; 16];
+        ours.read_exact(&mut request).await.ok()?;
+        let pid: [u8; 4] = request[8..12].try_into().ok()?;
+        Some(i32::from_be_bytes(pid))
+    };
+    let (sent, pid) = tokio::join!(send, read);
+    sent.ok().and(pid)
 }
 
 /// A pooled connection: derefs to [`tokio_postgres::Client`], plus a bounded
@@ -105,8 +189,18 @@ pub struct ClientWrapper {
     client: tokio_postgres::Client,
     statements: Mutex<LruCache<Box<str>, Statement>>,
     batch_statements: Mutex<LruCache<(u64, usize), Statement>>,
+    /// Unnamed mode: the pool's learned parameter types (no named
+    /// statement is ever kept on the server).
+    learned: Option<Arc<Learned>>,
     /// The task driving the socket.
     io: tokio::task::AbortHandle,
+    /// Unnamed mode: tokio-postgres's own named statement for looking up
+    /// types is not on the server connection the pooler gave: this
+    /// connection must go.
+    types_lost: AtomicBool,
+    /// Unnamed mode: oids of the catalog types tokio-postgres has cached on
+    /// this connection.
+    types: Mutex<HashSet<u32>>,
     /// A request of batchpool's is unanswered (see [`Wire`]).
     busy: bool,
     /// Handed out by `Pool::get`: checked with a round trip before reuse.
@@ -137,6 +231,7 @@ impl std::fmt::Debug for ClientWrapper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientWrapper")
             .field("closed", &self.client.is_closed())
+            .field("unnamed", &self.learned.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -155,14 +250,177 @@ impl ClientWrapper {
         if let Some(stmt) = lock(&self.statements).get(sql) {
             return Ok(stmt.clone());
         }
-        let stmt = self.client.prepare(sql).await?;
+        let stmt = self.prepare_typed_fresh(sql, &[]).await?;
         lock(&self.statements).put(sql.into(), stmt.clone());
         Ok(stmt)
     }
 
-    /// Drops the cached statement of `sql` (it no longer fits its table).
+    /// Prepares a new named statement. The name is tokio-postgres's
+    /// (`s<n>`, from a counter of the process): a statement of that name
+    /// left on the server session by someone else (`42P05`, only possible
+    /// when a pooler shares server sessions) is stepped over by preparing
+    /// again under the next name.
+    async fn prepare_typed_fresh(
+        &self,
+        sql: &str,
+        types: &[Type],
+    ) -> Result<Statement, tokio_postgres::Error> {
+        match self.client.prepare_typed(sql, types).await {
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_PSTATEMENT) => {
+                self.client.prepare_typed(sql, types).await
+            }
+            other => other,
+        }
+    }
+
+    /// Closed, or unusable (see `types_lost`).
+    pub(crate) fn is_broken(&self) -> bool {
+        self.client.is_closed() || self.types_lost.load(Ordering::Relaxed)
+    }
+
+    /// Whether a server error says the statement no longer fits what was
+    /// prepared or learned for it, before anything ran.
+    pub(crate) fn stale(&self, db: &tokio_postgres::error::DbError) -> bool {
+        if self.unnamed() {
+            // The server parses every run afresh; only the learned
+            // parameter types can be out of date.
+            db.code() == &tokio_postgres::error::SqlState::DATATYPE_MISMATCH
+        } else {
+            stale_db(db)
+        }
+    }
+
+    /// Maps an error of a statement that was sent. In unnamed mode a
+    /// missing prepared statement can only be tokio-postgres's type lookup,
+    /// made while reading the statement's answer: the statement itself has
+    /// run, with an outcome that is not known.
+    pub(crate) fn sent_error(&self, e: tokio_postgres::Error) -> Error {
+        if self.unnamed()
+            && e.code() == Some(&tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME)
+        {
+            self.types_lost.store(true, Ordering::Relaxed);
+            return Error::with_source(
+                Kind::OutcomeUnknown,
+                "a type lookup failed after the statement was sent (behind a \
+                 transaction-mode pooler); the connection is closed",
+                e,
+            );
+        }
+        sent_error(e)
+    }
+
+    /// Whether this connection sends unnamed statements only.
+    pub(crate) fn unnamed(&self) -> bool {
+        self.learned.is_some()
+    }
+
+    /// `texts` ready to run here, in order: each one's cached named
+    /// statement (texts not cached yet are prepared together, in one round
+    /// trip), or in unnamed mode its learned parameter types (texts the pool
+    /// has not learned are learned here, together, in a transaction).
+    pub(crate) async fn prepare_for(
+        &self,
+        texts: &[&str],
+        in_transaction: bool,
+    ) -> Vec<Result<Prepared, Error>> {
+        let Some(learned) = &self.learned else {
+            if let [sql] = texts {
+                return vec![self.prepare_named(sql).await];
+            }
+            let steps = texts
+                .iter()
+                .map(|sql| -> Step<'_, _> { Box::pin(self.prepare_named(sql)) })
+                .collect();
+            return in_order(steps).await;
+        };
+        let mut out: Vec<Option<Result<Prepared, Error>>> = texts
+            .iter()
+            .map(|sql| learned.known(sql).map(|d| Ok(Prepared::Unnamed(d))))
+            .collect();
+        let unknown: Vec<&str> = texts
+            .iter()
+            .zip(&out)
+            .filter(|(_, known)| known.is_none())
+            .map(|(sql, _)| *sql)
+            .collect();
+        if !unknown.is_empty() {
+            match learned.learn(&self.client, &unknown, in_transaction).await {
+                Ok(replies) => {
+                    let mut replies = replies.into_iter();
+                    for slot in out.iter_mut().filter(|slot| slot.is_none()) {
+                        let Some(reply) = replies.next() else {
+                            break;
+                        };
+                        if let Ok(d) = &reply {
+                            // Looked up in the learning transaction.
+                            lock(&self.types).extend(d.custom.iter().map(Type::oid));
+                        }
+                        *slot = Some(reply.map(Prepared::Unnamed).map_err(unsent_error));
+                    }
+                }
+                Err(e) => {
+                    // The transaction around the texts failed: each gets
+                    // its error.
+                    let e = unsent_error(e);
+                    for slot in out.iter_mut().filter(|slot| slot.is_none()) {
+                        *slot = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|slot| slot.unwrap_or_else(|| Err(Error::internal("a text was not prepared"))))
+            .collect()
+    }
+
+    async fn prepare_named(&self, sql: &str) -> Result<Prepared, Error> {
+        self.prepare_cached(sql)
+            .await
+            .map(Prepared::Named)
+            .map_err(unsent_error)
+    }
+
+    /// Unnamed mode: makes sure tokio-postgres has `described`'s catalog
+    /// types cached on this connection before a statement needing them is
+    /// sent (it would look them up while reading the answer, with a named
+    /// statement that may not exist on the pooler's current server
+    /// connection). Nothing is sent when they are cached already.
+    pub(crate) async fn ensure_types(&self, described: &Described) -> Result<(), Error> {
+        let missing: Vec<&Type> = {
+            let known = lock(&self.types);
+            described
+                .custom
+                .iter()
+                .filter(|t| !known.contains(&t.oid()))
+                .collect()
+        };
+        if missing.is_empty() {
+            return Ok(());
+        }
+        match look_up(&self.client, &missing).await {
+            Ok(()) => {
+                lock(&self.types).extend(missing.iter().map(|t| t.oid()));
+                Ok(())
+            }
+            Err(e) => {
+                if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME) {
+                    // tokio-postgres's lookup statement is not on this
+                    // server connection: this connection cannot look up
+                    // types any more.
+                    self.types_lost.store(true, Ordering::Relaxed);
+                }
+                Err(unsent_error(e))
+            }
+        }
+    }
+
+    /// Drops the cached statement (or learned types) of `sql`: it no longer
+    /// fits its table.
     pub(crate) fn forget(&self, sql: &str) {
         lock(&self.statements).pop(sql);
+        if let Some(learned) = &self.learned {
+            learned.forget(sql);
+        }
     }
 
     /// Drops every cached multi-row statement of shape `shape_id`.
@@ -194,12 +452,30 @@ impl ClientWrapper {
         for _ in 0..rows {
             all.extend_from_slice(types);
         }
-        let stmt = self.client.prepare_typed(&sql, &all).await?;
+        let stmt = self.prepare_typed_fresh(&sql, &all).await?;
         lock(&self.batch_statements).put((shape_id, rows), stmt.clone());
         Ok(stmt)
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// A statement ready to run on one connection: a named prepared statement,
+/// or (unnamed mode) the text's parameter types.
+#[derive(Clone)]
+pub(crate) enum Prepared {
+    Named(Statement),
+    Unnamed(Arc<Described>),
+}
+
+impl Prepared {
+    /// The parameter types the server inferred.
+    pub(crate) fn params(&self) -> &[Type] {
+        match self {
+            Prepared::Named(stmt) => stmt.params(),
+            Prepared::Unnamed(described) => &described.params,
+        }
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -48,13 +48,55 @@
 //! `execute_many` of a statement that is not coalesced pipelines its rows
 //! on one connection (each its own autocommit statement).
 
+//! # Behind a pooler
+//!
+//! A pooler in transaction mode (PgBouncer `pool_mode = transaction`, and
+//! most managed poolers) gives each transaction, and each statement outside
+//! one, whichever server connection is free. A named prepared statement is
+//! kept by the server connection it was prepared on, so after the next
+//! statement it may be gone (`26000`), or, worse, another client's statement
+//! of the same name may be there: tokio-postgres names statements `s0`,
+//! `s1`, ... from a counter of the process, so two processes behind one
+//! pooler use the same names for different statements.
+//!
+//! [`Statements`] chooses what the pool sends:
+//!
+//! * [`Statements::Auto`] (default): named statements on a direct
+//!   connection; unnamed ones when a connection turns out to reach
+//!   PostgreSQL through a pooler (its cancel key does not name the backend
+//!   process serving it).
+//! * [`Statements::Unnamed`]: every statement (coalesced batches, `execute`,
+//!   `execute_many`, queries, `atomic`, [`Transaction`]) is one unnamed
+//!   Parse/Bind/Execute with the parameter types the pool learned once per
+//!   statement text (by preparing the text inside a transaction and closing
+//!   it before the transaction ends). Safe behind any pooler.
+//! * [`Statements::Named`]: always named. Right for a direct connection, a
+//!   pooler in session mode, or PgBouncer 1.21 or later with
+//!   `max_prepared_statements` set (it then tracks named statements itself).
+//!
+//! Set it with [`PoolBuilder::statements`] or in the connection string:
+//! `postgresql://app@pgbouncer:6432/app?statements=unnamed`,
+//! `host=pgbouncer port=6432 statements=unnamed` (the string wins).
+//!
+//! Behind a transaction-mode pooler, [`Pool::atomic`] and [`Transaction`]
+//! keep their guarantees: a group or transaction is one server
+//! transaction, so the pooler keeps it on one server connection from `BEGIN`
+//! to `COMMIT`. Session state does not carry over between transactions, so
+//! the pool does not set `statement_timeout` on such connections (set it on
+//! the role or database: `ALTER ROLE app SET statement_timeout = '30s'`);
+//! its own deadline still applies. Connections from [`Pool::get`] are the
+//! driver's own: use `query_typed` / `execute_typed` on them.
+
 mod api;
 mod batch;
 mod driver;
 mod encode;
 mod errors;
 mod manager;
+mod pipeline;
+mod statements;
 mod table;
+mod unnamed;
 
 #[cfg(any(feature = "tower", feature = "bench"))]
 pub(crate) use self::encode::PgArgs;
@@ -62,6 +104,7 @@ pub use self::encode::PgValue;
 #[cfg(feature = "bench")]
 pub(crate) use self::encode::encode;
 pub use self::manager::{ClientWrapper, Manager};
+pub use self::statements::Statements;
 
 /// The PostgreSQL backend: a [`Pool`] is a `batchpool::Pool<Postgres>`.
 ///

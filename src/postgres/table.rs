@@ -3,7 +3,7 @@
 //! re-learned): whether n single-row INSERTs into it and one n-row INSERT
 //! are the same thing.
 
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::errors::unsent_error;
 use super::manager::ClientWrapper;
@@ -61,6 +61,15 @@ SELECT c.relkind::text,
         ORDER BY k.ord)
 FROM pg_class c JOIN rel ON c.oid = rel.oid";
 
+/// The parameter types of [`FACTS`].
+const FACTS_TYPES: [Type; 5] = [
+    Type::TEXT,
+    Type::TEXT_ARRAY,
+    Type::INT4,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+];
+
 /// The key columns of an `ON CONFLICT` whose skipped rows are told apart by
 /// the key `RETURNING` sends back: their names and the parameters bound to
 /// them.
@@ -84,13 +93,22 @@ pub(crate) async fn refusal(
     };
     let keys: Vec<String> = key.as_ref().map_or_else(Vec::new, |k| k.columns.to_vec());
     let repeatable: Vec<&str> = REPEATABLE.to_vec();
+    let params: [&(dyn ToSql + Sync); 5] =
+        [&shape.table, &shape.calls, &events, &keys, &repeatable];
     let read = async {
-        let stmt = conn.prepare_cached(FACTS).await?;
-        conn.query_opt(
-            &stmt,
-            &[&shape.table, &shape.calls, &events, &keys, &repeatable],
-        )
-        .await
+        if conn.unnamed() {
+            let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
+                .iter()
+                .copied()
+                .zip(FACTS_TYPES.iter().cloned())
+                .collect();
+            conn.query_typed(FACTS, &typed)
+                .await
+                .map(|rows| rows.into_iter().next())
+        } else {
+            let stmt = conn.prepare_cached(FACTS).await?;
+            conn.query_opt(&stmt, &params).await
+        }
     };
     let row = match read.await {
         Ok(row) => row,
