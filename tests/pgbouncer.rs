@@ -23,7 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use batchpool::postgres::Pool;
+use batchpool::postgres::{Pool, Statements};
 use serde::{Deserialize, Serialize};
 
 /// Rows each child writes.
@@ -345,18 +345,15 @@ async fn two_processes_through_one_pgbouncer_auto() {
     two_processes(None).await;
 }
 
-/// The default mode on a direct connection still writes every row, with
-/// named (prepared, cached) statements: the one connection has some.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auto_on_a_direct_connection_uses_named_statements() {
-    let direct = two_tables().await;
-    let pool = Pool::builder(&direct).max_size(1).build().unwrap();
+/// Writes rows `(k, "<table>:k")` for `k` in `0..n` into `table`, one
+/// concurrent caller per row, each acknowledged.
+async fn write_concurrently(pool: &Pool, table: &str, n: i32) {
+    let sql = format!("INSERT INTO {table} (k, v) VALUES ($1, $2)");
     let mut callers = tokio::task::JoinSet::new();
-    for k in 0..500i32 {
-        let pool = pool.clone();
+    for k in 0..n {
+        let (pool, sql, v) = (pool.clone(), sql.clone(), format!("{table}:{k}"));
         callers.spawn(async move {
-            let v = format!("a:{k}");
-            pool.execute("INSERT INTO a (k, v) VALUES ($1, $2)", &[&k, &v])
+            pool.execute(&sql, &[&k, &v])
                 .await
                 .map(|out| out.rows_affected())
         });
@@ -364,11 +361,25 @@ async fn auto_on_a_direct_connection_uses_named_statements() {
     while let Some(r) = callers.join_next().await {
         assert_eq!(r.unwrap().expect("insert"), 1);
     }
-    let mut expected: Vec<(i32, String)> = (0..500).map(|k| (k, format!("a:{k}"))).collect();
-    expected.sort();
-    let mut found = rows(&direct, "a").await;
+}
+
+/// `table` (read directly) holds exactly the rows [`write_concurrently`]
+/// wrote.
+async fn assert_written(direct: &str, table: &str, n: i32) {
+    let expected: Vec<(i32, String)> = (0..n).map(|k| (k, format!("{table}:{k}"))).collect();
+    let mut found = rows(direct, table).await;
     found.sort();
-    assert_eq!(found, expected);
+    assert_eq!(found, expected, "table {table}");
+}
+
+/// The default mode on a direct connection still writes every row, with
+/// named (prepared, cached) statements: the one connection has some.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_on_a_direct_connection_uses_named_statements() {
+    let direct = two_tables().await;
+    let pool = Pool::builder(&direct).max_size(1).build().unwrap();
+    write_concurrently(&pool, "a", 500).await;
+    assert_written(&direct, "a", 500).await;
     assert!(pool.stats().rows_per_batch() > 1.0, "{:?}", pool.stats());
     let client = pool.get().await.unwrap();
     let prepared = client
@@ -396,33 +407,30 @@ async fn key_value_connection_string_selects_unnamed_mode() {
         .0
         .parse()
         .unwrap();
-    let port = parsed.get_ports()[0];
     let kv = format!(
-        "host=127.0.0.1 port={port} user={} dbname={} statements=unnamed",
+        "host=127.0.0.1 port={} user={} dbname={} statements=unnamed",
+        parsed.get_ports()[0],
         parsed.get_user().unwrap(),
         parsed.get_dbname().unwrap()
     );
     let pool = Pool::builder(&kv).max_size(CLIENTS).build().unwrap();
-    let mut callers = tokio::task::JoinSet::new();
-    for k in 0..300i32 {
-        let pool = pool.clone();
-        callers.spawn(async move {
-            let v = format!("b:{k}");
-            pool.execute("INSERT INTO b (k, v) VALUES ($1, $2)", &[&k, &v])
-                .await
-                .map(|out| out.rows_affected())
-        });
-    }
-    while let Some(r) = callers.join_next().await {
-        assert_eq!(r.unwrap().expect("insert"), 1);
-    }
-    assert_eq!(rows(&direct, "b").await.len(), 300);
-    let n: i64 = pool
-        .query_one("SELECT count(*) FROM b WHERE v LIKE 'b:%'", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(n, 300);
+    write_concurrently(&pool, "b", 300).await;
+    assert_written(&direct, "b", 300).await;
+}
+
+/// Unnamed mode from `PoolBuilder::statements`, the URL naming no mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builder_selects_unnamed_mode() {
+    let direct = two_tables().await;
+    let through = common::with_statements(&common::bouncer_url_for(&direct), None);
+    let pool = Pool::builder(&through)
+        .statements(Statements::Unnamed)
+        .max_size(CLIENTS)
+        .build()
+        .unwrap();
+    write_concurrently(&pool, "a", 300).await;
+    assert_written(&direct, "a", 300).await;
+    assert!(pool.stats().rows_per_batch() > 1.0, "{:?}", pool.stats());
 }
 
 /// The fixture itself: PgBouncer runs in transaction mode, and its server

@@ -341,7 +341,8 @@ mod pg {
         }
 
         /// Simple-protocol text, or the text of an executed prepared
-        /// statement.
+        /// statement (behind PgBouncer, an unnamed one: a named one fails
+        /// the test).
         fn logged(db: &str) -> Vec<String> {
             let log = std::fs::read_to_string(server().dir().join("postgres.log")).unwrap();
             let prefix = format!("{db}|pool|");
@@ -351,9 +352,16 @@ mod pg {
                     if let Some(sql) = line.strip_prefix("LOG:  statement: ") {
                         Some(sql.to_string())
                     } else {
-                        line.strip_prefix("LOG:  execute ")
-                            .and_then(|rest| rest.split_once(": "))
-                            .map(|(_, sql)| sql.to_string())
+                        let (name, sql) = line
+                            .strip_prefix("LOG:  execute ")
+                            .and_then(|rest| rest.split_once(": "))?;
+                        // Behind a transaction-mode pooler only unnamed
+                        // statements may run (see `Statements::Unnamed`).
+                        assert!(
+                            !R::POOLER || name == "<unnamed>",
+                            "named statement {name} executed behind PgBouncer: {sql}"
+                        );
+                        Some(sql.to_string())
                     }
                 })
                 .collect()
