@@ -65,9 +65,10 @@ pub fn bouncer_url() -> String {
     )
 }
 
-/// The database (and user) of `db_url`, a connection string of the
-/// [`super::pg_url`] server, reached through [`bouncer_url`]'s PgBouncer,
-/// with `statements=unnamed` (any other mode it had replaced):
+/// The database of `db_url`, a connection string of the [`super::pg_url`]
+/// server, reached through [`bouncer_url`]'s PgBouncer as [`bouncer_url`]'s
+/// user (for the throwaway bouncer, the server's user: the same), with
+/// `statements=unnamed`:
 /// `postgresql://postgres@127.0.0.1:PORT/bp_…?statements=unnamed`.
 pub fn bouncer_url_for(db_url: &str) -> String {
     let db = parse(db_url).get_dbname().unwrap_or("postgres").to_string();
