@@ -42,6 +42,9 @@ pub async fn pg_fresh_db() -> String {
 impl util::DbAdmin for tokio_postgres::Client {
     const TEST_DBS: &'static str = "SELECT datname FROM pg_database WHERE datname LIKE 'bp\\_%'";
     const QUOTE: char = '"';
+    /// PostgreSQL 13 or later; on older servers the drop fails at once
+    /// (a syntax error) and the leftover stays.
+    const DROP_FORCE: &'static str = " WITH (FORCE)";
 
     async fn names(&mut self, sql: &str) -> Vec<String> {
         let rows = self.query(sql, &[]).await.unwrap_or_default();

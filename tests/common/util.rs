@@ -51,6 +51,11 @@ pub trait DbAdmin {
     const TEST_DBS: &'static str;
     /// How the server quotes identifiers.
     const QUOTE: char;
+    /// Appended to `DROP DATABASE` of a leftover database, to end sessions
+    /// still on it (PostgreSQL's ` WITH (FORCE)`: an external PgBouncer
+    /// keeps idle server connections to the databases of finished test
+    /// processes, which would block the drop).
+    const DROP_FORCE: &'static str = "";
     /// Runs `sql`, returning the first column of every row.
     fn names(&mut self, sql: &str) -> impl std::future::Future<Output = Vec<String>>;
     /// Runs a statement.
@@ -97,7 +102,10 @@ impl<S> Shared<S> {
             for name in admin.names(A::TEST_DBS).await {
                 if is_stale_db_name(&name) {
                     let _ = admin
-                        .run(&format!("DROP DATABASE IF EXISTS {q}{name}{q}"))
+                        .run(&format!(
+                            "DROP DATABASE IF EXISTS {q}{name}{q}{}",
+                            A::DROP_FORCE
+                        ))
                         .await;
                 }
             }
