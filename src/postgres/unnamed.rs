@@ -107,18 +107,33 @@ async fn learn_once(
 ) -> Result<Vec<Result<Described, tokio_postgres::Error>>, tokio_postgres::Error> {
     let prepares: Vec<Step<'_, _>> = texts
         .iter()
-        .map(|sql| -> Step<'_, _> {
-            // The statement is dropped once described, which queues its
-            // Close (before the ROLLBACK below).
-            Box::pin(async move { client.prepare(sql).await.map(|stmt| describe(&stmt)) })
-        })
+        .map(|sql| -> Step<'_, _> { Box::pin(client.prepare(sql)) })
         .collect();
     if in_transaction {
-        return Ok(in_order(prepares).await);
+        return Ok(in_order(prepares)
+            .await
+            .into_iter()
+            .map(|r| r.map(|stmt| describe(&stmt)))
+            .collect());
     }
     // Polled in order in one poll: BEGIN and the texts leave in one write.
-    let (began, described) =
+    let (began, prepared) =
         futures_util::future::join(client.batch_execute("BEGIN"), in_order(prepares)).await;
+    let mut statements = Vec::with_capacity(texts.len());
+    let described: Vec<_> = prepared
+        .into_iter()
+        .map(|r| {
+            r.map(|stmt| {
+                let described = describe(&stmt);
+                statements.push(stmt);
+                described
+            })
+        })
+        .collect();
+    // Dropping the statements queues their Close messages; the ROLLBACK is
+    // queued right after, with no await in between, so they leave in one
+    // write and the Closes run inside the transaction.
+    drop(statements);
     let ended = client.batch_execute("ROLLBACK").await;
     began?;
     ended?;
