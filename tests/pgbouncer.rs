@@ -499,3 +499,69 @@ async fn bouncer_shares_few_server_connections_in_transaction_mode() {
         pids.len()
     );
 }
+
+/// The database's own types (an enum, a domain over an enum array, a
+/// composite) behind the bouncer in unnamed mode: parameters, `RETURNING`
+/// columns and queries of them, from many callers on many connections.
+/// tokio-postgres looks such types up with a named statement of its own;
+/// each connection must have them before a statement needing them is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_types_work_in_unnamed_mode() {
+    let direct = common::pg_fresh_db().await;
+    let (admin, conn) = tokio_postgres::connect(&direct, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    admin
+        .batch_execute(
+            "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+             CREATE DOMAIN moods AS mood[];
+             CREATE TYPE pair AS (a int4, b text);
+             CREATE TABLE m (id serial PRIMARY KEY, k int4, feel mood, many moods, p pair)",
+        )
+        .await
+        .unwrap();
+    let through = common::bouncer_url_for(&direct);
+    let pool = Pool::builder(&through).max_size(CLIENTS).build().unwrap();
+    let mut callers = tokio::task::JoinSet::new();
+    for k in 0..400i32 {
+        let pool = pool.clone();
+        callers.spawn(async move {
+            // Coalesced: the enum is a RETURNING column.
+            let one = pool
+                .execute(
+                    "INSERT INTO m (k, feel) VALUES ($1, 'ok') RETURNING feel::text, k",
+                    &[&k],
+                )
+                .await
+                .expect("enum insert");
+            let row = one.returned().expect("returned row");
+            assert_eq!((row.get::<_, String>(0), row.get::<_, i32>(1)), ("ok".into(), k));
+            // Passed through: the domain and composite come back as
+            // columns of the catalog types.
+            let two = pool
+                .execute(
+                    "INSERT INTO m (k, many, p) VALUES ($1, ARRAY['sad', 'happy']::mood[], ROW($1, 'x')) \
+                     RETURNING many, p",
+                    &[&k],
+                )
+                .await
+                .expect("domain and composite insert");
+            assert_eq!(two.rows_affected(), 1);
+            let rows = pool
+                .query("SELECT feel, many, p FROM m WHERE k = $1", &[&k])
+                .await
+                .expect("query");
+            assert_eq!(rows.len(), 2);
+        });
+    }
+    while let Some(r) = callers.join_next().await {
+        r.unwrap();
+    }
+    let count: i64 = admin
+        .query_one("SELECT count(*) FROM m", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 800);
+}
