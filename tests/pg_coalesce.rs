@@ -260,3 +260,54 @@ async fn table_facts_decide_what_is_coalesced<B: TestBackend<Pool = Pool>>() {
     assert!(pool.stats().rows_per_batch() > 1.0, "{:?}", pool.stats());
     assert_eq!(count::<B>(&pool, "plain").await, 10);
 }
+
+/// Named mode heals a connection whose prepared statements vanished from
+/// the server (`26000`, as behind a pooler that switched server
+/// connections, or after `DEALLOCATE ALL`): the cached statement is
+/// forgotten, prepared again and run once (nothing ran the first time),
+/// for a statement on its own, a coalesced batch and `execute_many`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_mode_heals_statements_gone_from_the_server() {
+    let url = common::pg_fresh_db().await;
+    let pool = Pool::builder(&url)
+        .statements(batchpool::postgres::Statements::Named)
+        .max_size(1)
+        .build()
+        .unwrap();
+    pool.execute("CREATE TABLE h (k int PRIMARY KEY, v text)", &[])
+        .await
+        .unwrap();
+    let insert = "INSERT INTO h (k, v) VALUES ($1, $2)";
+    let update = "UPDATE h SET v = $2 WHERE k = $1";
+    let rows = |from: i32| -> Vec<(i32, String)> {
+        (from..from + 50).map(|k| (k, format!("v{k}"))).collect()
+    };
+    for round in 0..3 {
+        let data = rows(round * 100);
+        let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 2]> =
+            data.iter().map(|(k, v)| [k as _, v as _]).collect();
+        for r in pool.execute_many(insert, &params).await.unwrap() {
+            assert_eq!(r.expect("batched insert").rows_affected(), 1);
+        }
+        let k = round * 100;
+        let out = pool.execute(update, &[&k, &"updated"]).await.unwrap();
+        assert_eq!(out.rows_affected(), 1);
+        // Every statement the one connection prepared is dropped on the
+        // server; the pool still has them cached.
+        let client = pool.get().await.unwrap();
+        client.batch_execute("DEALLOCATE ALL").await.unwrap();
+        drop(client);
+    }
+    let n: i64 = pool
+        .query_one("SELECT count(*) FROM h", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 150);
+    let updated: i64 = pool
+        .query_one("SELECT count(*) FROM h WHERE v = 'updated'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(updated, 3);
+}
