@@ -169,8 +169,20 @@ enum Op {
     My(Mode, batchpool::mysql::Pool, String),
 }
 
-fn text(e: impl std::fmt::Display) -> String {
-    e.to_string()
+/// An error with its sources (`db error: ERROR: prepared statement "s0"
+/// does not exist`), each added unless the message already says it.
+fn text(e: impl std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let msg = s.to_string();
+        if !out.contains(&msg) {
+            out.push_str(": ");
+            out.push_str(&msg);
+        }
+        source = s.source();
+    }
+    out
 }
 
 impl Op {
