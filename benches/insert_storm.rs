@@ -12,7 +12,18 @@
 //! cargo bench --bench insert_storm -- --threads 25 --count 1000
 //! cargo bench --bench insert_storm -- --targets postgres \
 //!     --pg-url postgresql://postgres@127.0.0.1:5432/postgres --json storm.json
+//! cargo bench --bench insert_storm -- --targets postgres --statements unnamed
+//! cargo bench --bench insert_storm -- --targets postgres --pool-size 6 \
+//!     --pg-url postgresql://postgres@127.0.0.1:6432/postgres   # through PgBouncer
 //! ```
+//!
+//! PostgreSQL's statement mode (`--statements auto|named|unnamed`, default
+//! the `--pg-url`'s `statements=`, else `auto`) goes to batchpool's pools,
+//! and `explicit` sends the same kind: a cached prepared statement, or an
+//! unnamed one (`execute_typed`) when batchpool sends unnamed ones (behind
+//! a transaction-mode pooler such as PgBouncer, where `auto` resolves to
+//! unnamed). The bench works in the `--pg-url` database itself (table
+//! `storm`), so PgBouncer needs no wildcard entry.
 //!
 //! Targets: `postgres` (table `storm`), `mariadb` (InnoDB table `storm`) and
 //! `mariadb-blackhole` (BLACKHOLE engine table `storm_blackhole`, as in the
@@ -24,11 +35,14 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "ycsb/statements.rs"]
+mod statements;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use batchpool::postgres::Statements;
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
 
@@ -59,9 +73,17 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = ALL_TARGETS)]
     targets: Vec<Kind>,
     /// PostgreSQL to use (default: a fresh database on `PG_URL`, else on a
-    /// throwaway cluster).
+    /// throwaway cluster); may be a transaction-mode PgBouncer's, and may
+    /// carry batchpool's `statements=` (taken out for deadpool-postgres).
     #[arg(long)]
     pg_url: Option<String>,
+    /// PostgreSQL statement mode of batchpool's pools (`elided`,
+    /// `coalesced`) and of `explicit`: `named` (prepared, cached), `unnamed`
+    /// (one unnamed Parse/Bind/Execute, `execute_typed` for `explicit`:
+    /// what a transaction-mode pooler passes) or `auto` (unnamed when a
+    /// pooler is detected). Default: --pg-url's `statements=`, else auto.
+    #[arg(long, value_name = "auto|named|unnamed", value_parser = statements::parse)]
+    statements: Option<Statements>,
     /// MariaDB / MySQL to use (default: a fresh database on `MYSQL_URL`,
     /// else on a throwaway server).
     #[arg(long)]
@@ -125,7 +147,10 @@ enum Kind {
 struct Target {
     kind: Kind,
     label: String,
+    /// Connection string for the drivers (PostgreSQL: without `statements=`).
     url: String,
+    /// PostgreSQL's statement mode, and whether a pooler was detected.
+    statements: Option<(Statements, bool)>,
     sql: String,
     /// The table the bench created for the default statement (dropped at
     /// the end); `None` with `--sql`.
@@ -137,14 +162,27 @@ struct Target {
 /// One operation of one mode, ready to run many times from many tasks:
 /// `explicit` on the plain pool, `elided` or `coalesced` on batchpool's.
 enum Op {
-    PgExplicit(deadpool_postgres::Pool, String),
+    /// The plain pool, the statement, and whether it is sent unnamed.
+    PgExplicit(deadpool_postgres::Pool, String, bool),
     Pg(Mode, batchpool::postgres::Pool, String),
     MyExplicit(deadpool::managed::Pool<MyManager>, String),
     My(Mode, batchpool::mysql::Pool, String),
 }
 
-fn text(e: impl std::fmt::Display) -> String {
-    e.to_string()
+/// An error with its sources (`db error: ERROR: prepared statement "s0"
+/// does not exist`), each added unless the message already says it.
+fn text(e: impl std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let msg = s.to_string();
+        if !out.contains(&msg) {
+            out.push_str(": ");
+            out.push_str(&msg);
+        }
+        source = s.source();
+    }
+    out
 }
 
 impl Op {
@@ -152,11 +190,15 @@ impl Op {
     async fn run(&self) -> Result<u64, String> {
         use mysql_async::prelude::Queryable;
         match self {
-            Op::PgExplicit(pool, sql) => {
+            Op::PgExplicit(pool, sql, unnamed) => {
                 let mut client = pool.get().await.map_err(text)?;
                 let tx = client.transaction().await.map_err(text)?;
-                let stmt = tx.prepare_cached(sql).await.map_err(text)?;
-                let n = tx.execute(&stmt, &[]).await.map_err(text)?;
+                let n = if *unnamed {
+                    tx.execute_typed(sql, &[]).await.map_err(text)?
+                } else {
+                    let stmt = tx.prepare_cached(sql).await.map_err(text)?;
+                    tx.execute(&stmt, &[]).await.map_err(text)?
+                };
                 tx.commit().await.map_err(text)?;
                 Ok(n)
             }
@@ -213,7 +255,7 @@ impl Op {
 
     async fn close(self) {
         match self {
-            Op::PgExplicit(pool, _) => pool.close(),
+            Op::PgExplicit(pool, ..) => pool.close(),
             Op::Pg(_, pool, _) => pool.close().await,
             Op::MyExplicit(pool, _) => pool.close(),
             Op::My(_, pool, _) => pool.close().await,
@@ -252,6 +294,19 @@ impl Target {
         self.kind == Kind::Postgres
     }
 
+    /// PostgreSQL: whether `explicit` sends unnamed statements (as
+    /// batchpool's pools do).
+    fn pg_unnamed(&self) -> bool {
+        self.statements
+            .is_some_and(|(mode, pooler)| statements::peers_unnamed(mode, pooler))
+    }
+
+    /// PostgreSQL: the statement mode for the report.
+    fn statements_text(&self) -> Option<String> {
+        self.statements
+            .map(|(mode, pooler)| statements::describe(mode, pooler))
+    }
+
     fn protocol(&self) -> &'static str {
         if self.is_postgres() {
             "postgres"
@@ -262,7 +317,8 @@ impl Target {
 
     async fn version(&self) -> String {
         if self.is_postgres() {
-            common::pg_version(&self.url).await
+            // Simple protocol: no prepared statement (a pooler's URL).
+            self.admin("SELECT version()").await.unwrap_or_default()
         } else {
             common::mysql_version(&self.url).await
         }
@@ -363,10 +419,14 @@ impl Target {
         match (self.is_postgres(), mode) {
             (true, Mode::Explicit) => {
                 let manager = deadpool_postgres::Manager::new(pg(), tokio_postgres::NoTls);
-                Op::PgExplicit(plain_pool(manager, pool_size), sql)
+                let unnamed = self.pg_unnamed();
+                Op::PgExplicit(plain_pool(manager, pool_size), sql, unnamed)
             }
             (true, _) => {
-                let pool = batchpool::postgres::Pool::from_config(pg()).max_size(pool_size);
+                let (mode_pg, _) = self.statements.unwrap_or_default();
+                let pool = batchpool::postgres::Pool::from_config(pg())
+                    .statements(mode_pg)
+                    .max_size(pool_size);
                 Op::Pg(mode, pool.build().expect("batchpool pool"), sql)
             }
             (false, Mode::Explicit) => Op::MyExplicit(plain_pool(MyManager(my()), pool_size), sql),
@@ -376,6 +436,18 @@ impl Target {
             }
         }
     }
+}
+
+/// Whether `url` reaches PostgreSQL through a pooler (batchpool's `auto`
+/// test).
+async fn pg_pooler(url: &str) -> bool {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to PostgreSQL");
+    tokio::spawn(conn);
+    statements::behind_pooler(&client)
+        .await
+        .expect("SELECT pg_backend_pid()")
 }
 
 /// The plain deadpool pool of the `explicit` mode (deadpool-postgres's is
@@ -406,6 +478,9 @@ struct Run {
     target: String,
     sql: String,
     protocol: String,
+    /// PostgreSQL: the statement mode (`named (direct connection)`,
+    /// `auto → unnamed (pooler detected)`...).
+    statements: Option<String>,
     mode: Mode,
     threads: usize,
     count: usize,
@@ -547,6 +622,7 @@ async fn run_mode(target: &Target, mode: Mode, args: &Args) -> Run {
         target: target.label.clone(),
         sql: target.sql.clone(),
         protocol: target.protocol().to_string(),
+        statements: target.statements_text(),
         mode,
         threads: args.threads,
         count: args.count,
@@ -617,6 +693,10 @@ struct Report {
 
 fn main() {
     let args = Args::parse();
+    if std::env::args_os().len() == 1 {
+        // `cargo test --benches`: also check the statements= handling.
+        statements::self_check();
+    }
     assert!(
         args.threads > 0 && args.count > 0,
         "--threads and --count must be positive"
@@ -632,6 +712,8 @@ async fn async_main(args: Args) {
     let mut targets = Vec::new();
     for &kind in &args.targets {
         let postgres = kind == Kind::Postgres;
+        // PostgreSQL's statement mode (`--statements`, or --pg-url's).
+        let mut pg_mode = postgres.then(|| args.statements.unwrap_or_default());
         let (given, env) = if postgres {
             (&args.pg_url, "PG_URL")
         } else {
@@ -643,6 +725,14 @@ async fn async_main(args: Args) {
             Kind::MariadbBlackhole => "mariadb-blackhole",
         };
         let (label, url) = match given {
+            Some(url) if postgres => {
+                let (rest, in_url) =
+                    statements::split(url).unwrap_or_else(|e| panic!("--pg-url: {e}"));
+                let mode = statements::effective(args.statements, in_url)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                pg_mode = Some(mode);
+                (name.to_string(), rest)
+            }
             Some(url) => (name.to_string(), url.clone()),
             None => {
                 let external = std::env::var(env).is_ok_and(|v| !v.is_empty());
@@ -667,10 +757,15 @@ async fn async_main(args: Args) {
             (None, Some(table)) => default_sql(table),
             (None, None) => unreachable!("a table when no --sql"),
         };
+        let statements = match pg_mode {
+            Some(mode) => Some((mode, pg_pooler(&url).await)),
+            None => None,
+        };
         targets.push(Target {
             kind,
             label,
             url,
+            statements,
             sql,
             table,
             installed_plugin: Default::default(),
@@ -691,6 +786,9 @@ async fn async_main(args: Args) {
     for target in &targets {
         let version = target.version().await;
         println!("\n== {}: {version}", target.label);
+        if let Some(s) = target.statements_text() {
+            println!("== statements: {s}, batchpool and explicit alike");
+        }
         println!("== sql: {}\n", target.sql);
         servers.push((target.label.clone(), version));
         target.setup().await;

@@ -8,6 +8,9 @@
 //! cargo bench --bench ycsb_load -- --sweep --modes nobatch,copy
 //! cargo bench --bench ycsb_load -- --db mariadb                     # MariaDB's six modes
 //! cargo bench --bench ycsb_load -- --db postgresql,mariadb --mysql-url mysql://root@127.0.0.1/test
+//! cargo bench --bench ycsb_load -- --statements unnamed             # no named statements
+//! cargo bench --bench ycsb_load -- --pg-url postgresql://postgres@127.0.0.1:6432/postgres \
+//!     --statements unnamed                                          # through PgBouncer
 //! ```
 //!
 //! Without `--pg-url` / `--mysql-url` it starts a throwaway PostgreSQL
@@ -15,7 +18,8 @@
 //! it afterwards. See `--help`.
 //!
 //! Run by `cargo test --benches` (no `--bench` flag, no arguments), it only
-//! checks that it works: every mode of both databases on 500 rows.
+//! checks that it works: every mode of both databases on 500 rows, and
+//! PostgreSQL's modes again with unnamed statements.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -24,6 +28,7 @@ mod ycsb;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use batchpool::postgres::Statements;
 use clap::Parser;
 
 use ycsb::cli::{Args, Db};
@@ -38,14 +43,28 @@ fn main() -> ExitCode {
         args.batch_size = 100;
         args.no_progress = true;
         args.db = vec![Db::Postgresql, Db::Mariadb];
-    }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ycsb_load: FAILED: {}", ycsb::error_chain(&*e));
-            ExitCode::FAILURE
+        ycsb::statements::self_check();
+        let unnamed = Args {
+            db: vec![Db::Postgresql],
+            statements: Some(Statements::Unnamed),
+            ..args.clone()
+        };
+        if let Err(code) = report_failure(run(&unnamed)) {
+            return code;
         }
     }
+    match report_failure(run(&args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
+    }
+}
+
+/// Prints a failed run's error chain.
+fn report_failure(result: ycsb::Result<()>) -> Result<(), ExitCode> {
+    result.map_err(|e| {
+        eprintln!("ycsb_load: FAILED: {}", ycsb::error_chain(&*e));
+        ExitCode::FAILURE
+    })
 }
 
 fn run(args: &Args) -> ycsb::Result<()> {
@@ -137,7 +156,11 @@ fn run_db<D: Database, S>(
         .enable_all()
         .build()?;
     let result = runtime.block_on(async {
-        let db = D::create(&url).await?;
+        let mut db = D::create(&url).await?;
+        if let Err(e) = db.set_statements(args.statements) {
+            db.cleanup().await;
+            return Err(e);
+        }
         let setup = ServerSetup {
             throwaway: server.is_some(),
             fast: server.is_some() && common::fast_server(),

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use batchpool::postgres::Statements;
 use clap::Parser;
 
 use super::{Mode, Options};
@@ -13,6 +14,13 @@ use super::{Mode, Options};
 /// Without --pg-url it starts a throwaway PostgreSQL cluster from the local
 /// server binaries (as the tests do) and removes it afterwards; with
 /// --pg-url it works in a scratch database it creates and drops on that server.
+///
+/// Behind PgBouncer in transaction mode: give PgBouncer's URL as --pg-url
+/// and `--statements unnamed` (or leave `auto`, which detects the pooler).
+/// The scratch database is created and dropped through PgBouncer too, so
+/// PgBouncer needs a wildcard database entry (`[databases] * = host=...
+/// port=...`); its `default_pool_size` caps the server connections a pool
+/// of --pool-size gets.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "ycsb_load", version, about, long_about = None)]
 pub struct Args {
@@ -46,11 +54,23 @@ pub struct Args {
     /// default: a throwaway `mariadbd`. `MYSQL_URL` is not read.
     #[arg(long)]
     pub mysql_url: Option<String>,
-    /// PostgreSQL server to use (libpq URL or key=value string); default: a
-    /// throwaway cluster. `PG_URL` is not read: the bench only uses a server
-    /// it is pointed at explicitly.
+    /// PostgreSQL server to use (libpq URL or key=value string), or a
+    /// pooler in front of one (PgBouncer: see above); default: a throwaway
+    /// cluster. `PG_URL` is not read: the bench only uses a server it is
+    /// pointed at explicitly. batchpool's `statements=` parameter may be
+    /// in it (the bench takes it out for the peers' drivers).
     #[arg(long)]
     pub pg_url: Option<String>,
+    /// PostgreSQL statement mode, for batchpool (`batchrewrite`,
+    /// `coalesce`: `PoolBuilder::statements`) and the peers alike: `named`
+    /// = prepared once per connection and cached (peers: `prepare_cached`);
+    /// `unnamed` = one unnamed Parse/Bind/Execute per statement, what a
+    /// transaction-mode pooler passes (peers: `execute_typed` with the
+    /// table's column types; `copy` inside BEGIN/COMMIT); `auto` =
+    /// batchpool's default, unnamed when a pooler is detected, and the
+    /// peers follow it. Default: --pg-url's `statements=`, else auto.
+    #[arg(long, value_name = "auto|named|unnamed", value_parser = super::statements::parse)]
+    pub statements: Option<Statements>,
     /// Write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

@@ -11,6 +11,8 @@
 //! * [`run`]: loads every mode into a freshly truncated table (alternating
 //!   order when repeated), verifies `count(*)`, and returns a [`Report`].
 //! * [`report`]: the text table, JSON and SVG; [`cli`]: the command line.
+//! * [`statements`]: PostgreSQL's statement mode (`--statements`), for
+//!   batchpool and the peers alike.
 #![allow(dead_code)] // the bench and the smoke test each use a different part
 
 pub mod cli;
@@ -18,6 +20,7 @@ pub mod modes;
 pub mod mysql;
 pub mod pg;
 pub mod report;
+pub mod statements;
 pub mod workload;
 
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use batchpool::BatchConfig;
+use batchpool::postgres::Statements;
 use serde::Serialize;
 
 pub use self::report::Report;
@@ -282,6 +286,16 @@ pub trait Database: Sized {
     /// Removes what [`create`](Database::create) made (the scratch
     /// database). Best effort; never fails the run.
     async fn cleanup(self);
+    /// Applies `--statements` (`None`: not given). Only PostgreSQL has
+    /// statement modes; the others ignore it.
+    fn set_statements(&mut self, _flag: Option<Statements>) -> Result<()> {
+        Ok(())
+    }
+    /// The statement mode of the run, for the report; `None` where the
+    /// database has no such mode.
+    fn statements(&self) -> Option<StatementMode> {
+        None
+    }
     /// One plain connection (`nobatch`, `batch`), opened.
     async fn session(&self) -> Result<impl modes::Session>;
     /// A batchpool pool of `size` connections, not opened yet
@@ -307,6 +321,7 @@ pub trait Database: Sized {
             database: Self::NAME.into(),
             version,
             settings,
+            statements: self.statements(),
         })
     }
 
@@ -380,6 +395,22 @@ pub struct ServerInfo {
     pub version: String,
     /// Settings that matter for write speed (`fsync`, `synchronous_commit`...).
     pub settings: Vec<Setting>,
+    /// PostgreSQL: the statement mode of batchpool and the peers
+    /// (`--statements`). `None` for MariaDB.
+    pub statements: Option<StatementMode>,
+}
+
+/// PostgreSQL's statement mode in a run (`--statements`).
+#[derive(Clone, Debug, Serialize)]
+pub struct StatementMode {
+    /// What batchpool's builder got: `auto`, `named` or `unnamed`.
+    pub mode: String,
+    /// A pooler sits between the bench and the server (batchpool's `auto`
+    /// test: the session's backend pid is not the cancel key's).
+    pub pooler: bool,
+    /// What batchpool and the peers sent: `named` (prepared per connection,
+    /// cached) or `unnamed` (`execute_typed`; COPY inside a transaction).
+    pub sent: String,
 }
 
 /// What one mode's load measured.

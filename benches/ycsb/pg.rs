@@ -4,19 +4,30 @@
 //! The peers (`nobatch`, `batch`, `coalesce-peer`, `copy`) use plain
 //! deadpool-postgres / tokio-postgres; `batchrewrite` and `coalesce` use
 //! batchpool. Every pool opens its connections before the clock starts.
+//!
+//! The statement mode (`--statements`, see [`super::statements`]) goes to
+//! batchpool's builder; the peers send what batchpool sends: named
+//! statements prepared once per connection and cached (`prepare_cached`),
+//! or, in unnamed mode (behind a transaction-mode pooler such as
+//! PgBouncer), one unnamed Parse/Bind/Execute per row with the table's
+//! column types (`execute_typed`). The admin queries use the simple
+//! protocol, which works either way.
 
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use batchpool::BatchConfig;
+use batchpool::postgres::Statements;
 use futures_util::future::try_join_all;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use super::modes::{Batchpool, RowWriter, Session, batchpool_writer, expect_one, open_all};
 use super::workload::{self, Dataset, FIELD_COUNT, Record};
-use super::{Database, Loaded, Mode, Progress, Result, fail, scratch_name};
+use super::{
+    Database, Loaded, Mode, Progress, Result, StatementMode, fail, scratch_name, statements,
+};
 
 /// Parameters of one row: key, then the ten fields.
 pub type RowParams<'a> = [&'a (dyn ToSql + Sync); 1 + FIELD_COUNT];
@@ -27,6 +38,19 @@ pub fn params(r: &Record) -> RowParams<'_> {
     [
         &r.key, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9],
     ]
+}
+
+/// The INSERT's parameter types, as the server infers them from the columns
+/// (`YCSB_KEY VARCHAR(255)`, `FIELDn TEXT`): what unnamed statements and
+/// binary COPY send.
+pub fn types() -> [Type; 1 + FIELD_COUNT] {
+    std::array::from_fn(|i| if i == 0 { Type::VARCHAR } else { Type::TEXT })
+}
+
+/// A record's parameters with their types, for `execute_typed`.
+pub fn typed(r: &Record) -> [(&(dyn ToSql + Sync), Type); 1 + FIELD_COUNT] {
+    let (p, t) = (params(r), types());
+    std::array::from_fn(|i| (p[i], t[i].clone()))
 }
 
 /// `INSERT INTO usertable (YCSB_KEY, FIELD0, ...) VALUES ($1, ..., $11)`.
@@ -61,12 +85,25 @@ pub struct PgTarget {
     dbname: String,
     /// Connection to the scratch database (schema, TRUNCATE, count).
     admin: Client,
+    /// The statement mode: `--statements`, else the URL's `statements=`,
+    /// else `auto`. batchpool's builder gets it.
+    mode: Statements,
+    /// `statements=` of the URL (taken out: the peers' drivers refuse it).
+    url_mode: Option<Statements>,
+    /// A pooler sits between the bench and the server (batchpool's own
+    /// test, on the admin connection).
+    pooler: bool,
 }
 
 impl PgTarget {
     /// The scratch database's connection config.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Whether the peers send unnamed statements (as batchpool does).
+    pub fn peers_unnamed(&self) -> bool {
+        statements::peers_unnamed(self.mode, self.pooler)
     }
 
     /// A plain deadpool-postgres pool of `size` connections (prepared
@@ -88,12 +125,16 @@ impl Database for PgTarget {
     const SETTINGS: &'static str =
         "fsync synchronous_commit full_page_writes wal_level shared_buffers max_wal_size";
 
-    /// `url`: any libpq URL or `key=value` string.
+    /// `url`: any libpq URL or `key=value` string, possibly with
+    /// batchpool's `statements=` (taken out here), possibly a pooler's.
     async fn create(url: &str) -> Result<PgTarget> {
-        let base = Config::from_str(url).map_err(|e| fail(format!("bad --pg-url: {e}")))?;
+        let (rest, url_mode) =
+            statements::split(url).map_err(|e| fail(format!("--pg-url: {e}")))?;
+        let base = Config::from_str(&rest).map_err(|e| fail(format!("bad --pg-url: {e}")))?;
         let server = connect(&base)
             .await
             .map_err(|e| fail(format!("cannot connect to PostgreSQL: {e}")))?;
+        let pooler = statements::behind_pooler(&server).await?;
         let dbname = scratch_name();
         server
             .batch_execute(&format!("CREATE DATABASE \"{dbname}\""))
@@ -101,12 +142,49 @@ impl Database for PgTarget {
             .map_err(|e| fail(format!("CREATE DATABASE {dbname} failed: {e}")))?;
         let mut config = base.clone();
         config.dbname(&dbname);
-        let admin = connect(&config).await?;
+        let admin = match connect(&config).await {
+            Ok(admin) => admin,
+            Err(e) => {
+                let _ = server
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS \"{dbname}\""))
+                    .await;
+                let hint = if pooler {
+                    " (behind a pooler, the scratch database needs a wildcard entry: \
+                     PgBouncer `[databases] * = host=... port=...`)"
+                } else {
+                    ""
+                };
+                return Err(fail(format!(
+                    "cannot connect to the scratch database {dbname}{hint}: {e}"
+                )));
+            }
+        };
         Ok(PgTarget {
             base,
             config,
             dbname,
             admin,
+            mode: url_mode.unwrap_or_default(),
+            url_mode,
+            pooler,
+        })
+    }
+
+    fn set_statements(&mut self, flag: Option<Statements>) -> Result<()> {
+        self.mode = statements::effective(flag, self.url_mode).map_err(fail)?;
+        Ok(())
+    }
+
+    fn statements(&self) -> Option<StatementMode> {
+        let sent = if self.peers_unnamed() {
+            "unnamed"
+        } else {
+            "named"
+        };
+        Some(StatementMode {
+            mode: self.mode.to_string(),
+            pooler: self.pooler,
+            sent: sent.into(),
         })
     }
 
@@ -121,12 +199,11 @@ impl Database for PgTarget {
     }
 
     async fn version(&self) -> Result<String> {
-        Ok(self.admin.query_one("SELECT version()", &[]).await?.get(0))
+        Ok(statements::simple_first(&self.admin, "SELECT version()").await?)
     }
 
     async fn setting(&self, name: &str) -> Result<String> {
-        let row = self.admin.query_one(&format!("SHOW {name}"), &[]).await?;
-        Ok(row.get(0))
+        Ok(statements::simple_first(&self.admin, &format!("SHOW {name}")).await?)
     }
 
     async fn prepare(&self) -> Result<()> {
@@ -152,8 +229,9 @@ impl Database for PgTarget {
 
     async fn count(&self) -> Result<u64> {
         let sql = format!("SELECT count(*) FROM {}", workload::TABLE);
-        let n: i64 = self.admin.query_one(&sql, &[]).await?.get(0);
-        Ok(n as u64)
+        let n = statements::simple_first(&self.admin, &sql).await?;
+        n.parse()
+            .map_err(|e| fail(format!("count(*) = {n:?}: {e}")))
     }
 
     /// Drops the scratch database (best effort).
@@ -182,24 +260,38 @@ impl Database for PgTarget {
 
     /// A connection of a one-connection deadpool-postgres pool.
     async fn session(&self) -> Result<impl Session> {
-        Ok(self.plain_pool(1)?.get().await?)
+        Ok(PgSession {
+            client: self.plain_pool(1)?.get().await?,
+            unnamed: self.peers_unnamed(),
+        })
     }
 
     fn batch_pool(&self, size: usize, batching: BatchConfig) -> Result<impl Batchpool> {
         let builder = batchpool::postgres::Pool::from_config(self.config.clone());
+        let builder = builder.statements(self.mode);
         Ok(builder.max_size(size).batching(batching).build()?)
     }
 
     fn peer_pool(&self, size: usize) -> Result<impl RowWriter> {
-        self.plain_pool(size)
+        Ok(PeerPool {
+            pool: self.plain_pool(size)?,
+            unnamed: self.peers_unnamed(),
+        })
     }
 
-    /// Binary COPY in one stream.
+    /// Binary COPY in one stream. tokio-postgres prepares the COPY as a
+    /// named statement first (a round trip of its own), so in unnamed mode
+    /// it runs inside `BEGIN` ... `COMMIT`: a transaction-mode pooler keeps
+    /// the one server connection from the prepare to the statement's
+    /// close, and none is left behind on the server.
     async fn bulk(&self, data: &Arc<Dataset>, progress: &Progress) -> Result<Loaded> {
         let client = self.plain_pool(1)?.get().await?;
-        let mut types = vec![Type::VARCHAR];
-        types.extend([Type::TEXT; FIELD_COUNT]);
+        let unnamed = self.peers_unnamed();
+        let types = types();
         let started = Instant::now();
+        if unnamed {
+            client.batch_execute("BEGIN").await?;
+        }
         let sink = client.copy_in(&copy_sql()).await?;
         let writer = tokio_postgres::binary_copy::BinaryCopyInWriter::new(sink, &types);
         let mut writer = std::pin::pin!(writer);
@@ -210,6 +302,9 @@ impl Database for PgTarget {
             }
         }
         let n = writer.finish().await?;
+        if unnamed {
+            client.batch_execute("COMMIT").await?;
+        }
         let elapsed = started.elapsed();
         progress.add(data.len() as u64 % 1024);
         if n != data.len() as u64 {
@@ -222,27 +317,47 @@ impl Database for PgTarget {
     }
 }
 
-/// `nobatch`, `batch` (and `copy`) run on one deadpool-postgres connection.
-impl Session for deadpool_postgres::Object {
-    type Stmt = Statement;
+/// `nobatch` and `batch` run on one deadpool-postgres connection.
+pub struct PgSession {
+    client: deadpool_postgres::Object,
+    /// Unnamed statements (`execute_typed`) instead of a cached prepared one.
+    unnamed: bool,
+}
 
-    async fn prepare(&mut self) -> Result<Statement> {
-        Ok(self.prepare_cached(&INSERT).await?)
+impl PgSession {
+    /// One INSERT of `r`: the prepared statement, or unnamed (`None`).
+    async fn execute(client: &Client, stmt: Option<&Statement>, r: &Record) -> Result<u64> {
+        Ok(match stmt {
+            Some(stmt) => client.execute(stmt, &params(r)).await?,
+            None => client.execute_typed(&INSERT, &typed(r)).await?,
+        })
+    }
+}
+
+impl Session for PgSession {
+    /// The cached prepared INSERT; `None` in unnamed mode.
+    type Stmt = Option<Statement>;
+
+    async fn prepare(&mut self) -> Result<Option<Statement>> {
+        if self.unnamed {
+            return Ok(None);
+        }
+        Ok(Some(self.client.prepare_cached(&INSERT).await?))
     }
 
-    async fn insert(&mut self, stmt: &Statement, r: &Record) -> Result<u64> {
-        Ok(self.execute(stmt, &params(r)).await?)
+    async fn insert(&mut self, stmt: &Option<Statement>, r: &Record) -> Result<u64> {
+        PgSession::execute(&self.client, stmt.as_ref(), r).await
     }
 
-    async fn insert_group(&mut self, stmt: &Statement, group: &[Record]) -> Result<()> {
-        let c: &Client = self;
+    async fn insert_group(&mut self, stmt: &Option<Statement>, group: &[Record]) -> Result<()> {
+        let c: &Client = &self.client;
         // All of the group's statements are sent before the first reply is
         // awaited (tokio-postgres pipelines concurrent requests on a
         // connection); each one commits on its own.
         let counts = try_join_all(
             group
                 .iter()
-                .map(|r| async move { c.execute(stmt, &params(r)).await }),
+                .map(|r| PgSession::execute(c, stmt.as_ref(), r)),
         )
         .await?;
         for (n, r) in counts.into_iter().zip(group) {
@@ -257,19 +372,28 @@ impl Session for deadpool_postgres::Object {
 batchpool_writer!(batchpool::postgres::Pool, &INSERT, |r| &params(r), params);
 
 /// `coalesce-peer`: each row takes a pooled connection and its cached
-/// prepared statement.
-impl RowWriter for deadpool_postgres::Pool {
+/// prepared statement (unnamed mode: sends an unnamed one).
+#[derive(Clone)]
+pub struct PeerPool {
+    pool: deadpool_postgres::Pool,
+    unnamed: bool,
+}
+
+impl RowWriter for PeerPool {
     async fn open(&self, size: usize) -> Result<()> {
-        open_all(size, |_| self.get()).await
+        open_all(size, |_| self.pool.get()).await
     }
 
     async fn insert(&self, r: &Record) -> Result<u64> {
-        let client = self.get().await?;
+        let client = self.pool.get().await?;
+        if self.unnamed {
+            return Ok(client.execute_typed(&INSERT, &typed(r)).await?);
+        }
         let stmt = client.prepare_cached(&INSERT).await?;
         Ok(client.execute(&stmt, &params(r)).await?)
     }
 
     async fn release(self) {
-        self.close();
+        self.pool.close();
     }
 }

@@ -311,11 +311,19 @@ pub fn render_text(r: &Report) -> String {
     };
     let _ = writeln!(
         out,
-        "YCSB load: {} records (key + {} fields × {} B) into usertable, rows/s ({runs})\n",
+        "YCSB load: {} records (key + {} fields × {} B) into usertable, rows/s ({runs})",
         thousands(o.records as f64),
         super::workload::FIELD_COUNT,
         o.field_len
     );
+    if let Some(s) = &r.server.statements {
+        let _ = writeln!(
+            out,
+            "statements: {}, batchpool and peers alike",
+            super::statements::describe(s.mode.parse().unwrap_or_default(), s.pooler),
+        );
+    }
+    out.push('\n');
 
     if !r.results.is_empty() {
         // The seed's table: one line per database, one column per mode.
@@ -444,7 +452,7 @@ pub fn render_text(r: &Report) -> String {
     let modes: Vec<&str> = o.modes.iter().map(|m| m.name()).collect();
     let _ = writeln!(
         out,
-        "settings: --records {} --batch-size {} --tasks {} --pool-size {} --repeat {} --modes {}{}",
+        "settings: --records {} --batch-size {} --tasks {} --pool-size {} --repeat {} --modes {}{}{}",
         o.records,
         o.batch_size,
         o.tasks,
@@ -455,6 +463,10 @@ pub fn render_text(r: &Report) -> String {
             let s: Vec<String> = s.iter().map(usize::to_string).collect();
             format!(" --sweep-sizes {}", s.join(","))
         }),
+        r.server
+            .statements
+            .as_ref()
+            .map_or_else(String::new, |s| format!(" --statements {}", s.mode)),
     );
     let _ = writeln!(
         out,
@@ -477,9 +489,24 @@ pub fn render_text(r: &Report) -> String {
             "          peers: mysql_async 0.37, prepared statements cached; batch = exec_batch (COM_STMT_BULK_EXECUTE on MariaDB); coalesce-peer = mysql_async::Pool, no reset on return; load = LOAD DATA LOCAL INFILE streamed from memory"
         );
     } else {
+        let unnamed = r
+            .server
+            .statements
+            .as_ref()
+            .is_some_and(|s| s.sent == "unnamed");
         let _ = writeln!(
             out,
-            "          peers: deadpool-postgres 0.14 / tokio-postgres 0.7, prepared statements cached; copy = binary COPY FROM STDIN in one stream"
+            "          peers: deadpool-postgres 0.14 / tokio-postgres 0.7, {}; copy = binary COPY FROM STDIN in one stream{}",
+            if unnamed {
+                "unnamed statements (execute_typed, one Parse/Bind/Execute per row)"
+            } else {
+                "prepared statements cached"
+            },
+            if unnamed {
+                " (in BEGIN/COMMIT: tokio-postgres prepares it named)"
+            } else {
+                ""
+            }
         );
     }
     out

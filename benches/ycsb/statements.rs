@@ -1,0 +1,234 @@
+//! The PostgreSQL statement mode of the benches (`--statements`), shared by
+//! `ycsb_load` (through [`super`]) and `insert_storm` (`#[path]`):
+//!
+//! * [`split`] takes batchpool's own connection-string parameter
+//!   `statements=` out of a `--pg-url`, which plain tokio-postgres /
+//!   deadpool-postgres (the peers) would refuse as unknown;
+//! * [`effective`] reconciles `--statements` with that parameter;
+//! * [`behind_pooler`] is batchpool's own test for `auto`, so the peers
+//!   send what batchpool's pool sends ([`peers_unnamed`]): unnamed
+//!   statements (`execute_typed`, `query_typed`) behind a transaction-mode
+//!   pooler such as PgBouncer, named cached ones on a direct connection.
+#![allow(dead_code)] // each bench uses a different part
+
+use batchpool::postgres::Statements;
+use tokio::io::AsyncReadExt;
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+/// The connection-string parameter batchpool reads itself.
+const KEY: &str = "statements";
+
+/// `--statements` on the command line: `auto`, `named` or `unnamed`.
+pub fn parse(s: &str) -> Result<Statements, String> {
+    s.parse::<Statements>().map_err(|e| e.to_string())
+}
+
+/// Removes `statements=...` from a connection string (URL or libpq
+/// key-value form) and returns the rest, which tokio-postgres parses, with
+/// the mode it named.
+pub fn split(config: &str) -> Result<(String, Option<Statements>), String> {
+    if config.starts_with("postgres://") || config.starts_with("postgresql://") {
+        let Some((base, query)) = config.split_once('?') else {
+            return Ok((config.to_string(), None));
+        };
+        let mut mode = None;
+        let mut kept = Vec::new();
+        for pair in query.split('&') {
+            match pair.split_once('=') {
+                Some((KEY, value)) => mode = Some(parse(value)?),
+                _ => kept.push(pair),
+            }
+        }
+        let rest = if kept.is_empty() {
+            base.to_string()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        return Ok((rest, mode));
+    }
+    // `key = value` pairs separated by white space; a value may be in
+    // single quotes, with backslash escapes.
+    let chars: Vec<(usize, char)> = config.char_indices().collect();
+    let at = |i: usize| chars.get(i).map(|&(_, c)| c);
+    let offset = |i: usize| chars.get(i).map_or(config.len(), |&(o, _)| o);
+    let skip_space = |mut i: usize| {
+        while at(i).is_some_and(char::is_whitespace) {
+            i += 1;
+        }
+        i
+    };
+    let (mut mode, mut kept) = (None, Vec::new());
+    let mut i = skip_space(0);
+    while i < chars.len() {
+        let start = i;
+        while at(i).is_some_and(|c| c != '=' && !c.is_whitespace()) {
+            i += 1;
+        }
+        let key = &config[offset(start)..offset(i)];
+        i = skip_space(i);
+        let mut value = String::new();
+        if at(i) == Some('=') {
+            i = skip_space(i + 1);
+            let quoted = at(i) == Some('\'');
+            if quoted {
+                i += 1;
+            }
+            while let Some(c) = at(i) {
+                if !quoted && c.is_whitespace() {
+                    break;
+                }
+                i += 1;
+                match c {
+                    '\\' => {
+                        if let Some(e) = at(i) {
+                            value.push(e);
+                            i += 1;
+                        }
+                    }
+                    '\'' if quoted => break,
+                    c => value.push(c),
+                }
+            }
+        }
+        if key == KEY {
+            mode = Some(parse(&value)?);
+        } else {
+            kept.push(&config[offset(start)..offset(i)]);
+        }
+        i = skip_space(i);
+    }
+    Ok((kept.join(" "), mode))
+}
+
+/// The mode of a run: `--statements` if given, else the connection
+/// string's `statements=`, else `auto`. Both given and different is an
+/// error (batchpool would let the connection string win, silently).
+pub fn effective(
+    flag: Option<Statements>,
+    in_url: Option<Statements>,
+) -> Result<Statements, String> {
+    match (flag, in_url) {
+        (Some(f), Some(u)) if f != u => Err(format!(
+            "--statements {f} contradicts statements={u} in --pg-url: give one"
+        )),
+        (f, u) => Ok(f.or(u).unwrap_or_default()),
+    }
+}
+
+/// Whether the peers (plain tokio-postgres / deadpool-postgres) send
+/// unnamed statements in `mode`: as batchpool decides (`auto`: unnamed
+/// behind a pooler).
+pub fn peers_unnamed(mode: Statements, pooler: bool) -> bool {
+    match mode {
+        Statements::Named => false,
+        Statements::Unnamed => true,
+        _ => pooler,
+    }
+}
+
+/// What a run sends, for reports: `named`, `unnamed`, or `auto → …`, and
+/// whether a pooler was detected.
+pub fn describe(mode: Statements, pooler: bool) -> String {
+    let sent = if peers_unnamed(mode, pooler) {
+        "unnamed"
+    } else {
+        "named"
+    };
+    let path = if pooler {
+        "pooler detected"
+    } else {
+        "direct connection"
+    };
+    if mode == Statements::Auto {
+        format!("auto → {sent} ({path})")
+    } else {
+        format!("{sent} ({path})")
+    }
+}
+
+/// batchpool's own `auto` test: `client` reaches PostgreSQL through a
+/// pooler when the backend process serving its session is not the one its
+/// cancel key names (a pooler hands out keys of its own). A key that cannot
+/// be read counts as a pooler.
+pub async fn behind_pooler(client: &Client) -> Result<bool, tokio_postgres::Error> {
+    let backend_pid = client
+        .simple_query("SELECT pg_backend_pid()")
+        .await?
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i32>().ok(),
+            _ => None,
+        });
+    // The cancel request tokio-postgres would send, written into a pipe and
+    // read back: Int32 length, Int32 code, Int32 pid, Int32 secret.
+    let (mut ours, theirs) = tokio::io::duplex(64);
+    let token = client.cancel_token();
+    let read = async move {
+        let mut request = [0u8; 16];
+        ours.read_exact(&mut request).await.ok()?;
+        Some(i32::from_be_bytes(request[8..12].try_into().ok()?))
+    };
+    let (sent, key_pid) = tokio::join!(token.cancel_query_raw(theirs, NoTls), read);
+    let key_pid = sent.ok().and(key_pid);
+    Ok(backend_pid.is_none() || backend_pid != key_pid)
+}
+
+/// The first column of the first row of `sql`, as text (simple protocol:
+/// no prepared statement, safe behind a transaction-mode pooler).
+pub async fn simple_first(client: &Client, sql: &str) -> Result<String, tokio_postgres::Error> {
+    let messages = client.simple_query(sql).await?;
+    Ok(messages
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+            _ => None,
+        })
+        .unwrap_or_default())
+}
+
+/// Checks [`split`] and [`effective`] (the benches' no-argument self-check
+/// mode runs this; `cargo test --benches`).
+pub fn self_check() {
+    let cases = [
+        (
+            "postgresql://u@h:6432/db?sslmode=disable&statements=unnamed&connect_timeout=3",
+            "postgresql://u@h:6432/db?sslmode=disable&connect_timeout=3",
+            Some(Statements::Unnamed),
+        ),
+        (
+            "postgres://u@h/db?statements=named",
+            "postgres://u@h/db",
+            Some(Statements::Named),
+        ),
+        ("postgres://u@h/db", "postgres://u@h/db", None),
+        (
+            "host=h statements = 'Unnamed' password='a b\\'c' user=u",
+            "host=h password='a b\\'c' user=u",
+            Some(Statements::Unnamed),
+        ),
+        (
+            "application_name=statements host=h",
+            "application_name=statements host=h",
+            None,
+        ),
+    ];
+    for (given, rest, mode) in cases {
+        let got = split(given).unwrap_or_else(|e| panic!("split({given:?}): {e}"));
+        assert_eq!(got, (rest.to_string(), mode), "split({given:?})");
+        rest.parse::<tokio_postgres::Config>()
+            .unwrap_or_else(|e| panic!("{rest:?} does not parse: {e}"));
+    }
+    assert!(split("host=h statements=sometimes").is_err());
+    assert!(split("postgres://h/db?statements=").is_err());
+    let (u, n) = (Some(Statements::Unnamed), Some(Statements::Named));
+    assert_eq!(effective(None, None), Ok(Statements::Auto));
+    assert_eq!(effective(u, None), Ok(Statements::Unnamed));
+    assert_eq!(effective(None, n), Ok(Statements::Named));
+    assert_eq!(effective(u, u), Ok(Statements::Unnamed));
+    assert!(effective(u, n).is_err());
+    assert!(peers_unnamed(Statements::Auto, true) && !peers_unnamed(Statements::Auto, false));
+    assert_eq!(
+        describe(Statements::Auto, true),
+        "auto → unnamed (pooler detected)"
+    );
+}
