@@ -565,3 +565,66 @@ async fn custom_types_work_in_unnamed_mode() {
         .get(0);
     assert_eq!(count, 800);
 }
+
+/// A transaction whose statements are all new texts to the pool: learning
+/// a text's types inside the open transaction must not end it. Behind the
+/// bouncer and on a direct connection in unnamed mode, `execute`,
+/// `query` and `execute_and_commit` of texts never seen before commit
+/// everything the transaction wrote, and a rollback undoes all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_of_new_texts_keep_every_statement() {
+    let direct = two_tables().await;
+    for url in [
+        common::bouncer_url_for(&direct),
+        common::with_statements(&direct, Some("unnamed")),
+    ] {
+        let pool = Pool::builder(&url).max_size(2).build().unwrap();
+        let fresh = pool.clone();
+        for round in 0..3i32 {
+            // Each round's texts are new: a different literal each.
+            let mut tx = pool.begin();
+            let k = round * 10;
+            tx.execute(
+                &format!("INSERT INTO a (k, v) VALUES ($1, 'r{round}')"),
+                &[&k],
+            )
+            .await
+            .unwrap();
+            let seen = tx
+                .query(
+                    &format!("SELECT k FROM a WHERE v = 'r{round}' AND k = $1"),
+                    &[&k],
+                )
+                .await
+                .unwrap();
+            assert_eq!(seen.len(), 1);
+            let k2 = k + 1;
+            tx.execute_and_commit(
+                &format!("INSERT INTO a (k, v) VALUES ($1, 'r{round}-last')"),
+                &[&k2],
+            )
+            .await
+            .unwrap();
+            let mut tx = fresh.begin();
+            let k3 = k + 2;
+            tx.execute(
+                &format!("INSERT INTO b (k, v) VALUES ($1, 'x{round}')"),
+                &[&k3],
+            )
+            .await
+            .unwrap();
+            tx.execute(&format!("UPDATE b SET v = 'y{round}' WHERE k = $1"), &[&k3])
+                .await
+                .unwrap();
+            tx.rollback().await.unwrap();
+        }
+        let a = rows(&direct, "a").await;
+        assert_eq!(a.len(), 6, "{url}: every committed row, {a:?}");
+        assert!(rows(&direct, "b").await.is_empty(), "{url}: rolled back");
+        let (admin, conn) = tokio_postgres::connect(&direct, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        admin.batch_execute("TRUNCATE a, b").await.unwrap();
+    }
+}

@@ -188,7 +188,7 @@ impl<B: Backend> Pool<B> {
     ) -> Result<Ran<B::QueryRow>, Error> {
         let limit = self.engine.limits.answer();
         let mut conn = self.engine.backend.connections().checkout(deadline).await?;
-        let (prepared, bound) = prepare_one::<B>(&mut conn, limit, sql, args).await?;
+        let (prepared, bound) = prepare_one::<B>(&mut conn, limit, sql, args, false).await?;
         self.engine.counters.passthrough();
         let sql: Box<str> = sql.into();
         let run = async move {
@@ -339,16 +339,20 @@ fn single<T>(mut replies: Vec<Result<T, Error>>) -> Result<T, Error> {
     }
 }
 
-/// Prepares (within `limit`) and binds one statement on `conn`.
+/// Prepares (within `limit`) and binds one statement on `conn`, which is
+/// inside an open transaction when `in_transaction`.
 async fn prepare_one<B: Backend>(
     conn: &mut Conn<B>,
     limit: Option<Duration>,
     sql: &str,
     args: B::Args<'_>,
+    in_transaction: bool,
 ) -> Result<(B::Prepared, B::Bound), Error> {
     let texts = [(sql, B::has_params(&args))];
     let prepared = single(exchange!(B::Connections, limit, conn, |c| B::prepare(
-        c, &texts, false
+        c,
+        &texts,
+        in_transaction
     ))?)?;
     let bound = B::bind(&prepared, args)?;
     Ok((prepared, bound))

@@ -245,7 +245,7 @@ impl<B: Backend> Transaction<B> {
             let tx = Self::connection(&self.pool, &mut self.conn).await?;
             let limit = tx.limit;
             let c = TxConn::<B>::conn(&mut tx.conn)?;
-            let (prepared, bound) = super::prepare_one::<B>(c, limit, sql, args).await?;
+            let (prepared, bound) = super::prepare_one::<B>(c, limit, sql, args, false).await?;
             self.pool.engine.counters.passthrough();
             let stmt = Stmt {
                 sql,
@@ -266,7 +266,8 @@ impl<B: Backend> Transaction<B> {
         }
         let limit = tx.limit;
         let c = TxConn::<B>::conn(&mut tx.conn)?;
-        let (prepared, bound) = super::prepare_one::<B>(c, limit, sql, args).await?;
+        // Inside the open transaction: preparing must not end it.
+        let (prepared, bound) = super::prepare_one::<B>(c, limit, sql, args, tx.open).await?;
         pool.engine.counters.passthrough();
         if B::is_broken(c) {
             return Err(Error::new(
