@@ -12,7 +12,6 @@ use lru::LruCache;
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 
-use super::manager::lock;
 use super::pipeline::{Step, in_order};
 use tokio_postgres::error::SqlState;
 
@@ -34,6 +33,10 @@ pub(crate) struct Learned {
 }
 
 impl Learned {
+    fn texts(&self) -> std::sync::MutexGuard<'_, LruCache<Box<str>, Arc<Described>>> {
+        self.texts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn new(capacity: NonZeroUsize) -> Learned {
         Learned {
             texts: Mutex::new(LruCache::new(capacity)),
@@ -42,7 +45,7 @@ impl Learned {
 
     /// The pool's description of `sql`, if it has one.
     pub(crate) fn known(&self, sql: &str) -> Option<Arc<Described>> {
-        lock(&self.texts).get(sql).cloned()
+        self.texts().get(sql).cloned()
     }
 
     /// Learns `texts` on `client`, together, and keeps them for the pool.
@@ -53,7 +56,7 @@ impl Learned {
         in_transaction: bool,
     ) -> Result<Vec<Result<Arc<Described>, tokio_postgres::Error>>, tokio_postgres::Error> {
         let learned = learn(client, texts, in_transaction).await?;
-        let mut cache = lock(&self.texts);
+        let mut cache = self.texts();
         Ok(texts
             .iter()
             .zip(learned)
@@ -67,7 +70,7 @@ impl Learned {
 
     /// Drops what is known of `sql` (its table changed).
     pub(crate) fn forget(&self, sql: &str) {
-        lock(&self.texts).pop(sql);
+        self.texts().pop(sql);
     }
 }
 
