@@ -15,89 +15,16 @@ use batchpool::postgres::Statements;
 use tokio::io::AsyncReadExt;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-/// The connection-string parameter batchpool reads itself.
-const KEY: &str = "statements";
-
 /// `--statements` on the command line: `auto`, `named` or `unnamed`.
 pub fn parse(s: &str) -> Result<Statements, String> {
     s.parse::<Statements>().map_err(|e| e.to_string())
 }
 
-/// Removes `statements=...` from a connection string (URL or libpq
-/// key-value form) and returns the rest, which tokio-postgres parses, with
-/// the mode it named.
+/// Removes `statements=...` from a connection string (batchpool's own
+/// parser) and returns the rest, which tokio-postgres parses, with the mode
+/// it named.
 pub fn split(config: &str) -> Result<(String, Option<Statements>), String> {
-    if config.starts_with("postgres://") || config.starts_with("postgresql://") {
-        let Some((base, query)) = config.split_once('?') else {
-            return Ok((config.to_string(), None));
-        };
-        let mut mode = None;
-        let mut kept = Vec::new();
-        for pair in query.split('&') {
-            match pair.split_once('=') {
-                Some((KEY, value)) => mode = Some(parse(value)?),
-                _ => kept.push(pair),
-            }
-        }
-        let rest = if kept.is_empty() {
-            base.to_string()
-        } else {
-            format!("{base}?{}", kept.join("&"))
-        };
-        return Ok((rest, mode));
-    }
-    // `key = value` pairs separated by white space; a value may be in
-    // single quotes, with backslash escapes.
-    let chars: Vec<(usize, char)> = config.char_indices().collect();
-    let at = |i: usize| chars.get(i).map(|&(_, c)| c);
-    let offset = |i: usize| chars.get(i).map_or(config.len(), |&(o, _)| o);
-    let skip_space = |mut i: usize| {
-        while at(i).is_some_and(char::is_whitespace) {
-            i += 1;
-        }
-        i
-    };
-    let (mut mode, mut kept) = (None, Vec::new());
-    let mut i = skip_space(0);
-    while i < chars.len() {
-        let start = i;
-        while at(i).is_some_and(|c| c != '=' && !c.is_whitespace()) {
-            i += 1;
-        }
-        let key = &config[offset(start)..offset(i)];
-        i = skip_space(i);
-        let mut value = String::new();
-        if at(i) == Some('=') {
-            i = skip_space(i + 1);
-            let quoted = at(i) == Some('\'');
-            if quoted {
-                i += 1;
-            }
-            while let Some(c) = at(i) {
-                if !quoted && c.is_whitespace() {
-                    break;
-                }
-                i += 1;
-                match c {
-                    '\\' => {
-                        if let Some(e) = at(i) {
-                            value.push(e);
-                            i += 1;
-                        }
-                    }
-                    '\'' if quoted => break,
-                    c => value.push(c),
-                }
-            }
-        }
-        if key == KEY {
-            mode = Some(parse(&value)?);
-        } else {
-            kept.push(&config[offset(start)..offset(i)]);
-        }
-        i = skip_space(i);
-    }
-    Ok((kept.join(" "), mode))
+    Statements::split_config(config).map_err(|e| e.to_string())
 }
 
 /// The mode of a run: `--statements` if given, else the connection

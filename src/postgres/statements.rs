@@ -46,6 +46,26 @@ impl Statements {
     }
 }
 
+impl Statements {
+    /// Takes the `statements=` parameter out of a connection string (URL or
+    /// `key=value` form) and returns the rest, which tokio-postgres parses,
+    /// with the mode it named: for handing the string a pool uses to plain
+    /// tokio-postgres too (a migration tool, a listener).
+    ///
+    /// ```
+    /// use batchpool::postgres::Statements;
+    ///
+    /// let (rest, mode) =
+    ///     Statements::split_config("postgresql://app@pgbouncer:6432/app?statements=unnamed")?;
+    /// assert_eq!(rest, "postgresql://app@pgbouncer:6432/app");
+    /// assert_eq!(mode, Some(Statements::Unnamed));
+    /// # Ok::<(), batchpool::Error>(())
+    /// ```
+    pub fn split_config(config: &str) -> Result<(String, Option<Statements>), Error> {
+        split(config)
+    }
+}
+
 impl fmt::Display for Statements {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
