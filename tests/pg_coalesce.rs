@@ -311,3 +311,46 @@ async fn named_mode_heals_statements_gone_from_the_server() {
         .get(0);
     assert_eq!(updated, 3);
 }
+
+/// A connection from `Pool::get` comes back with its session reset: a
+/// `search_path` pointing elsewhere, a temporary table shadowing the real
+/// one, a changed role setting and a transaction left open must not
+/// redirect, hide or swallow later coalesced inserts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lent_connection_comes_back_with_a_clean_session() {
+    let url = common::pg_fresh_db().await;
+    let pool = Pool::builder(&url).max_size(1).build().unwrap();
+    pool.execute("CREATE TABLE t (v int)", &[]).await.unwrap();
+    pool.execute("CREATE SCHEMA other", &[]).await.unwrap();
+    pool.execute("CREATE TABLE other.t (v int)", &[])
+        .await
+        .unwrap();
+    for (round, session) in [
+        "SET search_path = other",
+        "CREATE TEMP TABLE t (v int)",
+        "SET search_path = other; BEGIN; INSERT INTO other.t VALUES (99)",
+        "BEGIN; INSERT INTO t VALUES (99); SAVEPOINT s",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let client = pool.get().await.unwrap();
+        client.batch_execute(session).await.unwrap();
+        drop(client);
+        // A text new to the pool each round, from many callers at once.
+        let sql = format!("INSERT INTO t (v) VALUES ($1) /* round {round} */");
+        let inserts = (0..20i32).map(|v| {
+            let (pool, sql) = (pool.clone(), sql.clone());
+            async move { pool.execute(&sql, &[&v]).await.map(drop) }
+        });
+        for r in futures_util::future::join_all(inserts).await {
+            r.unwrap();
+        }
+        let direct = common::backend::count::<common::backend::Pg>(&pool, "public.t").await;
+        assert_eq!(direct, 20 * (round as i64 + 1), "after: {session}");
+    }
+    assert_eq!(
+        common::backend::count::<common::backend::Pg>(&pool, "other.t").await,
+        0
+    );
+}

@@ -628,3 +628,31 @@ async fn transactions_of_new_texts_keep_every_statement() {
         admin.batch_execute("TRUNCATE a, b").await.unwrap();
     }
 }
+
+/// Behind the bouncer a connection from `Pool::get` that comes back inside
+/// a transaction holds a server connection, and the next batch would run
+/// inside that transaction: the pool ends it first, and later coalesced
+/// inserts commit on their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lent_connection_left_in_a_transaction_is_rolled_back() {
+    let direct = two_tables().await;
+    let pool = Pool::builder(&common::bouncer_url_for(&direct))
+        .max_size(1)
+        .build()
+        .unwrap();
+    // The insert's text is learned first (learning it later would end the
+    // transaction by itself).
+    let explained = pool
+        .explain("INSERT INTO a (k, v) VALUES ($1, $2)")
+        .await
+        .unwrap();
+    assert!(explained.is_coalesced(), "{explained:?}");
+    let client = pool.get().await.unwrap();
+    client
+        .batch_execute("BEGIN; INSERT INTO a (k, v) VALUES (-1, 'left open')")
+        .await
+        .unwrap();
+    drop(client);
+    write_concurrently(&pool, "a", 50).await;
+    assert_written(&direct, "a", 50).await;
+}

@@ -119,10 +119,14 @@ impl Pool {
 
     /// A pooled connection, for anything batchpool does not wrap
     /// (savepoints, COPY, LISTEN). It is never used for coalesced rows while
-    /// you hold it. When it comes back, one empty round trip (within
-    /// `recycle_timeout`) reads any answer a query you dropped mid-flight
-    /// left pending before the pool uses it again; a connection that does
-    /// not answer is closed.
+    /// you hold it. When it comes back its session is reset before the pool
+    /// uses it again (within `recycle_timeout`; a connection that does not
+    /// answer is closed): an open transaction is rolled back, and settings
+    /// (`search_path`, role, ...), cursors, `LISTEN`s, advisory locks,
+    /// temporary tables and sequence state are reset, as `DISCARD ALL` does
+    /// except that prepared statements are kept. Behind a pooler (see
+    /// [Behind a pooler](super#behind-a-pooler)) only the transaction is
+    /// rolled back: the session belongs to the pooler.
     pub async fn get(&self) -> Result<Client, Error> {
         self.lend().await
     }

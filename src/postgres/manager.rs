@@ -22,6 +22,13 @@ use super::unnamed::{Described, Learned, look_up, preload_types};
 use crate::engine::Wire;
 use crate::error::{Error, Kind};
 
+/// What a session reset undoes: an open transaction, cursors, the role,
+/// settings, `LISTEN`s, advisory locks, temporary tables and sequence state
+/// (`DISCARD ALL` without `DEALLOCATE ALL`, which cannot run after the
+/// `ROLLBACK` in one string).
+const SESSION_RESET: &str = "ROLLBACK; CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; \
+     UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES";
+
 /// Creates and recycles connections for the pool.
 #[derive(Debug)]
 pub struct Manager {
@@ -29,6 +36,8 @@ pub struct Manager {
     statement_cache: NonZeroUsize,
     /// `SET statement_timeout` sent on each new connection.
     session_setup: Option<String>,
+    /// Sent when a connection comes back from `Pool::get`.
+    session_reset: String,
     mode: Statements,
     /// Parameter types learned per statement text (unnamed mode), shared by
     /// the pool's connections.
@@ -43,11 +52,18 @@ impl Manager {
         mode: Statements,
     ) -> Manager {
         let statement_cache = NonZeroUsize::new(statement_cache).unwrap_or(NonZeroUsize::MIN);
+        let session_setup =
+            statement_timeout.map(|t| format!("SET statement_timeout = {}", t.as_millis().max(1)));
+        let mut session_reset = String::from(SESSION_RESET);
+        if let Some(setup) = &session_setup {
+            session_reset.push_str("; ");
+            session_reset.push_str(setup);
+        }
         Manager {
             config,
             statement_cache,
-            session_setup: statement_timeout
-                .map(|t| format!("SET statement_timeout = {}", t.as_millis().max(1))),
+            session_setup,
+            session_reset,
             mode,
             learned: Arc::new(Learned::new(statement_cache)),
         }
@@ -78,14 +94,26 @@ impl managed::Manager for Manager {
             ));
         }
         if client.lent {
-            // Back from `Pool::get`: a query the user dropped mid-flight
-            // may still be unanswered. One empty round trip reads whatever
-            // is pending (within `recycle_timeout`), so no batch waits
-            // behind it.
-            // Marked busy meanwhile: past `recycle_timeout` deadpool drops
-            // it, and a busy connection is closed at once.
+            // Back from `Pool::get`. Marked busy meanwhile: past
+            // `recycle_timeout` deadpool drops it, and a busy connection is
+            // closed at once.
             client.busy = true;
-            client.client.simple_query("").await?;
+            if client.pooled {
+                // Behind a pooler the session is the pooler's; only a
+                // transaction the user left open is ours to end (it keeps a
+                // server connection, and the next batch would run in it).
+                // The round trip also reads whatever a query the user
+                // dropped mid-flight left pending.
+                client.client.batch_execute("ROLLBACK").await?;
+            } else {
+                // The user may have changed the session (`SET search_path`,
+                // `SET ROLE`, `LISTEN`, cursors, temporary tables, advisory
+                // locks) or left a transaction open: reset it before a batch
+                // runs in it. Prepared statements are kept (the pool's and
+                // tokio-postgres's own stay valid; one the user deallocated
+                // is prepared again when next needed).
+                client.client.batch_execute(&self.session_reset).await?;
+            }
             client.busy = false;
             client.lent = false;
         }
@@ -128,6 +156,7 @@ impl Manager {
             io: io.abort_handle(),
             types_lost: AtomicBool::new(false),
             types: Mutex::new(HashSet::new()),
+            pooled,
             busy: false,
             lent: false,
         };
@@ -203,8 +232,11 @@ pub struct ClientWrapper {
     types: Mutex<HashSet<u32>>,
     /// A request of batchpool's is unanswered (see [`Wire`]).
     busy: bool,
-    /// Handed out by `Pool::get`: checked with a round trip before reuse.
+    /// Handed out by `Pool::get`: reset (or checked, behind a pooler)
+    /// before reuse.
     pub(crate) lent: bool,
+    /// Reaches PostgreSQL through a pooler.
+    pooled: bool,
 }
 
 impl Wire for ClientWrapper {
