@@ -418,6 +418,10 @@ impl ClientWrapper {
     /// statement that may not exist on the pooler's current server
     /// connection). Nothing is sent when they are cached already.
     pub(crate) async fn ensure_types(&self, described: &Described) -> Result<(), Error> {
+        if described.custom.is_empty() {
+            // Built-in types only (the usual case): no lock, no lookup.
+            return Ok(());
+        }
         let missing: Vec<&Type> = {
             let known = lock(&self.types);
             described
