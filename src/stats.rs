@@ -26,6 +26,7 @@ pub(crate) struct Counters {
     rows_cancelled: AtomicU64,
     rows_unsent: AtomicU64,
     split_statements: AtomicU64,
+    bulk_statements: AtomicU64,
     passthrough: AtomicU64,
     flush_natural: AtomicU64,
     flush_full: AtomicU64,
@@ -51,6 +52,9 @@ impl Counters {
     }
     pub(crate) fn statements(&self, n: usize) {
         self.statements.fetch_add(n as u64, Relaxed);
+    }
+    pub(crate) fn bulk(&self) {
+        self.bulk_statements.fetch_add(1, Relaxed);
     }
     pub(crate) fn split(&self, n: usize) {
         self.split_statements.fetch_add(n as u64, Relaxed);
@@ -105,6 +109,7 @@ impl Counters {
             rows_cancelled: self.rows_cancelled.load(Relaxed),
             rows_unsent: self.rows_unsent.load(Relaxed),
             split_statements: self.split_statements.load(Relaxed),
+            bulk_statements: self.bulk_statements.load(Relaxed),
             passthrough: self.passthrough.load(Relaxed),
             flush_natural: self.flush_natural.load(Relaxed),
             flush_full: self.flush_full.load(Relaxed),
@@ -145,6 +150,10 @@ pub struct Stats {
     pub rows_unsent: u64,
     /// Extra statements run to isolate failing rows after a batch error.
     pub split_statements: u64,
+    /// Of `statements`, those sent by the backend's bulk path instead of a
+    /// multi-row INSERT (PostgreSQL: binary `COPY`, see
+    /// `PoolBuilder::copy_threshold`).
+    pub bulk_statements: u64,
     /// Statements executed as they are (not batchable).
     pub passthrough: u64,
     /// Flushes started because a connection was free (natural batching).

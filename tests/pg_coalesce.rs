@@ -354,3 +354,226 @@ async fn a_lent_connection_comes_back_with_a_clean_session() {
         0
     );
 }
+
+type Sql = dyn tokio_postgres::types::ToSql + Sync;
+
+/// `execute_many` of `rows` through a pool whose COPY threshold is `copy`:
+/// each row's outcome as (rows affected, exact) or its SQLSTATE, and the
+/// pool's `bulk_statements` afterwards.
+async fn many_with_copy(
+    url: &str,
+    copy: Option<usize>,
+    sql: &str,
+    rows: &[Vec<Box<Sql>>],
+) -> (Vec<Result<(u64, bool), String>>, u64) {
+    let pool = Pool::builder(url)
+        .max_size(2)
+        .copy_threshold(copy)
+        .build()
+        .unwrap();
+    let refs: Vec<Vec<&Sql>> = rows
+        .iter()
+        .map(|r| r.iter().map(|v| &**v).collect())
+        .collect();
+    let out = pool.execute_many(sql, &refs).await.expect("the batch runs");
+    let outcomes = out
+        .into_iter()
+        .map(|r| match r {
+            Ok(o) => Ok((o.rows_affected(), o.is_exact())),
+            Err(e) => Err(e.code().unwrap_or("no code").to_string()),
+        })
+        .collect();
+    let bulk = pool.stats().bulk_statements;
+    pool.close().await;
+    (outcomes, bulk)
+}
+
+/// What each row's own single-row INSERT gives on the plain driver, into a
+/// twin table.
+async fn one_by_one(
+    url: &str,
+    sql: &str,
+    rows: &[Vec<Box<Sql>>],
+) -> Vec<Result<(u64, bool), String>> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut out = Vec::new();
+    for row in rows {
+        let refs: Vec<&Sql> = row.iter().map(|v| &**v).collect();
+        out.push(match client.execute(sql, &refs).await {
+            Ok(n) => Ok((n, true)),
+            Err(e) => Err(e.code().map_or("no code".into(), |c| c.code().to_string())),
+        });
+    }
+    out
+}
+
+fn copy_rows(n: i32, bad: &[(i32, &str)]) -> Vec<Vec<Box<Sql>>> {
+    (0..n)
+        .map(|i| {
+            let fault = bad.iter().find(|(at, _)| *at == i).map(|(_, f)| *f);
+            let k: Box<Sql> = Box::new(if fault == Some("dup") { 10 } else { i });
+            let v: Box<Sql> = if fault == Some("null") {
+                Box::new(None::<String>)
+            } else {
+                Box::new(format!("v{i}"))
+            };
+            let amount: Box<Sql> = Box::new(if fault == Some("range") {
+                1e9f64
+            } else {
+                f64::from(i) / 4.0
+            });
+            vec![k, v, amount]
+        })
+        .collect()
+}
+
+/// Large `execute_many` statements of a plain INSERT go out as binary COPY
+/// (counted in `bulk_statements`), and every row still gets exactly what its
+/// own single-row INSERT gets: a count of 1, or its own error (a duplicate
+/// key, a NULL into NOT NULL, an out-of-range value, a row that fits no
+/// partition), the rows around it unharmed; the same with COPY off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_path_gives_every_row_its_single_insert_outcome() {
+    let url = common::pg_fresh_db().await;
+    let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let bad = [
+        (0, "null"),
+        (37, "dup"),
+        (150, "null"),
+        (151, "range"),
+        (298, "dup"),
+        (299, "range"),
+    ];
+    let rows = copy_rows(300, &bad);
+    let mut seen = Vec::new();
+    for (i, partitioned) in [false, true].into_iter().enumerate() {
+        for table in ["a", "b", "c"] {
+            let ddl = if partitioned {
+                format!(
+                    "CREATE TABLE {table}{i} (id bigserial, k int NOT NULL, v text NOT NULL, \
+                     amount double precision CHECK (amount < 1e6), UNIQUE (k)) \
+                     PARTITION BY RANGE (k); \
+                     CREATE TABLE {table}{i}_lo PARTITION OF {table}{i} FOR VALUES FROM (0) TO (100); \
+                     CREATE TABLE {table}{i}_hi PARTITION OF {table}{i} FOR VALUES FROM (101) TO (1000)"
+                )
+            } else {
+                format!(
+                    "CREATE TABLE {table}{i} (id bigserial PRIMARY KEY, k int UNIQUE, \
+                     v text NOT NULL, amount double precision CHECK (amount < 1e6))"
+                )
+            };
+            admin.batch_execute(&ddl).await.unwrap();
+        }
+        let sql = |t: &str| format!("INSERT INTO {t}{i} (k, v, amount) VALUES ($1, $2, $3)");
+        let plain = one_by_one(&url, &sql("a"), &rows).await;
+        let (with_copy, bulk) = many_with_copy(&url, Some(64), &sql("b"), &rows).await;
+        let (without, no_bulk) = many_with_copy(&url, None, &sql("c"), &rows).await;
+        assert!(
+            bulk > 0,
+            "partitioned={partitioned}: no statement went out as COPY"
+        );
+        assert_eq!(no_bulk, 0, "COPY was used while turned off");
+        assert_eq!(
+            with_copy, plain,
+            "partitioned={partitioned}: COPY path differs from single INSERTs"
+        );
+        assert_eq!(
+            without, plain,
+            "partitioned={partitioned}: rewrite differs from single INSERTs"
+        );
+        let failed = plain.iter().filter(|r| r.is_err()).count();
+        // The bad rows, and with partitions the row with k = 100.
+        assert_eq!(failed, bad.len() + usize::from(partitioned));
+        for table in ["a", "b", "c"] {
+            let rows: Vec<(i32, String)> = admin
+                .query(&format!("SELECT k, v FROM {table}{i} ORDER BY k"), &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            seen.push(rows);
+        }
+        assert_eq!(seen[seen.len() - 3], seen[seen.len() - 2]);
+        assert_eq!(seen[seen.len() - 3], seen[seen.len() - 1]);
+    }
+}
+
+/// COPY is used only where it does what the INSERT does: not for
+/// `RETURNING`, `ON CONFLICT`, a value that is not a bare parameter, a
+/// table with row-level security, or a `GENERATED ALWAYS` identity written
+/// with `OVERRIDING`-free INSERTs; and never through a pooler (unnamed
+/// statements).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_is_used_only_where_insert_and_copy_agree() {
+    let url = common::pg_fresh_db().await;
+    let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    admin
+        .batch_execute(
+            "CREATE TABLE p (k int PRIMARY KEY, v text); \
+             CREATE TABLE r (k int PRIMARY KEY, v text); \
+             ALTER TABLE r ENABLE ROW LEVEL SECURITY; \
+             CREATE POLICY anyone ON r USING (true) WITH CHECK (true); \
+             CREATE TABLE dflt (k int PRIMARY KEY, v text, made int DEFAULT 7)",
+        )
+        .await
+        .unwrap();
+    let rows = |base: i32| -> Vec<Vec<Box<Sql>>> {
+        (base..base + 100)
+            .map(|i| {
+                vec![
+                    Box::new(i) as Box<Sql>,
+                    Box::new(format!("v{i}")) as Box<Sql>,
+                ]
+            })
+            .collect()
+    };
+    for (sql, base, copies) in [
+        ("INSERT INTO p (k, v) VALUES ($1, $2)", 0, true),
+        ("INSERT INTO p (v, k) VALUES ($2, $1)", 100, true),
+        ("INSERT INTO dflt (k, v) VALUES ($1, $2)", 0, true),
+        (
+            "INSERT INTO p (k, v) VALUES ($1, $2) RETURNING k",
+            200,
+            false,
+        ),
+        (
+            "INSERT INTO p (k, v) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            300,
+            false,
+        ),
+        ("INSERT INTO p (k, v) VALUES ($1, upper($2))", 400, false),
+        ("INSERT INTO p VALUES ($1, $2)", 500, false),
+        ("INSERT INTO r (k, v) VALUES ($1, $2)", 0, false),
+    ] {
+        let (out, bulk) = many_with_copy(&url, Some(2), sql, &rows(base)).await;
+        assert!(out.iter().all(|r| *r == Ok((1, true))), "{sql}: {out:?}");
+        assert_eq!(bulk > 0, copies, "{sql}: bulk_statements = {bulk}");
+    }
+    let made: i64 = admin
+        .query_one("SELECT count(*) FROM dflt WHERE made = 7", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(made, 100, "COPY fills omitted columns with their defaults");
+    // Behind a pooler statements are unnamed: no COPY.
+    let bouncer = common::bouncer_url_for(&url);
+    let (out, bulk) = many_with_copy(
+        &bouncer,
+        Some(2),
+        "INSERT INTO p (k, v) VALUES ($1, $2)",
+        &rows(1000),
+    )
+    .await;
+    assert!(out.iter().all(|r| *r == Ok((1, true))), "{out:?}");
+    assert_eq!(bulk, 0);
+}

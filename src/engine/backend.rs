@@ -20,6 +20,15 @@ pub(crate) enum ChunkError<O> {
     /// whose own statement fails. Every database error is this unless it is
     /// provably about the statement as a whole.
     Row(Error),
+    /// Like [`Row`](ChunkError::Row), and the server named the row it
+    /// failed on (its index in the statement's rows): the rows before it ran
+    /// without error before the statement was rolled back. The engine re-runs
+    /// the rows before it, that row on its own, then the rows after it.
+    #[cfg_attr(
+        not(any(feature = "postgres", test)),
+        allow(dead_code, reason = "only PostgreSQL's COPY names the failing row")
+    )]
+    RowAt(usize, Error),
     /// The failure is the same for every row (connection lost, outcome
     /// unknown, a statement-level error such as a syntax error or a
     /// cancelled statement): every row of the statement gets it.
@@ -252,6 +261,12 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
 
     /// The backend's connections.
     fn connections(&self) -> &Self::Connections;
+
+    /// Whether [`execute`](Backend::execute) sends `rows` rows of `shape` by
+    /// the backend's bulk path (counted in `Stats::bulk_statements`).
+    fn uses_bulk(&self, _shape: &Self::Shape, _rows: usize) -> bool {
+        false
+    }
 
     /// Runs `rows` of `shape` as ONE autocommit multi-row statement on `conn`.
     fn execute<'a>(

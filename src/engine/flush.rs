@@ -343,6 +343,9 @@ pub(super) async fn execute_rows<B: Backend>(
         // and a caller dropped mid-statement must not hide a statement whose
         // rows `Stats::rows` already counts.
         engine.counters.statements(1);
+        if engine.backend.uses_bulk(&q.shape, len) {
+            engine.counters.bulk();
+        }
         let chunk = &rows[start..start + len];
         let limit = engine.limits.answer();
         let sent = exchange!(B::Connections, limit, conn, |c| engine
@@ -379,7 +382,28 @@ pub(super) async fn execute_rows<B: Backend>(
                 engine.route_stale(&q.sql);
                 work.push_front((start, len));
             }
-            Err(ChunkError::Row(_)) if len > 1 => {
+            Err(ChunkError::RowAt(at, _)) if len > 1 && at < len && failed < dense_after => {
+                // The rows before the named one ran; that one may be the
+                // only bad row: before it, it alone, after it.
+                failed += 1;
+                let mut pieces = Vec::new();
+                let mut from = start;
+                for size in decompose(at, q.cap_rows) {
+                    pieces.push((from, size));
+                    from += size;
+                }
+                pieces.push((start + at, 1));
+                from = start + at + 1;
+                for size in decompose(len - at - 1, q.cap_rows) {
+                    pieces.push((from, size));
+                    from += size;
+                }
+                splits += pieces.len();
+                for piece in pieces.into_iter().rev() {
+                    work.push_front(piece);
+                }
+            }
+            Err(ChunkError::Row(_) | ChunkError::RowAt(..)) if len > 1 => {
                 failed += 1;
                 let pieces: Vec<(usize, usize)> = if failed > dense_after {
                     // Most rows fail: one statement each.
@@ -407,7 +431,12 @@ pub(super) async fn execute_rows<B: Backend>(
                     *slot = Some(out);
                 }
             }
-            Err(ChunkError::Row(e) | ChunkError::Statement(e) | ChunkError::Stale(e)) => {
+            Err(
+                ChunkError::Row(e)
+                | ChunkError::RowAt(_, e)
+                | ChunkError::Statement(e)
+                | ChunkError::Stale(e),
+            ) => {
                 for slot in &mut results[start..start + len] {
                     *slot = Some(Err(e.clone()));
                 }

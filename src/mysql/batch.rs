@@ -342,9 +342,12 @@ impl Backend for MySql {
             outs.push(
                 match self.statement(conn, shape, std::slice::from_ref(row)).await {
                     Ok(mut out) => out.pop().ok_or_else(|| Error::internal("no outcome")),
-                    Err(ChunkError::Row(e) | ChunkError::Statement(e) | ChunkError::Stale(e)) => {
-                        Err(e)
-                    }
+                    Err(
+                        ChunkError::Row(e)
+                        | ChunkError::RowAt(_, e)
+                        | ChunkError::Statement(e)
+                        | ChunkError::Stale(e),
+                    ) => Err(e),
                     Err(ChunkError::Each(mut out)) => out
                         .pop()
                         .unwrap_or_else(|| Err(Error::internal("no outcome"))),

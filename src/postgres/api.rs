@@ -141,6 +141,25 @@ impl PoolBuilder {
         self.options.statements = Some(mode);
         self
     }
+
+    /// Fewest rows for which a coalesced flush or an
+    /// [`execute_many`](Pool::execute_many) statement of a plain INSERT goes
+    /// out as one binary `COPY ... FROM STDIN` instead of a multi-row INSERT
+    /// (default `Some(64)`; `None` turns COPY off; values below 2 count as
+    /// 2).
+    ///
+    /// Only statements whose every value is a bare parameter bound to a
+    /// named column, without `ON CONFLICT` or `RETURNING`, into a table
+    /// where COPY and INSERT do the same (no row-level security, no foreign
+    /// partitions, no `GENERATED ALWAYS` identity or generated column
+    /// written), on named statements (not behind a pooler). Outcomes are
+    /// the same as the INSERT's: a count of 1 per row, and a failing row's
+    /// own single-row INSERT error (the rows before it, it, and the rows
+    /// after it are re-run apart).
+    pub fn copy_threshold(mut self, min_rows: Option<usize>) -> Self {
+        self.options.copy_threshold = Some(min_rows);
+        self
+    }
 }
 
 impl Transaction {

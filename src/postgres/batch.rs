@@ -11,6 +11,7 @@ use lru::LruCache;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Row, Statement};
 
+use super::copy::{PgCopy, eligible, failed_row};
 use super::encode::{PgRow, RawValue};
 use super::errors::{sent_error, statement_level, unsent_error};
 use super::manager::{ClientWrapper, Prepared, lock};
@@ -41,7 +42,13 @@ pub(crate) struct PgShape {
     /// and match them against these parameter indexes to learn which rows
     /// were written.
     key_match: Option<(String, Vec<usize>)>,
+    /// Named mode, a plain shape COPY may write (see [`super::copy`]).
+    copy: Option<PgCopy>,
 }
+
+/// The cache key of a shape's prepared COPY statement (no n-row statement
+/// has this many rows).
+const COPY_KEY: usize = usize::MAX;
 
 fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -210,6 +217,34 @@ impl Postgres {
     }
 }
 
+impl Postgres {
+    /// Runs the rows as one binary COPY of the shape's columns.
+    async fn write_copy(
+        conn: &ClientWrapper,
+        shape: &PgShape,
+        copy: &PgCopy,
+        rows: &[PgRow],
+    ) -> Result<Result<Written, tokio_postgres::Error>, ChunkError<Outcome>> {
+        let stmt: Statement = conn
+            .prepare_batch(shape.id, COPY_KEY, || copy.sql.clone(), &[])
+            .await
+            .map_err(|e| ChunkError::Statement(unsent_error(e)))?;
+        if conn.is_closed() {
+            return Err(ChunkError::Statement(Error::closed_before_send()));
+        }
+        let data = copy.data(rows);
+        let sink = match conn.copy_in::<_, bytes::Bytes>(&stmt).await {
+            Ok(sink) => sink,
+            Err(e) => return Ok(Err(e)),
+        };
+        futures_util::pin_mut!(sink);
+        if let Err(e) = futures_util::SinkExt::send(&mut sink, data).await {
+            return Ok(Err(e));
+        }
+        Ok(sink.finish().await.map(Written::Count))
+    }
+}
+
 enum Written {
     Count(u64),
     Rows(Vec<Row>),
@@ -228,12 +263,16 @@ impl Backend for Postgres {
         (i32::MAX as usize) - 4096
     }
 
+    fn uses_bulk(&self, shape: &PgShape, rows: usize) -> bool {
+        shape.copy.is_some() && self.copy_threshold.is_some_and(|min| rows >= min)
+    }
+
     fn connections(&self) -> &deadpool::managed::Pool<Manager> {
         &self.pool
     }
 
     fn same_shape(old: &PgShape, new: &PgShape) -> bool {
-        old.types == new.types && old.key_match == new.key_match
+        old.types == new.types && old.key_match == new.key_match && old.copy == new.copy
     }
 
     async fn prepare_shape(
@@ -280,6 +319,10 @@ impl Backend for Postgres {
                 Prepared::Named(_) => None,
             },
             texts: Mutex::new(LruCache::new(RENDERED)),
+            copy: match (&stmt, self.copy_threshold) {
+                (Prepared::Named(_), Some(_)) => eligible(conn, &shape, stmt.params()).await?,
+                _ => None,
+            },
             shape,
             key_match: key_match.map(|(list, params, _)| (list, params)),
         }))
@@ -291,7 +334,13 @@ impl Backend for Postgres {
         shape: &'a PgShape,
         rows: &'a [PgRow],
     ) -> ChunkResult<Outcome> {
-        let written = if conn.unnamed() {
+        let copy = shape
+            .copy
+            .as_ref()
+            .filter(|_| self.uses_bulk(shape, rows.len()));
+        let written = if let Some(copy) = copy {
+            Self::write_copy(conn, shape, copy, rows).await?
+        } else if conn.unnamed() {
             Self::write_unnamed(conn, shape, rows).await?
         } else {
             Self::write_named(conn, shape, rows).await?
@@ -307,8 +356,11 @@ impl Backend for Postgres {
                 let row = e
                     .as_db_error()
                     .is_some_and(|db| !statement_level(db.code().code()));
+                let at = copy.and_then(|_| failed_row(&e));
                 let err = conn.sent_error(e);
-                Err(if row {
+                Err(if let (true, Some(at)) = (row, at) {
+                    ChunkError::RowAt(at, err)
+                } else if row {
                     ChunkError::Row(err)
                 } else {
                     ChunkError::Statement(err)

@@ -128,6 +128,10 @@ impl Driver for Postgres {
         );
         Ok(Postgres {
             pool: settings.build_pool(manager)?,
+            copy_threshold: options
+                .copy_threshold
+                .unwrap_or(Some(super::copy::DEFAULT_THRESHOLD))
+                .map(|min| min.max(2)),
         })
     }
 
@@ -271,6 +275,9 @@ pub(crate) struct PgConfig {
 #[derive(Debug, Default)]
 pub(crate) struct PgOptions {
     pub(crate) statements: Option<Statements>,
+    /// [`PoolBuilder::copy_threshold`](super::PoolBuilder::copy_threshold);
+    /// `None`: the default.
+    pub(crate) copy_threshold: Option<Option<usize>>,
 }
 
 fn missing() -> Error {

@@ -89,6 +89,7 @@
 
 mod api;
 mod batch;
+mod copy;
 mod driver;
 mod encode;
 mod errors;
@@ -111,6 +112,8 @@ pub use self::statements::Statements;
 /// Holds the pool's connections; built by [`PoolBuilder::build`].
 pub struct Postgres {
     pool: deadpool::managed::Pool<Manager>,
+    /// Fewest rows a plain shape's statement sends as COPY (`None`: never).
+    copy_threshold: Option<usize>,
 }
 
 impl std::fmt::Debug for Postgres {
