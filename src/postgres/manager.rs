@@ -484,10 +484,16 @@ impl ClientWrapper {
             return Ok(stmt.clone());
         }
         let sql = render();
-        let mut all = Vec::with_capacity(types.len() * rows);
-        for _ in 0..rows {
-            all.extend_from_slice(types);
-        }
+        // `rows` is a cache key for statements without parameters (COPY).
+        let all = if types.is_empty() {
+            Vec::new()
+        } else {
+            let mut all = Vec::with_capacity(types.len() * rows);
+            for _ in 0..rows {
+                all.extend_from_slice(types);
+            }
+            all
+        };
         let stmt = self.prepare_typed_fresh(&sql, &all).await?;
         lock(&self.batch_statements).put((shape_id, rows), stmt.clone());
         Ok(stmt)
