@@ -309,6 +309,10 @@ impl Error {
         /// 65535 bind parameters, larger than `max_bytes` or the server's
         /// `max_allowed_packet`); detected before anything was sent.
         is_too_large => TooLarge;
+        /// A new connection could not be opened (refused, authentication or
+        /// TLS failed, a `post_create` hook failed); nothing of this call
+        /// was sent.
+        is_connect => Connect;
     }
 
     /// The statement ran out of time: the server cancelled it at

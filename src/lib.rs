@@ -127,5 +127,5 @@ pub use crate::config::{BatchConfig, QueueFull};
 pub use crate::error::{AtomicError, Error};
 pub use crate::explain::{Explain, NotCoalesced};
 pub use crate::outcome::Outcome;
-pub use crate::pool::{Pool, PoolBuilder, Status, Transaction};
+pub use crate::pool::{HookError, HookFuture, Pool, PoolBuilder, Status, Transaction};
 pub use crate::stats::Stats;

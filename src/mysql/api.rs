@@ -5,6 +5,7 @@ use mysql_async::{Opts, Params, Row};
 
 use super::{Outcome, Pool, PoolBuilder, PooledConn, Transaction};
 use crate::error::{AtomicError, Error};
+use crate::pool::HookFuture;
 
 impl Pool {
     /// Starts building a pool from mysql_async options.
@@ -125,6 +126,50 @@ impl PoolBuilder {
     /// which, and their per-row `last_insert_id` is `None`.
     pub fn coalesce_upserts(mut self, on: bool) -> Self {
         self.options.coalesce_upserts = on;
+        self
+    }
+
+    /// Runs `hook` on every new connection before the pool uses it, and
+    /// again after the pool resets a session (`COM_RESET_CONNECTION`, for a
+    /// connection back from [`Pool::get`]): set session variables
+    /// (`time_zone`, `sql_mode`, `group_concat_max_len`...) every connection
+    /// should have. The pool reads the session's `auto_increment_increment`
+    /// and `sql_mode` after the hooks, so ids and strictness stay exact.
+    /// Hooks run in the order they were added. If one fails, the connection
+    /// is closed and the caller that needed it gets an error (its message
+    /// names the hook) for which [`Error::is_connect`] is true.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), batchpool::Error> {
+    /// use mysql_async::prelude::Queryable;
+    ///
+    /// let pool = batchpool::mysql::Pool::builder("mysql://app@127.0.0.1/app")
+    ///     .post_create(|conn| {
+    ///         Box::pin(async move {
+    ///             conn.query_drop("SET time_zone = '+00:00'").await?;
+    ///             Ok(())
+    ///         })
+    ///     })
+    ///     .build()?;
+    /// # let _ = pool; Ok(()) }
+    /// ```
+    pub fn post_create<F>(mut self, hook: F) -> Self
+    where
+        F: for<'a> Fn(&'a mut mysql_async::Conn) -> HookFuture<'a> + Send + Sync + 'static,
+    {
+        self.options.hooks.add_post_create(hook);
+        self
+    }
+
+    /// Runs `hook` each time an idle connection is about to be used again
+    /// (after the pool's own checks and session reset). An error drops the
+    /// connection quietly and another one is taken (or opened), as
+    /// deadpool's `pre_recycle` does.
+    pub fn pre_recycle<F>(mut self, hook: F) -> Self
+    where
+        F: for<'a> Fn(&'a mut mysql_async::Conn) -> HookFuture<'a> + Send + Sync + 'static,
+    {
+        self.options.hooks.add_pre_recycle(hook);
         self
     }
 }

@@ -129,7 +129,7 @@ impl Driver for MySql {
             .stmt_cache_size(settings.statement_cache)
             .tcp_keepalive(keepalive)
             .into();
-        let manager = Manager::new(opts, settings.statement_timeout);
+        let manager = Manager::new(opts, settings.statement_timeout, options.hooks);
         let server = manager.server.clone();
         Ok(MySql {
             pool: settings.build_pool(manager)?,

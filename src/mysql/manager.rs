@@ -15,6 +15,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 
 use crate::engine::Wire;
+use crate::pool::hooks::Hooks;
 
 /// A connection idle for at least this long is pinged before it is handed
 /// out again.
@@ -35,6 +36,8 @@ pub struct Manager {
     pub(crate) server: Arc<OnceLock<ServerInfo>>,
     /// `max_statement_time` (seconds) set on each session.
     statement_timeout: Option<Duration>,
+    /// The builder's `post_create` / `pre_recycle` hooks.
+    hooks: Hooks<Conn>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -62,12 +65,26 @@ impl std::fmt::Debug for Redacted<'_> {
 }
 
 impl Manager {
-    pub(crate) fn new(opts: Opts, statement_timeout: Option<Duration>) -> Manager {
+    pub(crate) fn new(
+        opts: Opts,
+        statement_timeout: Option<Duration>,
+        hooks: Hooks<Conn>,
+    ) -> Manager {
         Manager {
             opts,
             server: Arc::new(OnceLock::new()),
             statement_timeout,
+            hooks,
         }
+    }
+
+    /// The `post_create` hooks, after [`setup`](Self::setup) and before
+    /// the session's settings are read (a hook may change them).
+    async fn post_create(&self, conn: &mut Conn) -> Result<(), mysql_async::Error> {
+        self.hooks
+            .post_create(conn)
+            .await
+            .map_err(|e| mysql_async::Error::Other(Box::new(e)))
     }
 
     /// Session settings of every connection: the server-side statement
@@ -174,6 +191,7 @@ impl managed::Manager for Manager {
         Box::pin(async {
             let mut conn = Conn::new(self.opts.clone()).await?;
             self.setup(&mut conn).await?;
+            self.post_create(&mut conn).await?;
             let session = read_settings(&mut conn, &self.server).await?;
             Ok(ConnWrapper {
                 conn: Some(conn),
@@ -230,6 +248,9 @@ impl Manager {
                 Err(e) => return Err(RecycleError::Backend(e)),
             }
             self.setup(wrapper).await.map_err(RecycleError::Backend)?;
+            self.post_create(wrapper)
+                .await
+                .map_err(RecycleError::Backend)?;
             wrapper.session = read_settings(wrapper, &self.server)
                 .await
                 .map_err(RecycleError::Backend)?;
@@ -237,6 +258,10 @@ impl Manager {
         } else if metrics.last_used() >= IDLE_PING || wrapper.last_ok_packet().is_none() {
             wrapper.ping().await.map_err(RecycleError::Backend)?;
         }
+        self.hooks
+            .pre_recycle(wrapper)
+            .await
+            .map_err(|e| RecycleError::Backend(mysql_async::Error::Other(Box::new(e))))?;
         // Rows written on this connection must commit on their own.
         let flags = wrapper.last_ok_packet().map(|ok| ok.status_flags());
         match flags {

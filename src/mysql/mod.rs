@@ -160,6 +160,8 @@ impl crate::backend::Backend for MySql {}
 #[derive(Debug, Clone, Default)]
 pub(crate) struct MyOptions {
     coalesce_upserts: bool,
+    /// [`PoolBuilder::post_create`] and [`PoolBuilder::pre_recycle`].
+    hooks: crate::pool::hooks::Hooks<mysql_async::Conn>,
 }
 
 /// A coalescing MySQL / MariaDB connection pool (see [`crate::Pool`]).

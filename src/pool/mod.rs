@@ -10,6 +10,7 @@
 
 mod builder;
 mod guard;
+pub(crate) mod hooks;
 mod transaction;
 
 use std::fmt;
@@ -20,6 +21,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 pub use self::builder::PoolBuilder;
+pub use self::hooks::{HookError, HookFuture};
 pub use self::transaction::Transaction;
 use crate::backend::{Backend, Conn, Ran, Stmt};
 use crate::classify::StatementKind;

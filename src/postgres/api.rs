@@ -8,6 +8,7 @@ use super::encode::PgArgs;
 use super::statements::Statements;
 use super::{Client, Outcome, Params, Pool, PoolBuilder, Transaction};
 use crate::error::{AtomicError, Error};
+use crate::pool::HookFuture;
 
 impl Pool {
     /// Starts building a pool from a parsed tokio-postgres config.
@@ -158,6 +159,53 @@ impl PoolBuilder {
     /// after it are re-run apart).
     pub fn copy_threshold(mut self, min_rows: Option<usize>) -> Self {
         self.options.copy_threshold = Some(min_rows);
+        self
+    }
+
+    /// Runs `hook` on every new connection before the pool uses it, and
+    /// again after the pool resets a session (a connection back from
+    /// [`Pool::get`]): set `application_name`, `search_path`, the time zone
+    /// or any other session state every connection should have. Hooks run
+    /// in the order they were added. If one fails, the connection is
+    /// closed and the caller that needed it gets an error (its message
+    /// names the hook) for which [`Error::is_connect`] is true.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), batchpool::Error> {
+    /// let pool = batchpool::postgres::Pool::builder("host=127.0.0.1 user=postgres")
+    ///     .post_create(|client| {
+    ///         Box::pin(async move {
+    ///             client
+    ///                 .batch_execute("SET application_name = 'orders'; SET search_path = app")
+    ///                 .await?;
+    ///             Ok(())
+    ///         })
+    ///     })
+    ///     .build()?;
+    /// # let _ = pool; Ok(()) }
+    /// ```
+    ///
+    /// Behind a pooler (PgBouncer) a session setting stays on whichever
+    /// server connection ran it: set such things in the pooler or on the
+    /// role (`ALTER ROLE ... SET`) instead.
+    pub fn post_create<F>(mut self, hook: F) -> Self
+    where
+        F: for<'a> Fn(&'a mut tokio_postgres::Client) -> HookFuture<'a> + Send + Sync + 'static,
+    {
+        self.options.hooks.add_post_create(hook);
+        self
+    }
+
+    /// Runs `hook` each time an idle connection is about to be used again
+    /// (after the pool's own checks and session reset). An error drops the
+    /// connection quietly and another one is taken (or opened), as
+    /// deadpool's `pre_recycle` does: use it to retire connections by your
+    /// own rule.
+    pub fn pre_recycle<F>(mut self, hook: F) -> Self
+    where
+        F: for<'a> Fn(&'a mut tokio_postgres::Client) -> HookFuture<'a> + Send + Sync + 'static,
+    {
+        self.options.hooks.add_pre_recycle(hook);
         self
     }
 }

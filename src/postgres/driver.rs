@@ -16,6 +16,7 @@ use super::{Client, Postgres};
 use crate::backend::{Driver, End, Group, GroupReplies, Ran, Stmt};
 use crate::config::PoolSettings;
 use crate::error::{Error, Kind};
+use crate::pool::hooks::Hooks;
 
 /// Runs one prepared statement with an encoded row on `conn`: every
 /// returned row, or only the first and the count.
@@ -125,6 +126,7 @@ impl Driver for Postgres {
             settings.statement_cache,
             settings.statement_timeout,
             mode,
+            options.hooks,
         );
         Ok(Postgres {
             pool: settings.build_pool(manager)?,
@@ -278,6 +280,9 @@ pub(crate) struct PgOptions {
     /// [`PoolBuilder::copy_threshold`](super::PoolBuilder::copy_threshold);
     /// `None`: the default.
     pub(crate) copy_threshold: Option<Option<usize>>,
+    /// [`PoolBuilder::post_create`](super::PoolBuilder::post_create) and
+    /// [`pre_recycle`](super::PoolBuilder::pre_recycle).
+    pub(crate) hooks: Hooks<tokio_postgres::Client>,
 }
 
 fn missing() -> Error {

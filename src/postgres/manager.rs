@@ -21,6 +21,7 @@ use super::statements::Statements;
 use super::unnamed::{Described, Learned, look_up, preload_types};
 use crate::engine::Wire;
 use crate::error::{Error, Kind};
+use crate::pool::hooks::Hooks;
 
 /// What a session reset undoes: an open transaction, cursors, the role,
 /// settings, `LISTEN`s, advisory locks, temporary tables and sequence state
@@ -42,7 +43,13 @@ pub struct Manager {
     /// Parameter types learned per statement text (unnamed mode), shared by
     /// the pool's connections.
     learned: Arc<Learned>,
+    /// The builder's `post_create` / `pre_recycle` hooks.
+    hooks: Hooks<tokio_postgres::Client>,
 }
+
+/// What opening or checking a connection failed with: a
+/// `tokio_postgres::Error`, or a hook's error.
+type ConnectError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Manager {
     pub(crate) fn new(
@@ -50,6 +57,7 @@ impl Manager {
         statement_cache: usize,
         statement_timeout: Option<Duration>,
         mode: Statements,
+        hooks: Hooks<tokio_postgres::Client>,
     ) -> Manager {
         let statement_cache = NonZeroUsize::new(statement_cache).unwrap_or(NonZeroUsize::MIN);
         let session_setup =
@@ -66,25 +74,28 @@ impl Manager {
             session_reset,
             mode,
             learned: Arc::new(Learned::new(statement_cache)),
+            hooks,
         }
     }
 }
 
 impl managed::Manager for Manager {
     type Type = ClientWrapper;
-    type Error = tokio_postgres::Error;
+    type Error = ConnectError;
 
-    async fn create(&self) -> Result<ClientWrapper, tokio_postgres::Error> {
+    async fn create(&self) -> Result<ClientWrapper, ConnectError> {
         // Boxed: the connect state machine is large and is part of every
         // checkout's future (every pending caller's) otherwise.
-        Box::pin(self.connect()).await
+        let mut wrapper = Box::pin(self.connect()).await?;
+        Box::pin(self.hooks.post_create(&mut wrapper.client)).await?;
+        Ok(wrapper)
     }
 
     async fn recycle(
         &self,
         client: &mut ClientWrapper,
         _: &Metrics,
-    ) -> RecycleResult<tokio_postgres::Error> {
+    ) -> RecycleResult<ConnectError> {
         if client.is_broken() {
             return Err(RecycleError::message("connection closed"));
         }
@@ -93,11 +104,22 @@ impl managed::Manager for Manager {
                 "a statement on this connection was left unanswered",
             ));
         }
+        // Marked busy meanwhile: past `recycle_timeout` deadpool drops it,
+        // and a busy connection is closed at once.
+        client.busy = true;
+        Box::pin(self.check(client))
+            .await
+            .map_err(RecycleError::Backend)?;
+        client.busy = false;
+        Ok(())
+    }
+}
+
+impl Manager {
+    /// `recycle` of a connection that is open and idle: resets it if it
+    /// was lent out, then runs the `pre_recycle` hooks.
+    async fn check(&self, client: &mut ClientWrapper) -> Result<(), ConnectError> {
         if client.lent {
-            // Back from `Pool::get`. Marked busy meanwhile: past
-            // `recycle_timeout` deadpool drops it, and a busy connection is
-            // closed at once.
-            client.busy = true;
             if client.pooled {
                 // Behind a pooler the session is the pooler's; only a
                 // transaction the user left open is ours to end (it keeps a
@@ -109,14 +131,16 @@ impl managed::Manager for Manager {
                 // The user may have changed the session (`SET search_path`,
                 // `SET ROLE`, `LISTEN`, cursors, temporary tables, advisory
                 // locks) or left a transaction open: reset it before a batch
-                // runs in it. Prepared statements are kept (the pool's and
-                // tokio-postgres's own stay valid; one the user deallocated
-                // is prepared again when next needed).
+                // runs in it, and set it up again as a new one
+                // (`post_create` hooks included). Prepared statements are
+                // kept (the pool's and tokio-postgres's own stay valid; one
+                // the user deallocated is prepared again when next needed).
                 client.client.batch_execute(&self.session_reset).await?;
+                self.hooks.post_create(&mut client.client).await?;
             }
-            client.busy = false;
             client.lent = false;
         }
+        self.hooks.pre_recycle(&mut client.client).await?;
         Ok(())
     }
 }
