@@ -146,6 +146,15 @@ pub(crate) trait Driver:
     /// Formats a config without its password.
     fn fmt_config(config: &Self::Config, f: &mut fmt::Formatter<'_>) -> fmt::Result;
 
+    /// Replaces the config's password (a [`PoolConfig`](crate::PoolConfig)
+    /// with its password apart from the connection string).
+    #[cfg_attr(not(feature = "serde"), allow(dead_code, reason = "PoolConfig only"))]
+    fn set_password(config: Self::Config, password: &str) -> Self::Config;
+
+    /// Adds a `post_create` hook running `sql` (one or more statements).
+    #[cfg_attr(not(feature = "serde"), allow(dead_code, reason = "PoolConfig only"))]
+    fn add_on_connect(options: &mut Self::Options, sql: String);
+
     /// Builds the backend and its (lazily connecting) deadpool pool.
     fn open(
         config: Self::Config,

@@ -313,6 +313,9 @@ impl Error {
         /// TLS failed, a `post_create` hook failed); nothing of this call
         /// was sent.
         is_connect => Connect;
+        /// The pool's configuration is invalid: a bad connection string or
+        /// setting (from the builder or a `PoolConfig`).
+        is_config => Config;
     }
 
     /// The statement ran out of time: the server cancelled it at

@@ -110,6 +110,8 @@ mod error;
 mod explain;
 mod outcome;
 mod pool;
+#[cfg(feature = "serde")]
+mod pool_config;
 mod stats;
 
 #[cfg(feature = "mysql")]
@@ -128,4 +130,6 @@ pub use crate::error::{AtomicError, Error};
 pub use crate::explain::{Explain, NotCoalesced};
 pub use crate::outcome::Outcome;
 pub use crate::pool::{HookError, HookFuture, Pool, PoolBuilder, Status, Transaction};
+#[cfg(feature = "serde")]
+pub use crate::pool_config::{PoolConfig, QueueFullSetting};
 pub use crate::stats::Stats;

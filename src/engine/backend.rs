@@ -25,7 +25,7 @@ pub(crate) enum ChunkError<O> {
     /// without error before the statement was rolled back. The engine re-runs
     /// the rows before it, that row on its own, then the rows after it.
     #[cfg_attr(
-        not(any(feature = "postgres", test)),
+        not(feature = "postgres"),
         allow(dead_code, reason = "only PostgreSQL's COPY names the failing row")
     )]
     RowAt(usize, Error),

@@ -109,6 +109,16 @@ impl Driver for MySql {
         Opts::from_url(config).map_err(|e| Error::with_source(Kind::Config, "invalid MySQL URL", e))
     }
 
+    fn set_password(config: Opts, password: &str) -> Opts {
+        mysql_async::OptsBuilder::from_opts(config)
+            .pass(Some(password))
+            .into()
+    }
+
+    fn add_on_connect(options: &mut MyOptions, sql: String) {
+        options.add_on_connect(sql);
+    }
+
     fn fmt_config(config: &Opts, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // mysql_async's own `Debug` prints the password.
         fmt::Debug::fmt(&Redacted(config), f)

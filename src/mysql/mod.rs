@@ -164,6 +164,22 @@ pub(crate) struct MyOptions {
     hooks: crate::pool::hooks::Hooks<mysql_async::Conn>,
 }
 
+impl MyOptions {
+    /// A `post_create` hook running `sql` over the text protocol (several
+    /// statements separated by `;` are fine).
+    fn add_on_connect(&mut self, sql: String) {
+        use mysql_async::prelude::Queryable;
+        let sql: std::sync::Arc<str> = sql.into();
+        self.hooks.add_post_create(move |conn| {
+            let sql = std::sync::Arc::clone(&sql);
+            Box::pin(async move {
+                conn.query_drop(&*sql).await?;
+                Ok(())
+            })
+        });
+    }
+}
+
 /// A coalescing MySQL / MariaDB connection pool (see [`crate::Pool`]).
 pub type Pool = crate::pool::Pool<MySql>;
 

@@ -105,6 +105,22 @@ impl Driver for Postgres {
         Ok(PgConfig { pg, statements })
     }
 
+    fn set_password(mut config: PgConfig, password: &str) -> PgConfig {
+        config.pg.password(password);
+        config
+    }
+
+    fn add_on_connect(options: &mut PgOptions, sql: String) {
+        let sql: std::sync::Arc<str> = sql.into();
+        options.hooks.add_post_create(move |client| {
+            let sql = std::sync::Arc::clone(&sql);
+            Box::pin(async move {
+                client.batch_execute(&sql).await?;
+                Ok(())
+            })
+        });
+    }
+
     fn fmt_config(config: &PgConfig, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // tokio-postgres prints the password as `_`.
         fmt::Debug::fmt(&config.pg, f)?;
