@@ -80,6 +80,9 @@ pub struct Batching {
     pub batches: u64,
     /// Multi-row statements sent.
     pub statements: u64,
+    /// Of those, statements sent by the bulk path (PostgreSQL COPY,
+    /// MariaDB's bulk command).
+    pub bulk_statements: u64,
     /// Rows flushed.
     pub rows: u64,
     /// Mean rows per flushed batch.
@@ -102,6 +105,7 @@ impl Batching {
         Batching {
             batches: s.batches,
             statements: s.statements,
+            bulk_statements: s.bulk_statements,
             rows: s.rows,
             rows_per_batch: s.rows_per_batch(),
             rows_per_statement: if s.statements == 0 {
