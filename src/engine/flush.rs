@@ -37,6 +37,15 @@ pub(super) async fn flusher<B: Backend>(
             // The rows this flusher was for have all timed out.
             return;
         };
+        if q.flushing() > 0 && engine.config.max_delay.is_none() {
+            // Under load: callers just answered by another flush of this
+            // shape are runnable now and about to queue their next rows;
+            // let them run first, so this statement takes them too, and do
+            // not send a handful of rows while the statements on the wire
+            // carry many.
+            tokio::task::yield_now().await;
+            balance(&engine, &q).await;
+        }
         if let Some((taken, waited)) = take_if_due(&engine, &q) {
             break (slot, conn, taken, waited);
         }
@@ -69,7 +78,7 @@ pub(super) async fn flusher<B: Backend>(
             );
             let started = Instant::now();
             engine.counters.flushed(reason, taken.rows.len());
-            let in_flight = InFlight::new(&engine);
+            let in_flight = InFlight::new(&engine, &q, taken.rows.len());
             let results = execute_rows(&engine, &q, &mut conn, &taken.rows)
                 .instrument(span)
                 .await;
@@ -121,6 +130,39 @@ async fn acquire<B: Backend>(
                     return None;
                 }
             }
+        }
+    }
+}
+
+/// Natural batching under load: holds a flusher that has its connection
+/// until taking the queue is [`balanced`](ShapeQueue::balanced) with the
+/// flushes of the shape on the wire — at the latest until one of them ends
+/// (its callers then queue their next rows), a queued row's deadline comes,
+/// or the pool closes. No timer of its own: the wait is at most what is
+/// left of a statement on the wire.
+async fn balance<B: Backend>(engine: &Engine<B>, q: &ShapeQueue<B>) {
+    loop {
+        let done = q.done.notified();
+        let closing = engine.closing.notified();
+        tokio::pin!(done, closing);
+        done.as_mut().enable();
+        closing.as_mut().enable();
+        if engine.is_closed() {
+            return;
+        }
+        {
+            let mut st = q.lock();
+            if q.balanced(&st) {
+                return;
+            }
+            // `enqueue` wakes us once the queue is balanced.
+            st.balancing = true;
+        }
+        let expiry = q.next_expiry();
+        tokio::select! {
+            () = &mut done => {}
+            () = &mut closing => return,
+            () = sleep_until(expiry) => return,
         }
     }
 }
@@ -225,7 +267,7 @@ pub(super) async fn inline<B: Backend>(
     let (engine, q) = (engine.clone(), q.clone());
     let flush = async move {
         engine.counters.flushed(FlushReason::Natural, 1);
-        let in_flight = InFlight::new(&engine);
+        let in_flight = InFlight::new(&engine, &q, 1);
         let span = tracing::debug_span!(
             "batchpool.flush",
             table = q.insert.table.as_str(),
@@ -260,19 +302,22 @@ impl<B: Backend> Drop for NoOutcome<'_, B> {
     }
 }
 
-/// Counts a flush in `Stats::in_flight` for as long as it lives.
-struct InFlight<'a, B: Backend>(&'a Engine<B>);
+/// Counts a flush of `rows` rows in `Stats::in_flight` and in its queue's
+/// [`flushing`](ShapeQueue::flushing) for as long as it lives.
+struct InFlight<'a, B: Backend>(&'a Engine<B>, &'a ShapeQueue<B>, usize);
 
 impl<'a, B: Backend> InFlight<'a, B> {
-    fn new(engine: &'a Engine<B>) -> Self {
+    fn new(engine: &'a Engine<B>, q: &'a ShapeQueue<B>, rows: usize) -> Self {
         engine.counters.in_flight_delta(true);
-        InFlight(engine)
+        q.flushing_delta(true, rows);
+        InFlight(engine, q, rows)
     }
 }
 
 impl<B: Backend> Drop for InFlight<'_, B> {
     fn drop(&mut self) {
         self.0.counters.in_flight_delta(false);
+        self.1.flushing_delta(false, self.2);
     }
 }
 
@@ -509,7 +554,7 @@ pub(super) async fn direct<B: Backend>(
             reason = "explicit",
         );
         engine.counters.flushed(FlushReason::Full, end - start);
-        let in_flight = InFlight::new(&engine);
+        let in_flight = InFlight::new(&engine, &q, end - start);
         let out = execute_rows(&engine, &q, &mut conn, &rows[start..end])
             .instrument(span)
             .await;

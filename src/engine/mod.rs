@@ -290,8 +290,11 @@ impl<B: Backend> Engine<B> {
         self.check_row(q, bytes)?;
         // Natural batching with nothing queued and nobody flushing this
         // shape: send the row from this task at once when a connection is
-        // free (no added latency at low load).
-        let row = if self.config.max_delay.is_none() && q.is_idle() {
+        // free (no added latency at low load). Under load (a statement of
+        // this shape on the wire) the row queues instead, so a connection
+        // that comes free takes it with the rows queued meanwhile rather
+        // than carrying it alone.
+        let row = if self.config.max_delay.is_none() && q.is_unloaded() {
             match flush::inline(self, q, &work, row).await {
                 Ok(result) => return result,
                 Err(row) => row,
@@ -359,6 +362,10 @@ impl<B: Backend> Engine<B> {
             let needed = st.rows.len().div_ceil(q.cap_rows);
             let spawn = needed.saturating_sub(st.waiting);
             st.waiting += spawn;
+            if st.balancing && q.balanced(&st) {
+                st.balancing = false;
+                q.done.notify_waiters();
+            }
             (spawn, q.is_full(&st))
         };
         self.counters.queued_delta(added, 0);

@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
@@ -36,6 +37,9 @@ pub(crate) struct State<B: Backend> {
     pub(crate) bytes: usize,
     /// Flusher tasks spawned for this queue that have not taken rows yet.
     pub(crate) waiting: usize,
+    /// A flusher holds a connection until the queue is balanced (see
+    /// [`ShapeQueue::balanced`]): `enqueue` wakes it once it is.
+    pub(crate) balancing: bool,
 }
 
 /// The queue of one statement shape.
@@ -53,6 +57,14 @@ pub(crate) struct ShapeQueue<B: Backend> {
     pub(crate) state: Mutex<State<B>>,
     /// Wakes timed flushers early (queue full or pool closing).
     pub(crate) wake: Notify,
+    /// Statements of this shape on the wire right now (flushes, idle fast
+    /// path, explicit batches).
+    flushing: AtomicUsize,
+    /// Rows of those statements.
+    flushing_rows: AtomicUsize,
+    /// Wakes flushers waiting to balance their statement (a flush of this
+    /// shape ended).
+    pub(crate) done: Notify,
 }
 
 /// A group of rows taken for one flush.
@@ -81,9 +93,47 @@ impl<B: Backend> ShapeQueue<B> {
                 rows: VecDeque::new(),
                 bytes: 0,
                 waiting: 0,
+                balancing: false,
             }),
             wake: Notify::new(),
+            flushing: AtomicUsize::new(0),
+            flushing_rows: AtomicUsize::new(0),
+            done: Notify::new(),
         }
+    }
+
+    /// Counts a flush of `rows` rows of this shape in or out (see
+    /// [`flushing`](Self::flushing)); a flush counted out wakes the
+    /// flushers waiting in [`balanced`](Self::balanced).
+    pub(crate) fn flushing_delta(&self, up: bool, rows: usize) {
+        if up {
+            self.flushing.fetch_add(1, Ordering::Relaxed);
+            self.flushing_rows.fetch_add(rows, Ordering::Relaxed);
+        } else {
+            self.flushing_rows.fetch_sub(rows, Ordering::Relaxed);
+            self.flushing.fetch_sub(1, Ordering::Relaxed);
+            self.done.notify_waiters();
+        }
+    }
+
+    /// Flushes of this shape running right now.
+    pub(crate) fn flushing(&self) -> usize {
+        self.flushing.load(Ordering::Relaxed)
+    }
+
+    /// Whether a flush taking the queue now would be in balance with the
+    /// flushes of this shape on the wire: nothing is on the wire, or the
+    /// queue holds at least half the rows of an average statement on the
+    /// wire, or a full statement. Under load this keeps a connection that
+    /// came free from carrying a handful of rows while the callers of the
+    /// statements on the wire are about to queue theirs.
+    pub(crate) fn balanced(&self, st: &State<B>) -> bool {
+        let flushing = self.flushing();
+        let on_wire = self.flushing_rows.load(Ordering::Relaxed);
+        flushing == 0
+            || st.rows.is_empty()
+            || self.is_full(st)
+            || st.rows.len() * 2 * flushing >= on_wire
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State<B>> {
@@ -96,6 +146,12 @@ impl<B: Backend> ShapeQueue<B> {
     pub(crate) fn is_idle(&self) -> bool {
         let st = self.lock();
         st.rows.is_empty() && st.waiting == 0
+    }
+
+    /// [`is_idle`](Self::is_idle), and no statement of this shape on the
+    /// wire either: the shape is not under load.
+    pub(crate) fn is_unloaded(&self) -> bool {
+        self.flushing() == 0 && self.is_idle()
     }
 
     /// The earliest deadline of a queued row.

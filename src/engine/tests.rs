@@ -918,6 +918,95 @@ async fn lone_row_at_idle_is_sent_inline() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn under_load_a_lone_row_queues_and_goes_with_the_rows_queued_meanwhile() {
+    let h = H::new(3, config()).await;
+    let a = h.spawn(1);
+    settle().await;
+    assert_eq!(h.mem().log(), [[1]], "idle: sent inline");
+    // A statement of the shape is on the wire and two connections are free:
+    // the next rows queue (no inline send from the caller's task) and the
+    // flusher that takes a free connection sends them together.
+    let callers = h.queue_all(&[2, 3]);
+    assert_eq!(h.mem().log(), [[1]]);
+    assert_eq!(h.queued(), [2, 3]);
+    settle().await;
+    assert_eq!(h.mem().log(), [vec![1], vec![2, 3]]);
+    assert_eq!(h.mem().in_use(), 2);
+    h.drain().await;
+    assert_ok_own(1, finished(a).await);
+    assert_all_own(callers);
+    h.assert_no_leaks().await;
+}
+
+/// Every caller, after a drain, has its own row back.
+fn assert_all_own(callers: impl IntoIterator<Item = Caller>) {
+    for (v, mut caller) in callers {
+        assert_ok_own(v, outcome(&mut caller));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_free_connection_waits_until_its_statement_is_balanced() {
+    let h = H::new(3, config()).await;
+    // Eight rows on the wire in one statement.
+    let hold = h.mem().hold_all();
+    let first = h.queue_all(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    drop(hold);
+    settle().await;
+    assert_eq!(h.mem().log(), [vec![1, 2, 3, 4, 5, 6, 7, 8]]);
+    // One row: a connection is free, but a 1-row statement beside an
+    // 8-row one is not sent; the flusher holds its connection and waits.
+    let mut second = h.queue_all(&[9]);
+    settle().await;
+    assert_eq!(h.mem().log().len(), 1);
+    assert_eq!(h.queued(), [9]);
+    assert_eq!(
+        h.mem().in_use(),
+        2,
+        "the waiting flusher holds a connection"
+    );
+    // Half the statement on the wire is queued: it goes at once.
+    second.extend(h.queue_all(&[10, 11, 12]));
+    settle().await;
+    assert_eq!(h.mem().log()[1], [9, 10, 11, 12]);
+    // A lone row waits for a statement on the wire to end; once none is
+    // left it goes (no timer of its own).
+    let third = h.queue_all(&[13]);
+    settle().await;
+    assert_eq!(h.mem().log().len(), 2);
+    assert!(h.mem().release_next());
+    settle().await;
+    assert_eq!(h.mem().log().len(), 2, "4 rows still on the wire");
+    assert!(h.mem().release_next());
+    settle().await;
+    assert_eq!(h.mem().log()[2], [13]);
+    h.drain().await;
+    assert_all_own(first.into_iter().chain(second).chain(third));
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_balancing_flusher_sends_at_the_rows_deadline() {
+    let h = H::limited(Mem::new(2), config(), limits(Some(1), None)).await;
+    let hold = h.mem().hold_all();
+    let first = h.queue_all(&[1, 2, 3, 4, 5, 6]);
+    drop(hold);
+    settle().await;
+    let start = Instant::now();
+    let lone = h.queue_all(&[7]);
+    settle().await;
+    assert_eq!(h.mem().log().len(), 1, "row 7 waits for balance");
+    tokio::time::sleep_until(start + Duration::from_secs(1)).await;
+    settle().await;
+    // At its wait deadline the row is sent, not failed: a connection was
+    // free all along.
+    assert_eq!(h.mem().log()[1], [7]);
+    h.drain().await;
+    assert_all_own(first.into_iter().chain(lone));
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn busy_connections_accumulate_rows_into_allowed_statement_sizes() {
     // (backend max_params, config max_rows, rows queued)
     let cases = [(65535, 1000, 1..=40), (65535, 5, 1..=25), (4, 1000, 1..=10)];
