@@ -38,6 +38,15 @@ pub(crate) enum ChunkError<O> {
     /// cached statements for the shape: the engine re-learns the route and
     /// re-runs the rows once.
     Stale(Error),
+    /// Sent in a pipelined pair inside one transaction (see
+    /// [`Backend::execute_pair`]) whose other statement failed: nothing of
+    /// it committed (rolled back, or never run). The engine runs its rows
+    /// again.
+    #[cfg_attr(
+        not(feature = "postgres"),
+        allow(dead_code, reason = "only PostgreSQL pipelines statements")
+    )]
+    NotRun,
     /// The backend ran the rows one statement each (the connection's session
     /// would make a multi-row statement differ from single-row ones): each
     /// row's own result, in order.
@@ -275,4 +284,37 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         shape: &'a Self::Shape,
         rows: &'a [Self::Row],
     ) -> impl Future<Output = ChunkResult<Self::Output>> + Send + 'a;
+
+    /// Whether [`execute_pair`](Backend::execute_pair) pipelines: the
+    /// second statement is on the wire while the first runs.
+    fn pipelines(&self) -> bool {
+        false
+    }
+
+    /// Runs two statements of `shape` on `conn`, `first` sent before
+    /// `second` (the server runs them in that order), pipelined where the
+    /// backend can ([`pipelines`](Backend::pipelines)). With `atomic` both
+    /// run in one transaction: if either fails, nothing of the pair commits
+    /// and the other one is answered [`ChunkError::NotRun`], so the rows of
+    /// a batch still take effect in their order (`execute_many`). Without,
+    /// each is its own autocommit statement, as with two `execute` calls.
+    fn execute_pair<'a>(
+        &'a self,
+        conn: &'a mut Conn<Self>,
+        shape: &'a Self::Shape,
+        first: &'a [Self::Row],
+        second: &'a [Self::Row],
+        atomic: bool,
+    ) -> impl Future<Output = (ChunkResult<Self::Output>, ChunkResult<Self::Output>)> + Send + 'a
+    {
+        // Without pipelining: the first alone; the engine runs the second
+        // after it.
+        let _ = (second, atomic);
+        async move {
+            (
+                self.execute(conn, shape, first).await,
+                Err(ChunkError::NotRun),
+            )
+        }
+    }
 }

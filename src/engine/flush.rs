@@ -79,9 +79,16 @@ pub(super) async fn flusher<B: Backend>(
             let started = Instant::now();
             engine.counters.flushed(reason, taken.rows.len());
             let in_flight = InFlight::new(&engine, &q, taken.rows.len());
-            let results = execute_rows(&engine, &q, &mut conn, &taken.rows)
-                .instrument(span)
-                .await;
+            let results = execute_rows(
+                &engine,
+                &q,
+                &mut conn,
+                &taken.rows,
+                &taken.chunks,
+                Pipeline::Independent,
+            )
+            .instrument(span)
+            .await;
             // The connection goes back before the callers hear, so a caller
             // that issues its next statement finds it free.
             drop(conn);
@@ -197,7 +204,8 @@ fn take_if_due<B: Backend>(
         }
     }
     st.waiting -= 1;
-    let (taken, waited) = q.take(&mut st);
+    let statements = if engine.backend.pipelines() { 2 } else { 1 };
+    let (taken, waited) = q.take(&mut st, statements);
     // Rows left over (more than one statement's worth, or rows that came in
     // meanwhile) need flushers of their own.
     let needed = st.rows.len().div_ceil(q.cap_rows);
@@ -276,9 +284,16 @@ pub(super) async fn inline<B: Backend>(
         );
         // Counted failed if no outcome comes (a panic in a backend).
         let mut no_outcome = NoOutcome(Some(&engine));
-        let mut out = execute_rows(&engine, &q, &mut conn, std::slice::from_ref(&row))
-            .instrument(span)
-            .await;
+        let mut out = execute_rows(
+            &engine,
+            &q,
+            &mut conn,
+            std::slice::from_ref(&row),
+            &[1],
+            Pipeline::Off,
+        )
+        .instrument(span)
+        .await;
         drop(conn);
         drop(slot);
         drop(in_flight);
@@ -355,54 +370,116 @@ async fn wait_for_deadline<B: Backend>(
     }
 }
 
-/// Runs `rows` as consecutive statements of allowed sizes on one connection,
-/// in order. A statement that fails with an error that may belong to a row
-/// is split in halves (each cut into allowed sizes) and re-run; nothing of a
-/// failed statement committed, so every row ends up written exactly once or
-/// failed with its own statement's error. Once a flush has seen more failed
-/// statements than a bisection for a few bad rows needs, the rest of a
-/// failing group goes row by row: at most about `n + 2 log n` statements
-/// when every row fails alike. A statement refused as stale is re-run once.
+/// Whether [`execute_rows`] may keep two statements on the wire at once
+/// (where the backend [pipelines](Backend::pipelines)).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pipeline {
+    /// One statement at a time.
+    Off,
+    /// Rows of different callers, in no order: each statement of a pair is
+    /// its own autocommit statement.
+    Independent,
+    /// One caller's rows, in order (`execute_many`): a pair runs in one
+    /// transaction, so a failed statement's rows, re-run, still take effect
+    /// before the rows after them.
+    InOrder,
+}
+
+/// How a flush is isolating its failing rows.
+struct Isolation {
+    /// Statements added by splitting.
+    splits: usize,
+    /// Failed statements that had more than one row.
+    failed: usize,
+    /// After this many failed statements, the rest goes row by row:
+    /// bisection finds a few bad rows in about 2 log n failed statements.
+    dense_after: usize,
+    /// A statement refused as stale has been re-run (once per flush).
+    healed: bool,
+}
+
+/// Runs `rows` as consecutive statements on one connection, in order:
+/// `chunks` are the lengths of its consecutive groups, each within the
+/// statement limits, each cut into allowed statement sizes. A statement that
+/// fails with an error that may belong to a row is split in halves (each
+/// cut into allowed sizes) and re-run; nothing of a failed statement
+/// committed, so every row ends up written exactly once or failed with its
+/// own statement's error. Once a flush has seen more failed statements than
+/// a bisection for a few bad rows needs, the rest of a failing group goes
+/// row by row: at most about `n + 2 log n` statements when every row fails
+/// alike. A statement refused as stale is re-run once.
+///
+/// With `pipeline` on (and a backend that pipelines), statements go out in
+/// pairs until one fails; from then on one at a time.
 /// Returns one result per row, in order.
 pub(super) async fn execute_rows<B: Backend>(
     engine: &Engine<B>,
     q: &ShapeQueue<B>,
     conn: &mut Conn<B>,
     rows: &[B::Row],
+    chunks: &[usize],
+    pipeline: Pipeline,
 ) -> Vec<Result<B::Output, Error>> {
     let n = rows.len();
+    debug_assert_eq!(chunks.iter().sum::<usize>(), n);
     let mut results: Vec<Option<Result<B::Output, Error>>> = (0..n).map(|_| None).collect();
-    let mut splits = 0usize;
-    let mut failed = 0usize;
-    // Bisection finds a few bad rows in about 2 log n failed statements.
-    let dense_after = 2 * (usize::BITS - n.leading_zeros()) as usize + 2;
-    let mut healed = false;
+    let mut iso = Isolation {
+        splits: 0,
+        failed: 0,
+        dense_after: 2 * (usize::BITS - n.leading_zeros()) as usize + 2,
+        healed: false,
+    };
     let mut work: VecDeque<(usize, usize)> = VecDeque::new();
     let mut at = 0;
-    for size in decompose(n, q.cap_rows) {
-        work.push_back((at, size));
-        at += size;
-    }
-    while let Some((start, len)) = work.pop_front() {
-        // Counted as it is sent: the inline path runs in the caller's task,
-        // and a caller dropped mid-statement must not hide a statement whose
-        // rows `Stats::rows` already counts.
-        engine.counters.statements(1);
-        if engine.backend.uses_bulk(&q.shape, len) {
-            engine.counters.bulk();
+    for &chunk in chunks {
+        for size in decompose(chunk, q.cap_rows) {
+            work.push_back((at, size));
+            at += size;
         }
-        let chunk = &rows[start..start + len];
+    }
+    let mut pairing = pipeline != Pipeline::Off && engine.backend.pipelines();
+    while let Some(first) = work.pop_front() {
+        let second = if pairing { work.pop_front() } else { None };
+        let sent_pieces: Vec<(usize, usize)> = std::iter::once(first).chain(second).collect();
+        for &(_, len) in &sent_pieces {
+            // Counted as it is sent: the inline path runs in the caller's
+            // task, and a caller dropped mid-statement must not hide a
+            // statement whose rows `Stats::rows` already counts.
+            engine.counters.statements(1);
+            if engine.backend.uses_bulk(&q.shape, len) {
+                engine.counters.bulk();
+            }
+        }
         let limit = engine.limits.answer();
-        let sent = exchange!(B::Connections, limit, conn, |c| engine
-            .backend
-            .execute(c, &q.shape, chunk));
-        let result = match sent {
-            Ok(result) => result,
+        let sent = match second {
+            None => {
+                let chunk = &rows[first.0..first.0 + first.1];
+                exchange!(B::Connections, limit, conn, |c| engine
+                    .backend
+                    .execute(c, &q.shape, chunk))
+                .map(|r| vec![(first, r)])
+            }
+            Some(second) => {
+                let a = &rows[first.0..first.0 + first.1];
+                let b = &rows[second.0..second.0 + second.1];
+                // Each statement of the pair has its own limit, back to back.
+                let limit = limit.map(|l| l * 2);
+                let atomic = pipeline == Pipeline::InOrder;
+                exchange!(B::Connections, limit, conn, |c| engine
+                    .backend
+                    .execute_pair(c, &q.shape, a, b, atomic))
+                .map(|(ra, rb)| vec![(first, ra), (second, rb)])
+            }
+        };
+        let outcomes = match sent {
+            Ok(outcomes) => outcomes,
             Err(timeout) => {
                 // The connection is gone with the statement: whatever of
                 // this flush was not sent yet fails unsent.
-                for slot in &mut results[start..start + len] {
-                    *slot = Some(Err(timeout.clone()));
+                for (start, len) in sent_pieces {
+                    for slot in &mut results[start..start + len] {
+                        *slot = Some(Err(timeout.clone()));
+                    }
                 }
                 let mut unsent = 0;
                 for (start, len) in work.drain(..) {
@@ -415,84 +492,114 @@ pub(super) async fn execute_rows<B: Backend>(
                 break;
             }
         };
-        match result {
-            Ok(outs) => {
-                debug_assert_eq!(outs.len(), len);
-                for (slot, out) in results[start..start + len].iter_mut().zip(outs) {
-                    *slot = Some(Ok(out));
-                }
+        // Every statement of this round was sent before any was healed.
+        let may_heal = !iso.healed;
+        // Last first: re-runs are pushed to the front, and must run in
+        // the order of the statements they come from.
+        for (piece, result) in outcomes.into_iter().rev() {
+            if result.is_err() {
+                pairing = false;
             }
-            Err(ChunkError::Stale(_)) if !healed => {
-                healed = true;
-                engine.route_stale(&q.sql);
-                work.push_front((start, len));
-            }
-            Err(ChunkError::RowAt(at, _)) if len > 1 && at < len && failed < dense_after => {
-                // The rows before the named one ran; that one may be the
-                // only bad row: before it, it alone, after it.
-                failed += 1;
-                let mut pieces = Vec::new();
-                let mut from = start;
-                for size in decompose(at, q.cap_rows) {
-                    pieces.push((from, size));
-                    from += size;
-                }
-                pieces.push((start + at, 1));
-                from = start + at + 1;
-                for size in decompose(len - at - 1, q.cap_rows) {
-                    pieces.push((from, size));
-                    from += size;
-                }
-                splits += pieces.len();
-                for piece in pieces.into_iter().rev() {
-                    work.push_front(piece);
-                }
-            }
-            Err(ChunkError::Row(_) | ChunkError::RowAt(..)) if len > 1 => {
-                failed += 1;
-                let pieces: Vec<(usize, usize)> = if failed > dense_after {
-                    // Most rows fail: one statement each.
-                    (start..start + len).map(|i| (i, 1)).collect()
-                } else {
-                    let half = len / 2;
-                    let mut pieces = Vec::new();
-                    let mut at = start;
-                    for part in [half, len - half] {
-                        for size in decompose(part, q.cap_rows) {
-                            pieces.push((at, size));
-                            at += size;
-                        }
-                    }
-                    pieces
-                };
-                splits += pieces.len();
-                for piece in pieces.into_iter().rev() {
-                    work.push_front(piece);
-                }
-            }
-            Err(ChunkError::Each(outs)) => {
-                debug_assert_eq!(outs.len(), len);
-                for (slot, out) in results[start..start + len].iter_mut().zip(outs) {
-                    *slot = Some(out);
-                }
-            }
-            Err(
-                ChunkError::Row(e)
-                | ChunkError::RowAt(_, e)
-                | ChunkError::Statement(e)
-                | ChunkError::Stale(e),
-            ) => {
-                for slot in &mut results[start..start + len] {
-                    *slot = Some(Err(e.clone()));
-                }
-            }
+            settle(
+                engine,
+                q,
+                piece,
+                result,
+                may_heal,
+                &mut iso,
+                &mut results,
+                &mut work,
+            );
         }
     }
-    engine.counters.split(splits);
+    engine.counters.split(iso.splits);
     results
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(Error::lost())))
         .collect()
+}
+
+/// Records what one statement of [`execute_rows`] gave for its rows
+/// (`start`, `len`), or queues at the front of `work` what must run again.
+#[allow(clippy::too_many_arguments)]
+fn settle<B: Backend>(
+    engine: &Engine<B>,
+    q: &ShapeQueue<B>,
+    (start, len): (usize, usize),
+    result: super::ChunkResult<B::Output>,
+    may_heal: bool,
+    iso: &mut Isolation,
+    results: &mut [Option<Result<B::Output, Error>>],
+    work: &mut VecDeque<(usize, usize)>,
+) {
+    let mut rerun = |pieces: Vec<(usize, usize)>, iso: &mut Isolation| {
+        iso.splits += pieces.len();
+        for piece in pieces.into_iter().rev() {
+            work.push_front(piece);
+        }
+    };
+    let cut = |from: usize, n: usize, pieces: &mut Vec<(usize, usize)>| {
+        let mut at = from;
+        for size in decompose(n, q.cap_rows) {
+            pieces.push((at, size));
+            at += size;
+        }
+    };
+    match result {
+        Ok(outs) => {
+            debug_assert_eq!(outs.len(), len);
+            for (slot, out) in results[start..start + len].iter_mut().zip(outs) {
+                *slot = Some(Ok(out));
+            }
+        }
+        // Rolled back with its pair (or not run): as if never sent.
+        Err(ChunkError::NotRun) => work.push_front((start, len)),
+        Err(ChunkError::Stale(_)) if may_heal => {
+            iso.healed = true;
+            engine.route_stale(&q.sql);
+            work.push_front((start, len));
+        }
+        Err(ChunkError::RowAt(at, _)) if len > 1 && at < len && iso.failed < iso.dense_after => {
+            // The rows before the named one ran; that one may be the only
+            // bad row: before it, it alone, after it.
+            iso.failed += 1;
+            let mut pieces = Vec::new();
+            cut(start, at, &mut pieces);
+            pieces.push((start + at, 1));
+            cut(start + at + 1, len - at - 1, &mut pieces);
+            rerun(pieces, iso);
+        }
+        Err(ChunkError::Row(_) | ChunkError::RowAt(..)) if len > 1 => {
+            iso.failed += 1;
+            let pieces: Vec<(usize, usize)> = if iso.failed > iso.dense_after {
+                // Most rows fail: one statement each.
+                (start..start + len).map(|i| (i, 1)).collect()
+            } else {
+                let half = len / 2;
+                let mut pieces = Vec::new();
+                cut(start, half, &mut pieces);
+                cut(start + half, len - half, &mut pieces);
+                pieces
+            };
+            rerun(pieces, iso);
+        }
+        Err(ChunkError::Each(outs)) => {
+            debug_assert_eq!(outs.len(), len);
+            for (slot, out) in results[start..start + len].iter_mut().zip(outs) {
+                *slot = Some(out);
+            }
+        }
+        Err(
+            ChunkError::Row(e)
+            | ChunkError::RowAt(_, e)
+            | ChunkError::Statement(e)
+            | ChunkError::Stale(e),
+        ) => {
+            for slot in &mut results[start..start + len] {
+                *slot = Some(Err(e.clone()));
+            }
+        }
+    }
 }
 
 /// Per-row results of an explicit batch, or the error that stopped it.
@@ -531,17 +638,26 @@ pub(super) async fn direct<B: Backend>(
         }
     };
     let mut results = Vec::with_capacity(rows.len());
+    // Two statements' worth at a time where the backend pipelines: the
+    // second is on the wire while the first runs.
+    let per_round = if engine.backend.pipelines() { 2 } else { 1 };
     let mut start = 0;
     while start < rows.len() {
-        // One flush's worth: rows and bytes within the statement limits.
+        // Up to `per_round` flushes' worth: each within the statement
+        // limits (rows and bytes).
+        let mut chunks = Vec::with_capacity(per_round);
         let mut end = start;
-        let mut size = 0usize;
-        while end < rows.len()
-            && end - start < q.cap_rows
-            && (end == start || size + bytes[end] <= q.cap_bytes)
-        {
-            size += bytes[end];
-            end += 1;
+        while chunks.len() < per_round && end < rows.len() {
+            let from = end;
+            let mut size = 0usize;
+            while end < rows.len()
+                && end - from < q.cap_rows
+                && (end == from || size + bytes[end] <= q.cap_bytes)
+            {
+                size += bytes[end];
+                end += 1;
+            }
+            chunks.push(end - from);
         }
         if reply.is_closed() {
             engine.counters.cancelled(rows.len() - start);
@@ -551,13 +667,23 @@ pub(super) async fn direct<B: Backend>(
             "batchpool.flush",
             table = q.insert.table.as_str(),
             rows = end - start,
+            statements = chunks.len(),
             reason = "explicit",
         );
-        engine.counters.flushed(FlushReason::Full, end - start);
+        for &chunk in &chunks {
+            engine.counters.flushed(FlushReason::Full, chunk);
+        }
         let in_flight = InFlight::new(&engine, &q, end - start);
-        let out = execute_rows(&engine, &q, &mut conn, &rows[start..end])
-            .instrument(span)
-            .await;
+        let out = execute_rows(
+            &engine,
+            &q,
+            &mut conn,
+            &rows[start..end],
+            &chunks,
+            Pipeline::InOrder,
+        )
+        .instrument(span)
+        .await;
         drop(in_flight);
         engine
             .counters

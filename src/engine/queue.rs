@@ -70,6 +70,8 @@ pub(crate) struct ShapeQueue<B: Backend> {
 /// A group of rows taken for one flush.
 pub(crate) struct Taken<B: Backend> {
     pub(crate) rows: Vec<B::Row>,
+    /// Rows of each statement, in order (see [`ShapeQueue::take`]).
+    pub(crate) chunks: Vec<usize>,
     pub(crate) replies: Vec<Reply<B>>,
     pub(crate) cancelled: usize,
     pub(crate) full: bool,
@@ -188,18 +190,35 @@ impl<B: Backend> ShapeQueue<B> {
         st.rows.len() >= self.cap_rows || st.bytes >= self.cap_bytes
     }
 
-    /// Takes the rows of the next statement: rows whose caller is gone are
-    /// dropped unsent; of the live rows at most `cap_rows` / `cap_bytes` are
-    /// taken, rounded down to an allowed statement size so one flush is one
-    /// statement (the rest stays queued, in order, for the next flush).
-    pub(crate) fn take(&self, st: &mut State<B>) -> (Taken<B>, Vec<Instant>) {
+    /// Takes the rows of the next `statements` statements (1, or 2 when the
+    /// backend pipelines): rows whose caller is gone are dropped unsent; of
+    /// the live rows at most `cap_rows` / `cap_bytes` are taken per
+    /// statement, rounded down to an allowed statement size so one flush is
+    /// one statement each (the rest stays queued, in order, for the next
+    /// flush). A second statement is taken only from what is left once the
+    /// first is full.
+    pub(crate) fn take(&self, st: &mut State<B>, statements: usize) -> (Taken<B>, Vec<Instant>) {
         let mut taken = Taken {
             rows: Vec::new(),
             replies: Vec::new(),
+            chunks: Vec::with_capacity(statements),
             cancelled: 0,
             full: false,
         };
         let mut waited = Vec::new();
+        for _ in 0..statements.max(1) {
+            let full = self.take_one(st, &mut taken, &mut waited);
+            taken.full = full;
+            if !full || st.rows.is_empty() {
+                break;
+            }
+        }
+        (taken, waited)
+    }
+
+    /// One statement's rows for [`take`](Self::take); whether it is full.
+    fn take_one(&self, st: &mut State<B>, taken: &mut Taken<B>, waited: &mut Vec<Instant>) -> bool {
+        let mut full = false;
         let mut bytes = 0usize;
         let mut kept: Vec<Pending<B>> = Vec::new();
         while let Some(p) = st.rows.pop_front() {
@@ -210,7 +229,7 @@ impl<B: Backend> ShapeQueue<B> {
             }
             if kept.len() == self.cap_rows || (!kept.is_empty() && bytes + p.bytes > self.cap_bytes)
             {
-                taken.full = true;
+                full = true;
                 st.rows.push_front(p);
                 break;
             }
@@ -222,6 +241,9 @@ impl<B: Backend> ShapeQueue<B> {
         for p in kept.drain(size..).rev() {
             st.rows.push_front(p);
         }
+        if size > 0 {
+            taken.chunks.push(size);
+        }
         taken.rows.reserve(size);
         taken.replies.reserve(size);
         for p in kept {
@@ -230,7 +252,7 @@ impl<B: Backend> ShapeQueue<B> {
             taken.rows.push(p.row);
             taken.replies.push(p.reply);
         }
-        (taken, waited)
+        full
     }
 }
 

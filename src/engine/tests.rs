@@ -70,6 +70,8 @@ struct Mem {
     /// Multi-row statements run as one statement per row (as the MySQL
     /// backend does on a session that would make them differ).
     one_by_one: AtomicBool,
+    /// The backend pipelines pairs of statements (as PostgreSQL does).
+    pipelined: AtomicBool,
     /// Shapes prepared (route learned or re-learned).
     prepared: AtomicUsize,
     /// Connections closed because they were dropped with a request
@@ -131,6 +133,7 @@ impl Mem {
             gated: AtomicBool::new(true),
             stale_once: AtomicBool::new(false),
             one_by_one: AtomicBool::new(false),
+            pipelined: AtomicBool::new(false),
             prepared: AtomicUsize::new(0),
             discarded: Arc::default(),
             server: Mutex::default(),
@@ -145,6 +148,13 @@ impl Mem {
     /// rows written, or none and an error). Returns the reply and the gate
     /// it waits for.
     fn receive(&self, rows: &[i64]) -> (Option<Arc<Notify>>, ChunkResult<i64>) {
+        self.receive_as(rows, true)
+    }
+
+    /// [`receive`](Mem::receive); with `apply` false a statement that
+    /// succeeds writes nothing yet (inside a transaction: see
+    /// [`commit`](Mem::commit)).
+    fn receive_as(&self, rows: &[i64], apply: bool) -> (Option<Arc<Notify>>, ChunkResult<i64>) {
         let mut s = self.server();
         let offender = rows.iter().find(|&&v| !(0..BREAKS_STATEMENT).contains(&v));
         let reply = match offender {
@@ -175,8 +185,10 @@ impl Mem {
                 format!("statement broken by row {v}"),
             ))),
             None => {
-                for &v in rows {
-                    *s.table.entry(v).or_default() += 1;
+                if apply {
+                    for &v in rows {
+                        *s.table.entry(v).or_default() += 1;
+                    }
                 }
                 Ok(rows.to_vec())
             }
@@ -190,6 +202,14 @@ impl Mem {
         s.open += 1;
         s.max_open = s.max_open.max(s.open);
         (gate, reply)
+    }
+
+    /// Commits rows received with `apply` false.
+    fn commit(&self, rows: &[i64]) {
+        let mut s = self.server();
+        for &v in rows {
+            *s.table.entry(v).or_default() += 1;
+        }
     }
 
     /// Lets the oldest statement still waiting reply; false if none waits.
@@ -300,6 +320,39 @@ impl Backend for Mem {
             gate.notified().await;
         }
         reply
+    }
+
+    fn pipelines(&self) -> bool {
+        self.pipelined.load(SeqCst)
+    }
+
+    async fn execute_pair(
+        &self,
+        _conn: &mut Conn,
+        _shape: &(),
+        first: &[i64],
+        second: &[i64],
+        atomic: bool,
+    ) -> (ChunkResult<i64>, ChunkResult<i64>) {
+        // Both sent on the first poll, answered in order. In a transaction
+        // a failed statement aborts it: the other writes nothing.
+        let (gate_a, a) = self.receive_as(first, !atomic);
+        let (gate_b, b) = self.receive_as(second, !atomic);
+        let (a, b) = match (atomic, a, b) {
+            (false, a, b) => (a, b),
+            (true, Err(e), _) => (Err(e), Err(ChunkError::NotRun)),
+            (true, Ok(_), Err(e)) => (Err(ChunkError::NotRun), Err(e)),
+            (true, Ok(a), Ok(b)) => {
+                self.commit(first);
+                self.commit(second);
+                (Ok(a), Ok(b))
+            }
+        };
+        let _open = (Open(self), Open(self));
+        for gate in [gate_a, gate_b].into_iter().flatten() {
+            gate.notified().await;
+        }
+        (a, b)
     }
 }
 
@@ -1474,6 +1527,137 @@ async fn submit_many_runs_rows_in_order() {
         assert!(matches!(poll(&mut h.submit_many(&[])), Poll::Ready(Ok(v)) if v.is_empty()));
         h.assert_no_leaks().await;
     }
+}
+
+/// A pool whose backend pipelines pairs of statements, on `conns`
+/// connections, at most `max_rows` rows per statement.
+async fn pipelined(conns: usize, max_rows: usize) -> H {
+    let mem = Mem::new(conns);
+    mem.pipelined.store(true, SeqCst);
+    H::with(mem, config().max_rows(max_rows)).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn submit_many_keeps_two_statements_on_the_wire() {
+    let h = pipelined(1, 2).await;
+    let rows = [1, 2, 3, 4, 5, 6, 7];
+    let mut many = h.submit_many(&rows);
+    assert!(poll(&mut many).is_pending());
+    settle().await;
+    // The second statement is sent before the first is answered.
+    assert_eq!(h.mem().log(), [vec![1, 2], vec![3, 4]]);
+    assert!(h.mem().release_next());
+    settle().await;
+    assert_eq!(h.mem().log().len(), 2, "the pair is answered together");
+    assert!(h.mem().release_next());
+    settle().await;
+    assert_eq!(h.mem().log(), [vec![1, 2], vec![3, 4], vec![5, 6], vec![7]]);
+    h.drain().await;
+    let Poll::Ready(Ok(out)) = poll(&mut many) else {
+        panic!("submit_many did not finish");
+    };
+    for (v, r) in rows.into_iter().zip(out) {
+        assert_ok_own(v, r);
+        assert_eq!(h.mem().written(v), 1);
+    }
+    let st = h.stats();
+    assert_eq!((st.statements, st.rows), (4, 7));
+    h.assert_no_leaks().await;
+}
+
+/// `submit_many` of `rows` on a pipelining pool of 2-row statements, all
+/// gates open: each row's result and the statements received.
+async fn many_pipelined(rows: &[i64]) -> (Vec<Result<i64, Error>>, Vec<Vec<i64>>, H) {
+    let h = pipelined(1, 2).await;
+    h.mem().open_gates();
+    let mut many = h.submit_many(rows);
+    assert!(poll(&mut many).is_pending());
+    settle().await;
+    let Poll::Ready(Ok(out)) = poll(&mut many) else {
+        panic!("submit_many did not finish");
+    };
+    let log = h.mem().log();
+    (out, log, h)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_statement_of_an_ordered_pair_rolls_the_pair_back() {
+    // The first statement fails: the second, already sent, is rolled back
+    // with it and runs again after the first's rows are isolated, so the
+    // rows still take effect in their order.
+    let (out, log, h) = many_pipelined(&[1, -2, 3, 4]).await;
+    assert_eq!(
+        log,
+        [vec![1, -2], vec![3, 4], vec![1], vec![-2], vec![3, 4]]
+    );
+    // The second fails: the first, already run, is rolled back too.
+    let (out2, log2, h2) = many_pipelined(&[5, 6, 7, -8]).await;
+    assert_eq!(
+        log2,
+        [vec![5, 6], vec![7, -8], vec![5, 6], vec![7], vec![-8]]
+    );
+    for (h, rows, out) in [(&h, [1, -2, 3, 4], out), (&h2, [5, 6, 7, -8], out2)] {
+        for (v, r) in rows.into_iter().zip(out) {
+            if v < 0 {
+                assert_own_error(v, &r);
+                assert_eq!(h.mem().written(v), 0);
+            } else {
+                assert_ok_own(v, r);
+                assert_eq!(h.mem().written(v), 1, "row {v} written once");
+            }
+        }
+        h.assert_no_leaks().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flusher_pipelines_when_more_than_a_statement_is_queued() {
+    let h = pipelined(1, 2).await;
+    let hold = h.mem().hold_all();
+    let callers = h.queue_all(&[1, -2, 3, 4, 5]);
+    drop(hold);
+    settle().await;
+    // Two statements' worth on one connection, each its own autocommit
+    // statement: the bad row in the first does not undo the second.
+    assert_eq!(h.mem().log(), [vec![1, -2], vec![3, 4]]);
+    assert_eq!(h.mem().written(3), 1);
+    h.drain().await;
+    assert_eq!(
+        h.mem().log(),
+        [vec![1, -2], vec![3, 4], vec![1], vec![-2], vec![5]]
+    );
+    for (v, mut caller) in callers {
+        let r = outcome(&mut caller);
+        if v < 0 {
+            assert_own_error(v, &r);
+        } else {
+            assert_ok_own(v, r);
+        }
+        assert_eq!(h.mem().written(v), usize::from(v > 0));
+    }
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_statement_of_a_pair_is_healed_with_its_pair() {
+    let h = pipelined(1, 2).await;
+    h.mem().open_gates();
+    h.mem().stale_once.store(true, SeqCst);
+    let mut many = h.submit_many(&[1, 2, 3, 4]);
+    assert!(poll(&mut many).is_pending());
+    settle().await;
+    let Poll::Ready(Ok(out)) = poll(&mut many) else {
+        panic!("submit_many did not finish");
+    };
+    for (v, r) in [1, 2, 3, 4].into_iter().zip(out) {
+        assert_ok_own(v, r);
+        assert_eq!(h.mem().written(v), 1);
+    }
+    assert_eq!(
+        h.mem().log(),
+        [vec![1, 2], vec![3, 4], vec![1, 2], vec![3, 4]]
+    );
+    h.assert_no_leaks().await;
 }
 
 // ---------------------------------------------------------------------------

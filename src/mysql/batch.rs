@@ -351,6 +351,7 @@ impl Backend for MySql {
                     Err(ChunkError::Each(mut out)) => out
                         .pop()
                         .unwrap_or_else(|| Err(Error::internal("no outcome"))),
+                    Err(ChunkError::NotRun) => Err(Error::internal("a statement was not run")),
                 },
             );
         }

@@ -136,112 +136,191 @@ impl Postgres {
     }
 }
 
-impl Postgres {
-    /// Runs the n-row statement as a prepared statement of the connection.
-    async fn write_named(
-        conn: &ClientWrapper,
-        shape: &PgShape,
-        rows: &[PgRow],
-    ) -> Result<Result<Written, tokio_postgres::Error>, ChunkError<Outcome>> {
-        let n = rows.len();
-        let extra = shape.key_match.as_ref().map(|(list, _)| list.as_str());
-        let stmt: Statement = conn
-            .prepare_batch(shape.id, n, || shape.shape.render(n, extra), &shape.types)
-            .await
-            .map_err(|e| ChunkError::Statement(unsent_error(e)))?;
-        if conn.is_closed() {
-            return Err(ChunkError::Statement(Error::closed_before_send()));
-        }
-        let mut params = Vec::with_capacity(rows.len() * shape.types.len());
-        for row in rows {
-            params.extend(row.raw());
-        }
-        Ok(if stmt.columns().is_empty() {
-            conn.execute_raw(&stmt, params).await.map(Written::Count)
-        } else {
-            match conn.query_raw(&stmt, params).await {
-                Ok(stream) => stream.try_collect::<Vec<Row>>().await.map(Written::Rows),
-                Err(e) => Err(e),
-            }
-        })
-    }
+/// One statement of a shape, ready to send: whatever may need a round trip
+/// of its own (preparing, type lookups) is done, so sending it is one write.
+enum Ready<'a> {
+    /// The connection's prepared n-row statement.
+    Named(Statement),
+    /// Unnamed mode: the n-row text, sent with the learned types.
+    Unnamed(Arc<str>),
+    /// The shape's prepared COPY.
+    Copy(Statement, &'a PgCopy),
+}
 
-    /// Runs the n-row statement unnamed, with the shape's learned types.
-    async fn write_unnamed(
+impl Postgres {
+    /// Gets the statement for `n` rows of `shape` ready on `conn`.
+    async fn ready<'a>(
+        &self,
         conn: &ClientWrapper,
-        shape: &PgShape,
-        rows: &[PgRow],
-    ) -> Result<Result<Written, tokio_postgres::Error>, ChunkError<Outcome>> {
-        if let Some(described) = &shape.described {
-            conn.ensure_types(described)
+        shape: &'a PgShape,
+        n: usize,
+    ) -> Result<Ready<'a>, ChunkError<Outcome>> {
+        let unsent = |e| ChunkError::Statement(unsent_error(e));
+        if let Some(copy) = shape.copy.as_ref().filter(|_| self.uses_bulk(shape, n)) {
+            let stmt = conn
+                .prepare_batch(shape.id, COPY_KEY, || copy.sql.clone(), &[])
                 .await
-                .map_err(ChunkError::Statement)?;
+                .map_err(unsent)?;
+            return Ok(Ready::Copy(stmt, copy));
         }
-        let n = rows.len();
-        let sql = {
+        let extra = shape.key_match.as_ref().map(|(list, _)| list.as_str());
+        if conn.unnamed() {
+            if let Some(described) = &shape.described {
+                conn.ensure_types(described)
+                    .await
+                    .map_err(ChunkError::Statement)?;
+            }
             let mut texts = lock(&shape.texts);
-            match texts.get(&n) {
+            let sql = match texts.get(&n) {
                 Some(sql) => Arc::clone(sql),
                 None => {
-                    let extra = shape.key_match.as_ref().map(|(list, _)| list.as_str());
                     let sql: Arc<str> = shape.shape.render(n, extra).into();
                     texts.put(n, Arc::clone(&sql));
                     sql
                 }
-            }
-        };
-        if conn.is_closed() {
-            return Err(ChunkError::Statement(Error::closed_before_send()));
+            };
+            return Ok(Ready::Unnamed(sql));
         }
-        let params = rows
-            .iter()
-            .flat_map(|row| row.raw().zip(shape.types.iter().cloned()));
-        let stream = match conn.query_typed_raw(&sql, params).await {
-            Ok(stream) => stream,
-            Err(e) => return Ok(Err(e)),
-        };
-        futures_util::pin_mut!(stream);
-        let mut returned = Vec::new();
-        loop {
-            match stream.try_next().await {
-                Ok(Some(row)) => returned.push(row),
-                Ok(None) => break,
-                Err(e) => return Ok(Err(e)),
-            }
-        }
-        Ok(Ok(if shape.shape.returning || shape.key_match.is_some() {
-            Written::Rows(returned)
-        } else {
-            Written::Count(stream.rows_affected().unwrap_or(0))
-        }))
+        let stmt = conn
+            .prepare_batch(shape.id, n, || shape.shape.render(n, extra), &shape.types)
+            .await
+            .map_err(unsent)?;
+        Ok(Ready::Named(stmt))
     }
-}
 
-impl Postgres {
-    /// Runs the rows as one binary COPY of the shape's columns.
-    async fn write_copy(
+    /// Sends `rows` as `ready` and reads the answer. The request is written
+    /// on the first poll, before anything is awaited: futures of two
+    /// statements polled in turn go out in that order, and the second is on
+    /// the wire while the first runs.
+    async fn send(
         conn: &ClientWrapper,
         shape: &PgShape,
-        copy: &PgCopy,
+        ready: &Ready<'_>,
         rows: &[PgRow],
-    ) -> Result<Result<Written, tokio_postgres::Error>, ChunkError<Outcome>> {
-        let stmt: Statement = conn
-            .prepare_batch(shape.id, COPY_KEY, || copy.sql.clone(), &[])
-            .await
-            .map_err(|e| ChunkError::Statement(unsent_error(e)))?;
-        if conn.is_closed() {
-            return Err(ChunkError::Statement(Error::closed_before_send()));
+    ) -> Result<Written, tokio_postgres::Error> {
+        match ready {
+            Ready::Named(stmt) => {
+                let mut params = Vec::with_capacity(rows.len() * shape.types.len());
+                for row in rows {
+                    params.extend(row.raw());
+                }
+                if stmt.columns().is_empty() {
+                    conn.execute_raw(stmt, params).await.map(Written::Count)
+                } else {
+                    let stream = conn.query_raw(stmt, params).await?;
+                    stream.try_collect::<Vec<Row>>().await.map(Written::Rows)
+                }
+            }
+            Ready::Unnamed(sql) => {
+                let params = rows
+                    .iter()
+                    .flat_map(|row| row.raw().zip(shape.types.iter().cloned()));
+                let stream = conn.query_typed_raw(sql, params).await?;
+                futures_util::pin_mut!(stream);
+                let mut returned = Vec::new();
+                while let Some(row) = stream.try_next().await? {
+                    returned.push(row);
+                }
+                Ok(if shape.shape.returning || shape.key_match.is_some() {
+                    Written::Rows(returned)
+                } else {
+                    Written::Count(stream.rows_affected().unwrap_or(0))
+                })
+            }
+            Ready::Copy(stmt, copy) => {
+                let data = copy.data(rows);
+                let sink = conn.copy_in::<_, bytes::Bytes>(stmt).await?;
+                futures_util::pin_mut!(sink);
+                futures_util::SinkExt::send(&mut sink, data).await?;
+                sink.finish().await.map(Written::Count)
+            }
         }
-        let data = copy.data(rows);
-        let sink = match conn.copy_in::<_, bytes::Bytes>(&stmt).await {
-            Ok(sink) => sink,
-            Err(e) => return Ok(Err(e)),
+    }
+
+    /// Each row's outcome from what the server answered to its statement.
+    fn conclude(
+        conn: &ClientWrapper,
+        shape: &PgShape,
+        ready: &Ready<'_>,
+        rows: &[PgRow],
+        written: Result<Written, tokio_postgres::Error>,
+    ) -> ChunkResult<Outcome> {
+        match written {
+            Ok(w) => Ok(Self::outputs(shape, rows, w)),
+            Err(e) if e.as_db_error().is_some_and(|db| conn.stale(db)) => {
+                // Nothing ran: prepare afresh next time.
+                conn.forget_batch(shape.id);
+                Err(ChunkError::Stale(sent_error(e)))
+            }
+            Err(e) => {
+                let row = e
+                    .as_db_error()
+                    .is_some_and(|db| !statement_level(db.code().code()));
+                let at = matches!(ready, Ready::Copy(..))
+                    .then(|| failed_row(&e))
+                    .flatten();
+                let err = conn.sent_error(e);
+                Err(match (row, at) {
+                    (true, Some(at)) => ChunkError::RowAt(at, err),
+                    (true, None) => ChunkError::Row(err),
+                    (false, _) => ChunkError::Statement(err),
+                })
+            }
+        }
+    }
+
+    /// Both statements of a pipelined pair, in one transaction (see
+    /// [`Backend::execute_pair`]): a statement that failed is answered as
+    /// it is, the other one is not run (rolled back, or never run).
+    async fn atomic_pair(
+        conn: &ClientWrapper,
+        shape: &PgShape,
+        (a, a_rows): (&Ready<'_>, &[PgRow]),
+        (b, b_rows): (&Ready<'_>, &[PgRow]),
+    ) -> (ChunkResult<Outcome>, ChunkResult<Outcome>) {
+        let (begin, wa, wb, commit) = futures_util::future::join4(
+            conn.batch_execute("BEGIN"),
+            Self::send(conn, shape, a, a_rows),
+            Self::send(conn, shape, b, b_rows),
+            conn.batch_execute("COMMIT"),
+        )
+        .await;
+        let unknown = |e: tokio_postgres::Error| {
+            let err = conn.sent_error(e);
+            (
+                Err(ChunkError::Statement(err.clone())),
+                Err(ChunkError::Statement(err)),
+            )
         };
-        futures_util::pin_mut!(sink);
-        if let Err(e) = futures_util::SinkExt::send(&mut sink, data).await {
-            return Ok(Err(e));
+        if let Err(e) = begin {
+            // Not a transaction after all: whatever ran, ran on its own.
+            return unknown(e);
         }
-        Ok(sink.finish().await.map(Written::Count))
+        match (wa, wb) {
+            (Err(e), _) if e.as_db_error().is_some() => (
+                Self::conclude(conn, shape, a, a_rows, Err(e)),
+                Err(ChunkError::NotRun),
+            ),
+            (Ok(_), Err(e)) if e.as_db_error().is_some() => (
+                Err(ChunkError::NotRun),
+                Self::conclude(conn, shape, b, b_rows, Err(e)),
+            ),
+            (Err(e), _) | (_, Err(e)) => unknown(e),
+            (Ok(wa), Ok(wb)) => match commit {
+                Ok(()) => (
+                    Self::conclude(conn, shape, a, a_rows, Ok(wa)),
+                    Self::conclude(conn, shape, b, b_rows, Ok(wb)),
+                ),
+                // A deferred constraint or a serialization failure at
+                // COMMIT: nothing committed, and the row it is about may be
+                // in either statement.
+                Err(e) if e.as_db_error().is_some() => {
+                    let err = conn.sent_error(e);
+                    (Err(ChunkError::Row(err.clone())), Err(ChunkError::Row(err)))
+                }
+                Err(e) => unknown(e),
+            },
+        }
     }
 }
 
@@ -334,38 +413,56 @@ impl Backend for Postgres {
         shape: &'a PgShape,
         rows: &'a [PgRow],
     ) -> ChunkResult<Outcome> {
-        let copy = shape
-            .copy
-            .as_ref()
-            .filter(|_| self.uses_bulk(shape, rows.len()));
-        let written = if let Some(copy) = copy {
-            Self::write_copy(conn, shape, copy, rows).await?
-        } else if conn.unnamed() {
-            Self::write_unnamed(conn, shape, rows).await?
-        } else {
-            Self::write_named(conn, shape, rows).await?
-        };
-        match written {
-            Ok(w) => Ok(Self::outputs(shape, rows, w)),
-            Err(e) if e.as_db_error().is_some_and(|db| conn.stale(db)) => {
-                // Nothing ran: prepare afresh next time.
-                conn.forget_batch(shape.id);
-                Err(ChunkError::Stale(sent_error(e)))
-            }
-            Err(e) => {
-                let row = e
-                    .as_db_error()
-                    .is_some_and(|db| !statement_level(db.code().code()));
-                let at = copy.and_then(|_| failed_row(&e));
-                let err = conn.sent_error(e);
-                Err(if let (true, Some(at)) = (row, at) {
-                    ChunkError::RowAt(at, err)
-                } else if row {
-                    ChunkError::Row(err)
-                } else {
-                    ChunkError::Statement(err)
-                })
-            }
+        let ready = self.ready(conn, shape, rows.len()).await?;
+        if conn.is_closed() {
+            return Err(ChunkError::Statement(Error::closed_before_send()));
         }
+        let written = Self::send(conn, shape, &ready, rows).await;
+        Self::conclude(conn, shape, &ready, rows, written)
+    }
+
+    fn pipelines(&self) -> bool {
+        true
+    }
+
+    async fn execute_pair<'a>(
+        &'a self,
+        conn: &'a mut Client,
+        shape: &'a PgShape,
+        first: &'a [PgRow],
+        second: &'a [PgRow],
+        atomic: bool,
+    ) -> (ChunkResult<Outcome>, ChunkResult<Outcome>) {
+        let a = match self.ready(conn, shape, first.len()).await {
+            Ok(a) => a,
+            Err(e) => return (Err(e), Err(ChunkError::NotRun)),
+        };
+        let b = match self.ready(conn, shape, second.len()).await {
+            Ok(b) => b,
+            Err(_) => {
+                // The second one fails again when it is run on its own.
+                let written = Self::send(conn, shape, &a, first).await;
+                return (
+                    Self::conclude(conn, shape, &a, first, written),
+                    Err(ChunkError::NotRun),
+                );
+            }
+        };
+        if conn.is_closed() {
+            let closed = || Err(ChunkError::Statement(Error::closed_before_send()));
+            return (closed(), closed());
+        }
+        if atomic {
+            return Self::atomic_pair(conn, shape, (&a, first), (&b, second)).await;
+        }
+        let (wa, wb) = futures_util::future::join(
+            Self::send(conn, shape, &a, first),
+            Self::send(conn, shape, &b, second),
+        )
+        .await;
+        (
+            Self::conclude(conn, shape, &a, first, wa),
+            Self::conclude(conn, shape, &b, second, wb),
+        )
     }
 }
