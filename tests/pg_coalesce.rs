@@ -279,11 +279,15 @@ async fn named_mode_heals_statements_gone_from_the_server() {
         .unwrap();
     let insert = "INSERT INTO h (k, v) VALUES ($1, $2)";
     let update = "UPDATE h SET v = $2 WHERE k = $1";
-    let rows = |from: i32| -> Vec<(i32, String)> {
-        (from..from + 50).map(|k| (k, format!("v{k}"))).collect()
+    // 50 rows: one multi-row INSERT; 80 rows: one COPY (default
+    // threshold), twice in a row (a stale INSERT re-learns the shape, which
+    // prepares its COPY afresh too).
+    let rows = |from: i32, n: i32| -> Vec<(i32, String)> {
+        (from..from + n).map(|k| (k, format!("v{k}"))).collect()
     };
-    for round in 0..3 {
-        let data = rows(round * 100);
+    for (round, n) in [50, 80, 80, 50].into_iter().enumerate() {
+        let round = round as i32;
+        let data = rows(round * 100, n);
         let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 2]> =
             data.iter().map(|(k, v)| [k as _, v as _]).collect();
         for r in pool.execute_many(insert, &params).await.unwrap() {
@@ -303,13 +307,14 @@ async fn named_mode_heals_statements_gone_from_the_server() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 150);
+    assert_eq!(n, 260);
+    assert!(pool.stats().bulk_statements >= 2, "COPY was used");
     let updated: i64 = pool
         .query_one("SELECT count(*) FROM h WHERE v = 'updated'", &[])
         .await
         .unwrap()
         .get(0);
-    assert_eq!(updated, 3);
+    assert_eq!(updated, 4);
 }
 
 /// A connection from `Pool::get` comes back with its session reset: a
@@ -366,9 +371,21 @@ async fn many_with_copy(
     sql: &str,
     rows: &[Vec<Box<Sql>>],
 ) -> (Vec<Result<(u64, bool), String>>, u64) {
+    many_with(url, copy, 1000, sql, rows).await
+}
+
+/// [`many_with_copy`] with at most `max_rows` rows per statement.
+async fn many_with(
+    url: &str,
+    copy: Option<usize>,
+    max_rows: usize,
+    sql: &str,
+    rows: &[Vec<Box<Sql>>],
+) -> (Vec<Result<(u64, bool), String>>, u64) {
     let pool = Pool::builder(url)
         .max_size(2)
         .copy_threshold(copy)
+        .batching(batchpool::BatchConfig::default().max_rows(max_rows))
         .build()
         .unwrap();
     let refs: Vec<Vec<&Sql>> = rows
@@ -576,4 +593,63 @@ async fn copy_is_used_only_where_insert_and_copy_agree() {
     .await;
     assert!(out.iter().all(|r| *r == Ok((1, true))), "{out:?}");
     assert_eq!(bulk, 0);
+}
+
+/// `execute_many` keeps two statements on the wire, the pair in one
+/// transaction: when the first fails, the second (already sent) is rolled
+/// back and runs again after the first's rows are isolated, so the rows take
+/// effect in their order. Here row 20 (second statement) repeats the key of
+/// row 10 (first statement, which fails on row 0): run one by one, row 10
+/// is written and row 20 fails; a second statement that committed on its
+/// own would have taken the key first. The same with COPY, and through a
+/// pooler (unnamed statements).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_statements_of_execute_many_keep_the_rows_order() {
+    let url = common::pg_fresh_db().await;
+    let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let bouncer = common::bouncer_url_for(&url);
+    // (row, fault): 0 NULL into NOT NULL; 20 and 70 reuse k = 10; 45 out of
+    // range (a later pair whose first statement is fine and second fails).
+    let rows = copy_rows(80, &[(0, "null"), (20, "dup"), (45, "range"), (70, "dup")]);
+    let ddl = |t: &str| {
+        format!(
+            "CREATE TABLE {t} (id bigserial PRIMARY KEY, k int UNIQUE, v text NOT NULL, \
+             amount double precision CHECK (amount < 1e6))"
+        )
+    };
+    let sql = |t: &str| format!("INSERT INTO {t} (k, v, amount) VALUES ($1, $2, $3)");
+    admin.batch_execute(&ddl("plain")).await.unwrap();
+    let plain = one_by_one(&url, &sql("plain"), &rows).await;
+    assert_eq!(plain.iter().filter(|r| r.is_err()).count(), 4);
+    assert!(plain[10].is_ok() && plain[20].is_err(), "{plain:?}");
+    let keys = |t: String| {
+        let admin = &admin;
+        async move {
+            admin
+                .query(&format!("SELECT k, v FROM {t} ORDER BY k"), &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get::<_, i32>(0), r.get::<_, String>(1)))
+                .collect::<Vec<_>>()
+        }
+    };
+    let expected = keys("plain".into()).await;
+    for (i, (url, copy)) in [(&url, None), (&url, Some(2)), (&bouncer, None)]
+        .into_iter()
+        .enumerate()
+    {
+        let t = format!("piped{i}");
+        admin.batch_execute(&ddl(&t)).await.unwrap();
+        let (out, _) = many_with(url, copy, 8, &sql(&t), &rows).await;
+        assert_eq!(out, plain, "copy={copy:?} via {url}: outcomes differ");
+        assert_eq!(
+            keys(t).await,
+            expected,
+            "copy={copy:?} via {url}: rows differ"
+        );
+    }
 }

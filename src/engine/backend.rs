@@ -285,9 +285,16 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         rows: &'a [Self::Row],
     ) -> impl Future<Output = ChunkResult<Self::Output>> + Send + 'a;
 
-    /// Whether [`execute_pair`](Backend::execute_pair) pipelines: the
-    /// second statement is on the wire while the first runs.
-    fn pipelines(&self) -> bool {
+    /// Whether [`execute_pair`](Backend::execute_pair) pipelines statements
+    /// of `first` and `second` rows of `shape`: the second is on the wire
+    /// while the first runs. `None` rows: of any size (whether the backend
+    /// pipelines this shape at all).
+    fn pipelines(
+        &self,
+        _shape: &Self::Shape,
+        _first: Option<usize>,
+        _second: Option<usize>,
+    ) -> bool {
         false
     }
 

@@ -204,7 +204,11 @@ fn take_if_due<B: Backend>(
         }
     }
     st.waiting -= 1;
-    let statements = if engine.backend.pipelines() { 2 } else { 1 };
+    let statements = if engine.backend.pipelines(&q.shape, None, None) {
+        2
+    } else {
+        1
+    };
     let (taken, waited) = q.take(&mut st, statements);
     // Rows left over (more than one statement's worth, or rows that came in
     // meanwhile) need flushers of their own.
@@ -437,9 +441,16 @@ pub(super) async fn execute_rows<B: Backend>(
             at += size;
         }
     }
-    let mut pairing = pipeline != Pipeline::Off && engine.backend.pipelines();
+    let mut pairing = pipeline != Pipeline::Off && engine.backend.pipelines(&q.shape, None, None);
     while let Some(first) = work.pop_front() {
-        let second = if pairing { work.pop_front() } else { None };
+        let second = match work.front() {
+            Some(&(_, len))
+                if pairing && engine.backend.pipelines(&q.shape, Some(first.1), Some(len)) =>
+            {
+                work.pop_front()
+            }
+            _ => None,
+        };
         let sent_pieces: Vec<(usize, usize)> = std::iter::once(first).chain(second).collect();
         for &(_, len) in &sent_pieces {
             // Counted as it is sent: the inline path runs in the caller's
@@ -497,7 +508,10 @@ pub(super) async fn execute_rows<B: Backend>(
         // Last first: re-runs are pushed to the front, and must run in
         // the order of the statements they come from.
         for (piece, result) in outcomes.into_iter().rev() {
-            if result.is_err() {
+            if result
+                .as_ref()
+                .is_err_and(|e| !matches!(e, ChunkError::NotRun))
+            {
                 pairing = false;
             }
             settle(
@@ -640,7 +654,11 @@ pub(super) async fn direct<B: Backend>(
     let mut results = Vec::with_capacity(rows.len());
     // Two statements' worth at a time where the backend pipelines: the
     // second is on the wire while the first runs.
-    let per_round = if engine.backend.pipelines() { 2 } else { 1 };
+    let per_round = if engine.backend.pipelines(&q.shape, None, None) {
+        2
+    } else {
+        1
+    };
     let mut start = 0;
     while start < rows.len() {
         // Up to `per_round` flushes' worth: each within the statement

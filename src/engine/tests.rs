@@ -322,7 +322,7 @@ impl Backend for Mem {
         reply
     }
 
-    fn pipelines(&self) -> bool {
+    fn pipelines(&self, _shape: &(), _first: Option<usize>, _second: Option<usize>) -> bool {
         self.pipelined.load(SeqCst)
     }
 

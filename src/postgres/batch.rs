@@ -14,7 +14,7 @@ use tokio_postgres::{Row, Statement};
 use super::copy::{PgCopy, eligible, failed_row};
 use super::encode::{PgRow, RawValue};
 use super::errors::{sent_error, statement_level, unsent_error};
-use super::manager::{ClientWrapper, Prepared, lock};
+use super::manager::{COPY_KEY, ClientWrapper, Prepared, lock};
 use super::table::{KeyMatch, refusal};
 use super::unnamed::Described;
 use super::{Client, Manager, Outcome, Postgres};
@@ -45,10 +45,6 @@ pub(crate) struct PgShape {
     /// Named mode, a plain shape COPY may write (see [`super::copy`]).
     copy: Option<PgCopy>,
 }
-
-/// The cache key of a shape's prepared COPY statement (no n-row statement
-/// has this many rows).
-const COPY_KEY: usize = usize::MAX;
 
 fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -229,7 +225,13 @@ impl Postgres {
             }
             Ready::Copy(stmt, copy) => {
                 let data = copy.data(rows);
-                let sink = conn.copy_in::<_, bytes::Bytes>(stmt).await?;
+                let sink = match conn.copy_in::<_, bytes::Bytes>(stmt).await {
+                    Ok(sink) => sink,
+                    Err(e) => {
+                        conn.retire();
+                        return Err(e);
+                    }
+                };
                 futures_util::pin_mut!(sink);
                 futures_util::SinkExt::send(&mut sink, data).await?;
                 sink.finish().await.map(Written::Count)
@@ -413,16 +415,21 @@ impl Backend for Postgres {
         shape: &'a PgShape,
         rows: &'a [PgRow],
     ) -> ChunkResult<Outcome> {
+        if conn.is_broken() {
+            return Err(ChunkError::Statement(Error::closed_before_send()));
+        }
         let ready = self.ready(conn, shape, rows.len()).await?;
-        if conn.is_closed() {
+        if conn.is_broken() {
             return Err(ChunkError::Statement(Error::closed_before_send()));
         }
         let written = Self::send(conn, shape, &ready, rows).await;
         Self::conclude(conn, shape, &ready, rows, written)
     }
 
-    fn pipelines(&self) -> bool {
-        true
+    fn pipelines(&self, shape: &PgShape, first: Option<usize>, second: Option<usize>) -> bool {
+        // Multi-row INSERTs only: see `execute_pair` for COPY.
+        let insert = |rows: Option<usize>| rows.is_none_or(|n| !self.uses_bulk(shape, n));
+        insert(first) && insert(second)
     }
 
     async fn execute_pair<'a>(
@@ -448,9 +455,21 @@ impl Backend for Postgres {
                 );
             }
         };
-        if conn.is_closed() {
+        if conn.is_broken() {
             let closed = || Err(ChunkError::Statement(Error::closed_before_send()));
             return (closed(), closed());
+        }
+        if matches!(a, Ready::Copy(..)) || matches!(b, Ready::Copy(..)) {
+            // No COPY in a pipeline: the second COPY's data could not go out
+            // before the first is answered anyway, and a COPY refused at its
+            // Bind (in a transaction the first statement aborted) leaves the
+            // driver out of step with the server (see `retire`). The first
+            // alone; the engine sends the second after it.
+            let written = Self::send(conn, shape, &a, first).await;
+            return (
+                Self::conclude(conn, shape, &a, first, written),
+                Err(ChunkError::NotRun),
+            );
         }
         if atomic {
             return Self::atomic_pair(conn, shape, (&a, first), (&b, second)).await;

@@ -136,6 +136,10 @@ impl Manager {
                 // kept (the pool's and tokio-postgres's own stay valid; one
                 // the user deallocated is prepared again when next needed).
                 client.client.batch_execute(&self.session_reset).await?;
+                // Except the pool's COPY statements: one the user deallocated
+                // would fail at its Bind, which the driver does not recover
+                // from (see `retire`), so they are prepared again.
+                client.forget_copies();
                 self.hooks.post_create(&mut client.client).await?;
             }
             client.lent = false;
@@ -179,6 +183,7 @@ impl Manager {
             learned: unnamed.then(|| Arc::clone(&self.learned)),
             io: io.abort_handle(),
             types_lost: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
             types: Mutex::new(HashSet::new()),
             pooled,
             busy: false,
@@ -251,6 +256,10 @@ pub struct ClientWrapper {
     /// types is not on the server connection the pooler gave: this
     /// connection must go.
     types_lost: AtomicBool,
+    /// The driver's view of the replies may be out of step with the
+    /// server's (see [`retire`](ClientWrapper::retire)): nothing more is
+    /// sent, and the connection goes.
+    retired: AtomicBool,
     /// Unnamed mode: oids of the catalog types tokio-postgres has cached on
     /// this connection.
     types: Mutex<HashSet<u32>>,
@@ -329,9 +338,21 @@ impl ClientWrapper {
         }
     }
 
-    /// Closed, or unusable (see `types_lost`).
+    /// Closed, or unusable (see `types_lost`, [`retire`](Self::retire)).
     pub(crate) fn is_broken(&self) -> bool {
-        self.client.is_closed() || self.types_lost.load(Ordering::Relaxed)
+        self.client.is_closed()
+            || self.types_lost.load(Ordering::Relaxed)
+            || self.retired.load(Ordering::Relaxed)
+    }
+
+    /// Takes the connection out of use: nothing more is sent on it, and the
+    /// pool drops it. For a `COPY ... FROM STDIN` that failed before its
+    /// data could be sent (its Bind refused): tokio-postgres then sends
+    /// `CopyFail` and `Sync`, which the server answers with a second
+    /// `ReadyForQuery` that the driver would take as the end of the next
+    /// request's reply.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
     }
 
     /// Whether a server error says the statement no longer fits what was
@@ -496,7 +517,22 @@ impl ClientWrapper {
         }
     }
 
-    /// The prepared multi-row statement for `rows` rows of shape `shape_id`.
+    /// Forgets the prepared COPY statements of every shape (they are
+    /// prepared again when next needed).
+    pub(crate) fn forget_copies(&self) {
+        let mut cache = lock(&self.batch_statements);
+        let copies: Vec<(u64, usize)> = cache
+            .iter()
+            .map(|(key, _)| *key)
+            .filter(|&(_, rows)| rows == COPY_KEY)
+            .collect();
+        for key in copies {
+            cache.pop(&key);
+        }
+    }
+
+    /// The prepared multi-row statement for `rows` rows of shape `shape_id`
+    /// ([`COPY_KEY`] rows: the shape's COPY).
     pub(crate) async fn prepare_batch(
         &self,
         shape_id: u64,
@@ -523,6 +559,10 @@ impl ClientWrapper {
         Ok(stmt)
     }
 }
+
+/// The cache key of a shape's prepared COPY statement among its n-row
+/// statements (no n-row statement has this many rows).
+pub(crate) const COPY_KEY: usize = usize::MAX;
 
 /// A statement ready to run on one connection: a named prepared statement,
 /// or (unnamed mode) the text's parameter types.
