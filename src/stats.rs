@@ -27,6 +27,7 @@ pub(crate) struct Counters {
     rows_unsent: AtomicU64,
     split_statements: AtomicU64,
     bulk_statements: AtomicU64,
+    pipelined_statements: AtomicU64,
     passthrough: AtomicU64,
     flush_natural: AtomicU64,
     flush_full: AtomicU64,
@@ -52,6 +53,9 @@ impl Counters {
     }
     pub(crate) fn statements(&self, n: usize) {
         self.statements.fetch_add(n as u64, Relaxed);
+    }
+    pub(crate) fn pipelined(&self) {
+        self.pipelined_statements.fetch_add(1, Relaxed);
     }
     pub(crate) fn bulk(&self) {
         self.bulk_statements.fetch_add(1, Relaxed);
@@ -110,6 +114,7 @@ impl Counters {
             rows_unsent: self.rows_unsent.load(Relaxed),
             split_statements: self.split_statements.load(Relaxed),
             bulk_statements: self.bulk_statements.load(Relaxed),
+            pipelined_statements: self.pipelined_statements.load(Relaxed),
             passthrough: self.passthrough.load(Relaxed),
             flush_natural: self.flush_natural.load(Relaxed),
             flush_full: self.flush_full.load(Relaxed),
@@ -154,6 +159,11 @@ pub struct Stats {
     /// multi-row INSERT (PostgreSQL: binary `COPY`, see
     /// `PoolBuilder::copy_threshold`).
     pub bulk_statements: u64,
+    /// Of `statements`, those sent while another statement was on the wire
+    /// on the same connection (the second of a pipelined pair: PostgreSQL,
+    /// when a flush or an `execute_many` holds more than one statement's
+    /// worth).
+    pub pipelined_statements: u64,
     /// Statements executed as they are (not batchable).
     pub passthrough: u64,
     /// Flushes started because a connection was free (natural batching).

@@ -471,6 +471,7 @@ pub(super) async fn execute_rows<B: Backend>(
                 .map(|r| vec![(first, r)])
             }
             Some(second) => {
+                engine.counters.pipelined();
                 let a = &rows[first.0..first.0 + first.1];
                 let b = &rows[second.0..second.0 + second.1];
                 // Each statement of the pair has its own limit, back to back.

@@ -848,6 +848,8 @@ pub struct Delta {
     pub rows: u64,
     pub passthrough: u64,
     pub split: u64,
+    /// Statements sent second in a pipelined pair.
+    pub pipelined: u64,
 }
 
 /// Everything one case produced.
@@ -881,6 +883,8 @@ pub struct Tally {
     pub coalesced_cases: usize,
     /// Cases where the plain driver failed every caller.
     pub all_failed_cases: usize,
+    /// Statements sent second in a pipelined pair, over all cases.
+    pub pipelined: u64,
 }
 
 impl Tally {
@@ -893,6 +897,7 @@ impl Tally {
         self.failed += o.failed;
         self.plain_rows += o.plain_rows;
         self.plain_batches += o.plain_batches;
+        self.pipelined += o.pipelined;
         self.coalesced_cases += o.coalesced_cases;
         self.all_failed_cases += o.all_failed_cases;
     }
@@ -1125,6 +1130,7 @@ pub fn judge(case: &Case, seen: &Seen) -> Verdict {
         tally.all_failed_cases += 1;
     }
     let d = seen.delta;
+    tally.pipelined += d.pipelined;
     if d.rows > d.batches {
         tally.coalesced_cases += 1;
     }
@@ -1212,7 +1218,7 @@ pub fn conclude(test: &str, verdicts: &[Verdict], elapsed: Duration, limit_inexa
     println!(
         "{test}: {} cases, {} callers in {:.1?}: {} Ok ({} inexact), {} errors, {} outcome unknown; \
          {} of {} cases sent multi-row statements ({} cases where every row fails alone); \
-         plain INSERTs {} rows in {} flushes; {} cases differ",
+         plain INSERTs {} rows in {} flushes; {} pipelined statements; {} cases differ",
         tally.cases,
         tally.callers,
         elapsed,
@@ -1225,6 +1231,7 @@ pub fn conclude(test: &str, verdicts: &[Verdict], elapsed: Duration, limit_inexa
         tally.all_failed_cases,
         tally.plain_rows,
         tally.plain_batches,
+        tally.pipelined,
         failed.len()
     );
     let mut problems = String::new();

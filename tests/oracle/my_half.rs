@@ -393,6 +393,7 @@ pub async fn run(url: &str, case: &Case, prefix: &str) -> Verdict {
             rows: after.rows - before.rows,
             passthrough: after.passthrough - before.passthrough,
             split: after.split_statements - before.split_statements,
+            pipelined: after.pipelined_statements - before.pipelined_statements,
         },
         elapsed: started.elapsed(),
     };
