@@ -109,6 +109,7 @@ mod engine;
 mod error;
 mod explain;
 mod outcome;
+mod params;
 mod pool;
 #[cfg(feature = "serde")]
 mod pool_config;

@@ -125,11 +125,13 @@ mod driver;
 mod errors;
 mod manager;
 mod table;
+mod tls;
 
 use std::sync::{Arc, OnceLock};
 
 use self::manager::ServerInfo;
 pub use self::manager::{ConnWrapper, Manager};
+pub use self::tls::SslMode;
 
 /// The MySQL / MariaDB backend: a [`Pool`] is a `batchpool::Pool<MySql>`.
 ///
@@ -162,6 +164,8 @@ pub(crate) struct MyOptions {
     coalesce_upserts: bool,
     /// [`PoolBuilder::post_create`] and [`PoolBuilder::pre_recycle`].
     hooks: crate::pool::hooks::Hooks<mysql_async::Conn>,
+    /// [`PoolBuilder::ssl_mode`] and [`PoolBuilder::ssl_opts`].
+    tls: self::tls::MyTls,
 }
 
 impl MyOptions {

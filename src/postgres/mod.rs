@@ -89,15 +89,20 @@
 
 mod api;
 mod batch;
+mod connect;
 mod copy;
 mod driver;
 mod encode;
 mod errors;
 mod manager;
 mod pipeline;
+mod pooler;
 mod statements;
 mod table;
+mod tls;
 mod unnamed;
+#[cfg(feature = "rustls")]
+mod verify;
 
 #[cfg(any(feature = "tower", feature = "bench"))]
 pub(crate) use self::encode::PgArgs;
@@ -106,6 +111,7 @@ pub use self::encode::PgValue;
 pub(crate) use self::encode::encode;
 pub use self::manager::{ClientWrapper, Manager};
 pub use self::statements::Statements;
+pub use self::tls::{SslMode, TlsConfig};
 
 /// The PostgreSQL backend: a [`Pool`] is a `batchpool::Pool<Postgres>`.
 ///
