@@ -158,7 +158,10 @@ mod tests {
     #[test]
     fn append_to_either_form() {
         assert_eq!(append("postgres://h/db", "k", "v"), "postgres://h/db?k=v");
-        assert_eq!(append("postgres://h/db?a=1", "k", "v"), "postgres://h/db?a=1&k=v");
+        assert_eq!(
+            append("postgres://h/db?a=1", "k", "v"),
+            "postgres://h/db?a=1&k=v"
+        );
         assert_eq!(append("host=h ", "k", "v"), "host=h k=v");
         assert_eq!(append("", "k", "v"), "k=v");
     }

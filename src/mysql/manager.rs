@@ -91,9 +91,9 @@ impl Manager {
             super::tls::ensure_crypto_provider();
         }
         match Conn::new(self.opts.clone()).await {
-            Err(mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer))
-                if self.plain.is_some() =>
-            {
+            Err(mysql_async::Error::Driver(
+                mysql_async::DriverError::NoClientSslFlagFromServer,
+            )) if self.plain.is_some() => {
                 let plain = self.plain.clone().unwrap_or_else(|| self.opts.clone());
                 Conn::new(plain).await
             }

@@ -178,11 +178,7 @@ fn for_mode(mode: SslMode) -> Option<SslOpts> {
 /// The options to connect with: the URL's TLS settings, else the
 /// builder's, else what mysql_async's own parameters (`require_ssl`) or
 /// options set. A custom [`SslOpts`] (builder) is used whenever TLS is on.
-pub(crate) fn connect_opts(
-    opts: Opts,
-    from_url: MyTls,
-    builder: &MyTls,
-) -> Result<Connect, Error> {
+pub(crate) fn connect_opts(opts: Opts, from_url: MyTls, builder: &MyTls) -> Result<Connect, Error> {
     let mode = from_url.mode.or(builder.mode);
     let files = if from_url.has_files() {
         &from_url
@@ -223,13 +219,13 @@ pub(crate) fn connect_opts(
     // transport of its own).
     let ssl = ssl.filter(|_| opts.socket().is_none());
     let tls_on = ssl.is_some();
-    let plain = (tls_on && mode == Some(SslMode::Preferred)).then(|| {
-        Opts::from(OptsBuilder::from_opts(opts.clone()).ssl_opts(None::<SslOpts>))
-    });
+    let plain = (tls_on && mode == Some(SslMode::Preferred))
+        .then(|| Opts::from(OptsBuilder::from_opts(opts.clone()).ssl_opts(None::<SslOpts>)));
     let mut builder = OptsBuilder::from_opts(opts).ssl_opts(ssl);
     if tls_on && !from_url.prefer_socket_named {
-        // mysql_async would move a TCP connection to the server's Unix
-        // socket (when it can reach it), without TLS: TLS was asked for.
+        // After each TCP connection mysql_async reads `@@socket` and tries a
+        // second connection over that Unix socket, to use instead: wasted
+        // under TLS (the socket is not encrypted), and TLS was asked for.
         builder = builder.prefer_socket(false);
     }
     Ok(Connect {
@@ -264,7 +260,10 @@ mod tests {
         assert_eq!(tls.ca, Some(PathBuf::from("/ca.pem")));
         Opts::from_url(&rest).unwrap();
         let e = split("mysql://h/db?ssl-mode=sometimes").unwrap_err();
-        assert!(e.is_config() && e.to_string().contains("VERIFY_IDENTITY"), "{e}");
+        assert!(
+            e.is_config() && e.to_string().contains("VERIFY_IDENTITY"),
+            "{e}"
+        );
     }
 
     fn connect(url: &str) -> Result<Connect, Error> {

@@ -3,9 +3,9 @@
 
 use tokio_postgres::Row;
 
+use super::connect::{Connector, WithTls};
 use super::driver::PgConfig;
 use super::encode::PgArgs;
-use super::connect::{Connector, WithTls};
 use super::statements::Statements;
 use super::tls::{SslMode, TlsConfig};
 use super::{Client, Outcome, Params, Pool, PoolBuilder, Transaction};

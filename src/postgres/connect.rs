@@ -34,8 +34,7 @@ where
     async fn connect(
         &self,
         config: &tokio_postgres::Config,
-    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>
-    {
+    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error> {
         let (client, connection) = config.connect(self.0.clone()).await?;
         let io = tokio::spawn(async move {
             if let Err(e) = connection.await {

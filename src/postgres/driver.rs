@@ -7,11 +7,11 @@ use std::fmt;
 use futures_util::TryStreamExt;
 use tokio_postgres::Row;
 
+use super::connect::{Connector, WithTls};
 use super::encode::{PgArgs, PgRow, encode};
 use super::errors::sent_error;
 use super::manager::{ClientWrapper, Manager, Prepared};
 use super::pipeline::{Step, in_order};
-use super::connect::{Connector, WithTls};
 use super::statements::{self, Statements};
 use super::tls::{SslMode, TlsConfig};
 use super::{Client, Postgres};
@@ -340,7 +340,10 @@ fn with_tls(
     // refuses it there), whatever the mode.
     let unix_only = pg.get_hostaddrs().is_empty()
         && !pg.get_hosts().is_empty()
-        && pg.get_hosts().iter().all(|h| !matches!(h, tokio_postgres::config::Host::Tcp(_)));
+        && pg
+            .get_hosts()
+            .iter()
+            .all(|h| !matches!(h, tokio_postgres::config::Host::Tcp(_)));
     if unix_only {
         pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
     }

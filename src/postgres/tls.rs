@@ -265,7 +265,10 @@ mod tests {
             assert_eq!(pg.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
         }
         let (rest, tls) = TlsConfig::split_config("postgres://h/db?x=1").unwrap();
-        assert_eq!((rest.as_str(), tls.mode()), ("postgres://h/db?x=1", SslMode::Prefer));
+        assert_eq!(
+            (rest.as_str(), tls.mode()),
+            ("postgres://h/db?x=1", SslMode::Prefer)
+        );
         let (rest, _) = TlsConfig::split_config("postgres://h/db?sslmode=disable").unwrap();
         assert_eq!(rest, "postgres://h/db?sslmode=disable");
     }
@@ -288,7 +291,10 @@ mod tests {
     #[test]
     fn bad_settings_are_config_errors() {
         let e = TlsConfig::split_config("host=h sslmode=allow").unwrap_err();
-        assert!(e.is_config() && e.to_string().contains("verify-full"), "{e}");
+        assert!(
+            e.is_config() && e.to_string().contains("verify-full"),
+            "{e}"
+        );
         let e = TlsConfig::split_config("host=h sslcert=/c.pem").unwrap_err();
         assert!(e.is_config() && e.to_string().contains("sslkey"), "{e}");
     }

@@ -26,11 +26,12 @@ pub(crate) fn client_config(tls: &TlsConfig) -> Result<ClientConfig, Error> {
             roots: roots(tls)?,
             provider: Arc::clone(&provider),
         }),
-        Verify::Full => {
-            WebPkiServerVerifier::builder_with_provider(Arc::new(roots(tls)?), Arc::clone(&provider))
-                .build()
-                .map_err(|e| config_error("cannot build the certificate verifier", e))?
-        }
+        Verify::Full => WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots(tls)?),
+            Arc::clone(&provider),
+        )
+        .build()
+        .map_err(|e| config_error("cannot build the certificate verifier", e))?,
     };
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
