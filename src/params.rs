@@ -18,6 +18,7 @@ pub(crate) fn take(config: &str, keys: &[&str]) -> (String, Vec<(String, String)
 
 /// Appends `key=value` to a connection string of either form. `value` must
 /// need no quoting or escaping (batchpool only appends its own keywords).
+#[cfg(feature = "postgres")]
 pub(crate) fn append(config: &str, key: &str, value: &str) -> String {
     if is_url(config) {
         let sep = if config.contains('?') { '&' } else { '?' };
@@ -156,6 +157,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "postgres")]
     fn append_to_either_form() {
         assert_eq!(append("postgres://h/db", "k", "v"), "postgres://h/db?k=v");
         assert_eq!(

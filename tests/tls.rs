@@ -317,7 +317,7 @@ mod mysql {
             .query_opt("SHOW SESSION STATUS LIKE 'Ssl_cipher'", ())
             .await
             .unwrap()
-            .map(|r| mysql_async::from_row(r));
+            .map(mysql_async::from_row);
         row.map(|(_, v)| v).unwrap_or_default()
     }
 
@@ -365,7 +365,7 @@ mod mysql {
                         .query_opt("SELECT name FROM t WHERE id = ?", (id,))
                         .await
                         .unwrap()
-                        .map(|r| mysql_async::from_row(r));
+                        .map(mysql_async::from_row);
                     assert_eq!(got.as_deref(), Some(name.as_str()), "another caller's id");
                 }
                 Err(e) => {
@@ -450,7 +450,7 @@ mod mysql {
             .query_opt("SHOW VARIABLES LIKE 'have_ssl'", ())
             .await
             .unwrap()
-            .map(|r| mysql_async::from_row(r));
+            .map(mysql_async::from_row);
         assert_ne!(
             have.map(|(_, v)| v).as_deref(),
             Some("YES"),

@@ -110,6 +110,7 @@ pub use self::encode::PgValue;
 #[cfg(feature = "bench")]
 pub(crate) use self::encode::encode;
 pub use self::manager::{ClientWrapper, Manager};
+pub use self::pooler::behind_pooler;
 pub use self::statements::Statements;
 pub use self::tls::{SslMode, TlsConfig};
 

@@ -20,11 +20,14 @@ use tokio_postgres::tls::{ChannelBinding, TlsConnect, TlsStream};
 /// The code of an `SSLRequest` (`1234 << 16 | 5679`).
 const SSL_REQUEST: i32 = 80_877_103;
 
-/// Whether `client` reaches PostgreSQL through a pooler. A key that cannot
-/// be read counts as a pooler (the safe answer).
-pub(crate) async fn behind_pooler(
-    client: &tokio_postgres::Client,
-) -> Result<bool, tokio_postgres::Error> {
+/// Whether `client` reaches PostgreSQL through a pooler (PgBouncer,
+/// Odyssey, pgcat...), as [`Statements::Auto`](super::Statements::Auto)
+/// decides it for each new connection: the backend process serving the
+/// session is not the one its cancel key names. One round trip
+/// (`SELECT pg_backend_pid()`); works with any TLS mode. A key that cannot
+/// be read counts as a pooler (the safe answer). For plain tokio-postgres
+/// clients next to a pool (the benches' peers send what the pool sends).
+pub async fn behind_pooler(client: &tokio_postgres::Client) -> Result<bool, tokio_postgres::Error> {
     let backend_pid = client
         .simple_query("SELECT pg_backend_pid()")
         .await?

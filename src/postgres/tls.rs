@@ -101,6 +101,10 @@ impl FromStr for SslMode {
 
 /// What a connection checks of the server's certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    not(feature = "rustls"),
+    allow(dead_code, reason = "only the built-in rustls connector verifies")
+)]
 pub(crate) enum Verify {
     /// Nothing (the handshake's signatures only).
     Nothing,
@@ -210,6 +214,10 @@ impl TlsConfig {
     }
 
     /// What the server's certificate must pass in this mode.
+    #[cfg_attr(
+        not(feature = "rustls"),
+        allow(dead_code, reason = "only the built-in rustls connector verifies")
+    )]
     pub(crate) fn verify(&self) -> Verify {
         match self.mode() {
             SslMode::Disable | SslMode::Prefer => Verify::Nothing,
