@@ -50,7 +50,10 @@ impl Statements {
     /// Takes the `statements=` parameter out of a connection string (URL or
     /// `key=value` form) and returns the rest, which tokio-postgres parses,
     /// with the mode it named: for handing the string a pool uses to plain
-    /// tokio-postgres too (a migration tool, a listener).
+    /// tokio-postgres too (a migration tool, a listener). libpq's TLS
+    /// parameters stay in the rest: [`TlsConfig::split_config`](super::TlsConfig::split_config)
+    /// takes them out (tokio-postgres refuses `sslmode=verify-full` and
+    /// `sslrootcert`).
     ///
     /// ```
     /// use batchpool::postgres::Statements;

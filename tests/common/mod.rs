@@ -17,6 +17,11 @@
 //!   once per process, on the first call to [`bouncer_url`] (binary
 //!   `pgbouncer`, Debian package `pgbouncer`; missing, a failing test).
 //!
+//! - The TLS tests use [`pg_tls_server`] / [`mysql_tls_server`]: throwaway
+//!   servers with TLS on (always started, whatever `PG_URL` / `MYSQL_URL`
+//!   say), presenting a certificate for 127.0.0.1 and localhost from a
+//!   throwaway CA made with rcgen (`certs.rs`), once per process.
+//!
 //! Throwaway servers keep durable settings unless `BATCHPOOL_FAST_SERVER=1`.
 //! When running as root they run as the system users `postgres` / `mysql`.
 //!
