@@ -9,6 +9,8 @@
 //! cargo bench --bench ycsb_load -- --db mariadb                     # MariaDB's six modes
 //! cargo bench --bench ycsb_load -- --db postgresql,mariadb --mysql-url mysql://root@127.0.0.1/test
 //! cargo bench --bench ycsb_load -- --statements unnamed             # no named statements
+//! cargo bench --bench ycsb_load -- --tls                            # throwaway servers with TLS
+//! cargo bench --bench ycsb_load -- --pg-url 'postgresql://app@db.example.com/app?sslmode=verify-full'
 //! cargo bench --bench ycsb_load -- --pg-url postgresql://postgres@127.0.0.1:6432/postgres \
 //!     --statements unnamed                                          # through PgBouncer
 //! ```
@@ -118,19 +120,39 @@ fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
     p.with_file_name(name)
 }
 
-/// A throwaway PostgreSQL cluster (stopped and removed when dropped), its URL.
-fn throwaway_pg() -> (common::PgServer, String) {
+/// A throwaway PostgreSQL cluster (stopped and removed when dropped), its
+/// URL; with `--tls`, TLS on and the URL asking for it.
+fn throwaway_pg(args: &Args) -> (common::PgServer, String) {
     eprintln!("ycsb_load: starting a throwaway PostgreSQL cluster...");
+    if args.tls {
+        let server = common::PgServer::start_tls(&[]);
+        let url = format!("{}?sslmode=require", server.url());
+        return (server, url);
+    }
     let server = common::PgServer::start(&[]);
     let url = server.url();
     (server, url)
 }
 
-/// A throwaway MariaDB server (stopped and removed when dropped), its URL.
-fn throwaway_mariadb() -> (common::MysqlServer, String) {
+/// A throwaway MariaDB server (stopped and removed when dropped), its URL;
+/// with `--tls`, TLS on and the URL asking for it (mysql_async's own
+/// parameters: the peers use the same URL).
+fn throwaway_mariadb(args: &Args) -> (common::MysqlServer, String) {
     eprintln!("ycsb_load: starting a throwaway MariaDB server...");
+    if args.tls {
+        let server = common::MysqlServer::start_tls(&[]);
+        let url = format!(
+            "{}?require_ssl=true&verify_ca=false&verify_identity=false&prefer_socket=false",
+            server.url()
+        );
+        return (server, url);
+    }
     let server = common::MysqlServer::start(&[]);
-    let url = server.url();
+    let url = if args.mysql_tcp {
+        format!("{}?prefer_socket=false", server.url())
+    } else {
+        server.url()
+    };
     (server, url)
 }
 
@@ -140,7 +162,7 @@ fn throwaway_mariadb() -> (common::MysqlServer, String) {
 fn run_db<D: Database, S>(
     args: &Args,
     given_url: Option<&str>,
-    throwaway: fn() -> (S, String),
+    throwaway: fn(&Args) -> (S, String),
 ) -> ycsb::Result<Report> {
     let mut opts = args.options();
     opts.modes = args.modes_for(&D::MODES);
@@ -148,7 +170,7 @@ fn run_db<D: Database, S>(
     let (server, url) = match given_url {
         Some(url) => (None, url.to_string()),
         None => {
-            let (server, url) = throwaway();
+            let (server, url) = throwaway(args);
             (Some(server), url)
         }
     };

@@ -392,7 +392,21 @@ impl fmt::Display for Error {
         f.write_str(&self.0.message)?;
         // A server error's message is already the server's own text.
         if let (Some(source), false) = (&self.0.source, self.0.kind == Kind::Db) {
-            write!(f, ": {source}")?;
+            // The whole chain: tokio-postgres shows only its own layer
+            // ("error performing TLS handshake"), the reason is below it
+            // ("invalid peer certificate: UnknownIssuer"). A layer that
+            // already shows the next one's text is not repeated.
+            let mut shown = source.to_string();
+            write!(f, ": {shown}")?;
+            let mut next = source.source();
+            while let Some(cause) = next {
+                let text = cause.to_string();
+                if !shown.contains(&text) {
+                    write!(f, ": {text}")?;
+                }
+                shown = text;
+                next = cause.source();
+            }
         }
         Ok(())
     }
@@ -559,5 +573,30 @@ mod tests {
         assert_eq!(e.to_string(), "could not connect: boom");
         assert!(StdError::source(&e).is_some());
         assert!(e.is_retryable());
+        // Every layer of the chain is shown, none twice.
+        #[derive(Debug)]
+        struct Layer(&'static str, Option<std::io::Error>);
+        impl fmt::Display for Layer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl StdError for Layer {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                self.1.as_ref().map(|e| e as &(dyn StdError + 'static))
+            }
+        }
+        let layered = Layer(
+            "handshake failed",
+            Some(std::io::Error::other("bad certificate")),
+        );
+        let e = Error::with_source(Kind::Connect, "could not connect", layered);
+        assert_eq!(
+            e.to_string(),
+            "could not connect: handshake failed: bad certificate"
+        );
+        let repeats = Layer("io: boom", Some(std::io::Error::other("boom")));
+        let e = Error::with_source(Kind::Connect, "could not connect", repeats);
+        assert_eq!(e.to_string(), "could not connect: io: boom");
     }
 }

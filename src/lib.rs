@@ -66,7 +66,10 @@
 //! and [`mysql::Pool`] (`Pool<`[`mysql::MySql`]`>`) add
 //! the methods that take each driver's own parameters. Cargo features
 //! `postgres` and `mysql` (both on by default) choose the backends; `tower`
-//! adds the [`tower`] services.
+//! adds the [`tower`] services; `rustls` (on by default) gives both
+//! backends TLS (PostgreSQL `sslmode=verify-full`, MySQL
+//! `ssl-mode=VERIFY_IDENTITY`, see [`postgres`](crate::postgres#tls) and
+//! [`mysql`](crate::mysql#tls)); `serde` adds [`PoolConfig`].
 //!
 //! # Guarantees
 //!
@@ -109,6 +112,7 @@ mod engine;
 mod error;
 mod explain;
 mod outcome;
+mod params;
 mod pool;
 #[cfg(feature = "serde")]
 mod pool_config;

@@ -1,6 +1,7 @@
 //! No password in what batchpool shows: `Debug` of builders and pools, the
 //! `Display` / `Debug` of errors (a bad connection string, a refused or
-//! failed connection, a wrong password against the real servers), and
+//! failed connection, a wrong password against the real servers, TLS
+//! pools working and refused), and
 //! batchpool's tracing output while all of that happens.
 
 mod common;
@@ -149,6 +150,49 @@ async fn passwords_are_never_shown() {
     shown_text.push(format!("{pool:?}"));
     let e = pool.query("SELECT 1", ()).await.unwrap_err();
     shown(&mut shown_text, "mysql wrong password", &e);
+
+    // TLS: verifying pools whose URL carries a password (the TLS
+    // throwaway trusts loopback, so it is not checked), one working and one
+    // refused (a wrong CA); MariaDB over TLS with a wrong password.
+    let tls = common::pg_tls_server();
+    let certs = tls.certs().unwrap();
+    let db = common::pg_tls_fresh_db().await;
+    let with_password = db.replacen("://postgres@", &format!("://postgres:{SECRET}@"), 1);
+    assert_ne!(
+        with_password, db,
+        "the TLS test URL has the form postgresql://postgres@..."
+    );
+    for (root, works) in [(&certs.ca, true), (&certs.other_ca, false)] {
+        let url = format!(
+            "{with_password}?sslmode=verify-full&sslrootcert={}",
+            root.display()
+        );
+        let builder = batchpool::postgres::Pool::builder(&url)
+            .create_timeout(Duration::from_secs(5))
+            .wait_timeout(Duration::from_secs(5));
+        shown_text.push(format!("{builder:?}"));
+        let pool = builder.build().unwrap();
+        match pool.query("SELECT 1", &[]).await {
+            Ok(_) => assert!(works, "a wrong CA was accepted"),
+            Err(e) => {
+                assert!(!works, "{e}");
+                shown(&mut shown_text, "pg TLS refused", &e);
+            }
+        }
+        shown_text.push(format!("{pool:?}"));
+    }
+    let my_tls = common::mysql_tls_fresh_db().await;
+    let wrong = my_tls.replacen("://root@", &format!("://root:{SECRET}@"), 1);
+    assert_ne!(
+        wrong, my_tls,
+        "the MariaDB TLS URL has the form mysql://root@..."
+    );
+    let builder = batchpool::mysql::Pool::builder(&format!("{wrong}?ssl-mode=REQUIRED"));
+    shown_text.push(format!("{builder:?}"));
+    let pool = builder.build().unwrap();
+    let e = pool.query("SELECT 1", ()).await.unwrap_err();
+    shown(&mut shown_text, "mysql TLS wrong password", &e);
+    shown_text.push(format!("{pool:?}"));
 
     drop(_guard);
     let logs = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();

@@ -71,6 +71,20 @@ pub struct Args {
     /// peers follow it. Default: --pg-url's `statements=`, else auto.
     #[arg(long, value_name = "auto|named|unnamed", value_parser = super::statements::parse)]
     pub statements: Option<Statements>,
+    /// Throwaway servers with TLS (a certificate from a throwaway CA), and
+    /// every connection of every mode over it, with no certificate check
+    /// (libpq's `require`): PostgreSQL `sslmode=require`, MariaDB
+    /// `require_ssl=true&verify_ca=false&verify_identity=false` (with
+    /// `prefer_socket=false`). For a server of your own put the parameters
+    /// in --pg-url / --mysql-url instead (`sslmode=require`, `verify-full`
+    /// with `sslrootcert=`...).
+    #[arg(long)]
+    pub tls: bool,
+    /// The throwaway MariaDB over TCP only (`prefer_socket=false`):
+    /// mysql_async otherwise moves every connection to a loopback server
+    /// onto the server's Unix socket. Implied by --tls.
+    #[arg(long)]
+    pub mysql_tcp: bool,
     /// Write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

@@ -137,7 +137,16 @@ impl Database for MysqlTarget {
     }
 
     fn address(&self) -> String {
-        format!("{}:{}", self.opts.ip_or_hostname(), self.opts.tcp_port())
+        let path = match (self.opts.ssl_opts(), self.opts.prefer_socket()) {
+            (Some(_), _) => " (TLS)",
+            (None, true) => " (moved to the Unix socket if reachable)",
+            (None, false) => "",
+        };
+        format!(
+            "{}:{}{path}",
+            self.opts.ip_or_hostname(),
+            self.opts.tcp_port()
+        )
     }
 
     async fn version(&self) -> Result<String> {

@@ -21,7 +21,8 @@ use batchpool::BatchConfig;
 use batchpool::postgres::Statements;
 use futures_util::future::try_join_all;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Config, NoTls, Statement};
+use tokio_postgres::{Client, Config, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::modes::{Batchpool, RowWriter, Session, batchpool_writer, expect_one, open_all};
 use super::workload::{self, Dataset, FIELD_COUNT, Record};
@@ -65,8 +66,8 @@ pub fn copy_sql() -> String {
     )
 }
 
-async fn connect(config: &Config) -> Result<Client> {
-    let (client, conn) = config.connect(NoTls).await?;
+async fn connect(config: &Config, tls: &MakeRustlsConnect) -> Result<Client> {
+    let (client, conn) = config.connect(tls.clone()).await?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -93,6 +94,14 @@ pub struct PgTarget {
     /// A pooler sits between the bench and the server (batchpool's own
     /// test, on the admin connection).
     pooler: bool,
+    /// The URL's TLS settings (`sslmode=require`...), for batchpool's
+    /// builder.
+    tls: batchpool::postgres::TlsConfig,
+    /// The admin connection is encrypted (for the report).
+    encrypted: bool,
+    /// The peers' TLS connector: the one batchpool builds for the same
+    /// settings (unused under `sslmode=disable`).
+    connector: MakeRustlsConnect,
 }
 
 impl PgTarget {
@@ -111,7 +120,7 @@ impl PgTarget {
     fn plain_pool(&self, size: usize) -> Result<deadpool_postgres::Pool> {
         let manager = deadpool_postgres::Manager::from_config(
             self.config.clone(),
-            NoTls,
+            self.connector.clone(),
             deadpool_postgres::ManagerConfig::default(),
         );
         let builder = deadpool_postgres::Pool::builder(manager);
@@ -130,8 +139,10 @@ impl Database for PgTarget {
     async fn create(url: &str) -> Result<PgTarget> {
         let (rest, url_mode) =
             statements::split(url).map_err(|e| fail(format!("--pg-url: {e}")))?;
+        let (rest, tls, connector) =
+            statements::tls(&rest).map_err(|e| fail(format!("--pg-url: {e}")))?;
         let base = Config::from_str(&rest).map_err(|e| fail(format!("bad --pg-url: {e}")))?;
-        let server = connect(&base)
+        let server = connect(&base, &connector)
             .await
             .map_err(|e| fail(format!("cannot connect to PostgreSQL: {e}")))?;
         let pooler = statements::behind_pooler(&server).await?;
@@ -142,7 +153,7 @@ impl Database for PgTarget {
             .map_err(|e| fail(format!("CREATE DATABASE {dbname} failed: {e}")))?;
         let mut config = base.clone();
         config.dbname(&dbname);
-        let admin = match connect(&config).await {
+        let admin = match connect(&config, &connector).await {
             Ok(admin) => admin,
             Err(e) => {
                 let _ = server
@@ -159,7 +170,14 @@ impl Database for PgTarget {
                 )));
             }
         };
+        let encrypted = statements::simple_first(
+            &admin,
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+        )
+        .await
+        .is_ok_and(|ssl| ssl == "t");
         Ok(PgTarget {
+            encrypted,
             base,
             config,
             dbname,
@@ -167,6 +185,8 @@ impl Database for PgTarget {
             mode: url_mode.unwrap_or_default(),
             url_mode,
             pooler,
+            tls,
+            connector,
         })
     }
 
@@ -195,7 +215,8 @@ impl Database for PgTarget {
             None => "localhost".into(),
         };
         let port = self.config.get_ports().first().copied().unwrap_or(5432);
-        format!("{host}:{port}")
+        let tls = if self.encrypted { " (TLS)" } else { "" };
+        format!("{host}:{port}{tls}")
     }
 
     async fn version(&self) -> Result<String> {
@@ -237,7 +258,7 @@ impl Database for PgTarget {
     /// Drops the scratch database (best effort).
     async fn cleanup(self) {
         drop(self.admin);
-        let Ok(server) = connect(&self.base).await else {
+        let Ok(server) = connect(&self.base, &self.connector).await else {
             return;
         };
         let name = &self.dbname;
@@ -267,8 +288,12 @@ impl Database for PgTarget {
     }
 
     fn batch_pool(&self, size: usize, batching: BatchConfig) -> Result<impl Batchpool> {
-        let builder = batchpool::postgres::Pool::from_config(self.config.clone());
-        let builder = builder.statements(self.mode);
+        let mut builder = batchpool::postgres::Pool::from_config(self.config.clone())
+            .statements(self.mode)
+            .ssl_mode(self.tls.mode());
+        if let Some(root) = self.tls.root_cert() {
+            builder = builder.ssl_root_cert(root);
+        }
         Ok(builder.max_size(size).batching(batching).build()?)
     }
 

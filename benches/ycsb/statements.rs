@@ -5,6 +5,9 @@
 //!   `statements=` out of a `--pg-url`, which plain tokio-postgres /
 //!   deadpool-postgres (the peers) would refuse as unknown;
 //! * [`effective`] reconciles `--statements` with that parameter;
+//! * [`tls`] takes libpq's TLS parameters out of it and builds the rustls
+//!   connector the peers use (batchpool's own, `TlsConfig`), so
+//!   `--pg-url '...?sslmode=require'` runs every mode over TLS;
 //! * [`behind_pooler`] is batchpool's own test for `auto`, so the peers
 //!   send what batchpool's pool sends ([`peers_unnamed`]): unnamed
 //!   statements (`execute_typed`, `query_typed`) behind a transaction-mode
@@ -12,8 +15,7 @@
 #![allow(dead_code)] // each bench uses a different part
 
 use batchpool::postgres::Statements;
-use tokio::io::AsyncReadExt;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// `--statements` on the command line: `auto`, `named` or `unnamed`.
 pub fn parse(s: &str) -> Result<Statements, String> {
@@ -25,6 +27,25 @@ pub fn parse(s: &str) -> Result<Statements, String> {
 /// it named.
 pub fn split(config: &str) -> Result<(String, Option<Statements>), String> {
     Statements::split_config(config).map_err(|e| e.to_string())
+}
+
+/// Takes `sslmode`, `sslrootcert`, `sslcert`, `sslkey` out of a connection
+/// string: the rest (tokio-postgres parses it; `verify-*` became `require`),
+/// the settings, and the rustls connector batchpool would use for them.
+pub fn tls(
+    config: &str,
+) -> Result<
+    (
+        String,
+        batchpool::postgres::TlsConfig,
+        tokio_postgres_rustls::MakeRustlsConnect,
+    ),
+    String,
+> {
+    let (rest, tls) =
+        batchpool::postgres::TlsConfig::split_config(config).map_err(|e| e.to_string())?;
+    let connector = tls.rustls_connector().map_err(|e| e.to_string())?;
+    Ok((rest, tls, connector))
 }
 
 /// The mode of a run: `--statements` if given, else the connection
@@ -73,31 +94,11 @@ pub fn describe(mode: Statements, pooler: bool) -> String {
     }
 }
 
-/// batchpool's own `auto` test: `client` reaches PostgreSQL through a
-/// pooler when the backend process serving its session is not the one its
-/// cancel key names (a pooler hands out keys of its own). A key that cannot
-/// be read counts as a pooler.
+/// batchpool's own `auto` test (`batchpool::postgres::behind_pooler`):
+/// `client` reaches PostgreSQL through a pooler when the backend process
+/// serving its session is not the one its cancel key names.
 pub async fn behind_pooler(client: &Client) -> Result<bool, tokio_postgres::Error> {
-    let backend_pid = client
-        .simple_query("SELECT pg_backend_pid()")
-        .await?
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i32>().ok(),
-            _ => None,
-        });
-    // The cancel request tokio-postgres would send, written into a pipe and
-    // read back: Int32 length, Int32 code, Int32 pid, Int32 secret.
-    let (mut ours, theirs) = tokio::io::duplex(64);
-    let token = client.cancel_token();
-    let read = async move {
-        let mut request = [0u8; 16];
-        ours.read_exact(&mut request).await.ok()?;
-        Some(i32::from_be_bytes(request[8..12].try_into().ok()?))
-    };
-    let (sent, key_pid) = tokio::join!(token.cancel_query_raw(theirs, NoTls), read);
-    let key_pid = sent.ok().and(key_pid);
-    Ok(backend_pid.is_none() || backend_pid != key_pid)
+    batchpool::postgres::behind_pooler(client).await
 }
 
 /// The first column of the first row of `sql`, as text (simple protocol:

@@ -1,8 +1,9 @@
 //! The methods of [`Pool`] and [`Transaction`] that take mysql_async's
 //! parameters: each hands them to the generic pool.
 
-use mysql_async::{Opts, Params, Row};
+use mysql_async::{Opts, Params, Row, SslOpts};
 
+use super::tls::SslMode;
 use super::{Outcome, Pool, PoolBuilder, PooledConn, Transaction};
 use crate::error::{AtomicError, Error};
 use crate::pool::HookFuture;
@@ -10,7 +11,10 @@ use crate::pool::HookFuture;
 impl Pool {
     /// Starts building a pool from mysql_async options.
     pub fn from_opts(opts: impl Into<Opts>) -> PoolBuilder {
-        crate::pool::PoolBuilder::new(Ok(opts.into()))
+        crate::pool::PoolBuilder::new(Ok(super::driver::MyConfig {
+            opts: opts.into(),
+            tls: Default::default(),
+        }))
     }
 
     /// Runs one statement and returns this caller's own outcome.
@@ -126,6 +130,40 @@ impl PoolBuilder {
     /// which, and their per-row `last_insert_id` is `None`.
     pub fn coalesce_upserts(mut self, on: bool) -> Self {
         self.options.coalesce_upserts = on;
+        self
+    }
+
+    /// How connections use TLS (default: as the URL says; without TLS
+    /// parameters, none, as mysql_async). An `ssl-mode=` parameter in the
+    /// URL wins over this. See [TLS](super#tls).
+    pub fn ssl_mode(mut self, mode: SslMode) -> Self {
+        self.options.tls.mode = Some(mode);
+        self
+    }
+
+    /// TLS with your own mysql_async [`SslOpts`] (root certificates,
+    /// client identity, verification switches, the TLS server name with
+    /// `with_danger_tls_hostname_override`), used whenever TLS is on: always,
+    /// unless the mode ([`ssl_mode`](PoolBuilder::ssl_mode) or the URL's
+    /// `ssl-mode`) is `DISABLED`, or `PREFERRED` and the server offers no
+    /// TLS. What the certificate must pass is then these options' business.
+    /// The URL's `ssl-ca` / `ssl-cert` / `ssl-key` cannot be combined with
+    /// it.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), batchpool::Error> {
+    /// use mysql_async::SslOpts;
+    ///
+    /// let ssl = SslOpts::default()
+    ///     .with_root_certs(vec![std::path::PathBuf::from("/etc/mysql/ca.pem").into()])
+    ///     .with_disable_built_in_roots(true);
+    /// let pool = batchpool::mysql::Pool::builder("mysql://app@db.example.com/app")
+    ///     .ssl_opts(ssl)
+    ///     .build()?;
+    /// # let _ = pool; Ok(()) }
+    /// ```
+    pub fn ssl_opts(mut self, ssl: SslOpts) -> Self {
+        self.options.tls.custom = Some(ssl);
         self
     }
 

@@ -10,6 +10,7 @@ use mysql_async::{Opts, OptsBuilder, Params, QueryResult, Row, Statement};
 
 use super::errors::{sent_error, unsent_error};
 use super::manager::{Manager, Redacted};
+use super::tls::{self, MyTls};
 use super::{Client, MyOptions, MySql};
 use crate::backend::{Driver, End, Group, GroupReplies, Ran, Stmt};
 use crate::config::PoolSettings;
@@ -94,7 +95,7 @@ async fn command(conn: &mut Client, sql: &str) -> Result<(), Error> {
 
 impl Driver for MySql {
     type Manager = Manager;
-    type Config = Opts;
+    type Config = MyConfig;
     type Options = MyOptions;
     type QueryRow = Row;
     type Args<'a> = Params;
@@ -105,26 +106,37 @@ impl Driver for MySql {
     const SERVER_ABORTS_FAILED_TRANSACTION: bool = false;
     const RESUMES_AFTER_CUT: bool = false;
 
-    fn parse_config(config: &str) -> Result<Opts, Error> {
-        Opts::from_url(config).map_err(|e| Error::with_source(Kind::Config, "invalid MySQL URL", e))
+    fn parse_config(config: &str) -> Result<MyConfig, Error> {
+        let (rest, tls) = tls::split(config)?;
+        let opts = Opts::from_url(&rest)
+            .map_err(|e| Error::with_source(Kind::Config, "invalid MySQL URL", e))?;
+        Ok(MyConfig { opts, tls })
     }
 
-    fn set_password(config: Opts, password: &str) -> Opts {
-        mysql_async::OptsBuilder::from_opts(config)
-            .pass(Some(password))
-            .into()
+    fn set_password(config: MyConfig, password: &str) -> MyConfig {
+        MyConfig {
+            opts: OptsBuilder::from_opts(config.opts)
+                .pass(Some(password))
+                .into(),
+            tls: config.tls,
+        }
     }
 
     fn add_on_connect(options: &mut MyOptions, sql: String) {
         options.add_on_connect(sql);
     }
 
-    fn fmt_config(config: &Opts, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    fn fmt_config(config: &MyConfig, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // mysql_async's own `Debug` prints the password.
-        fmt::Debug::fmt(&Redacted(config), f)
+        fmt::Debug::fmt(&Redacted(&config.opts), f)?;
+        if let Some(mode) = config.tls.mode {
+            write!(f, " ssl-mode={mode}")?;
+        }
+        Ok(())
     }
 
-    fn open(opts: Opts, settings: &PoolSettings, options: MyOptions) -> Result<MySql, Error> {
+    fn open(config: MyConfig, settings: &PoolSettings, options: MyOptions) -> Result<MySql, Error> {
+        let opts = config.opts;
         if settings.statement_cache == 0 {
             // mysql_async never closes statements it does not cache.
             return Err(Error::new(
@@ -139,7 +151,8 @@ impl Driver for MySql {
             .stmt_cache_size(settings.statement_cache)
             .tcp_keepalive(keepalive)
             .into();
-        let manager = Manager::new(opts, settings.statement_timeout, options.hooks);
+        let connect = tls::connect_opts(opts, config.tls, &options.tls)?;
+        let manager = Manager::new(connect, settings.statement_timeout, options.hooks);
         let server = manager.server.clone();
         Ok(MySql {
             pool: settings.build_pool(manager)?,
@@ -269,6 +282,13 @@ impl Driver for MySql {
     fn lend(conn: &mut Client) {
         conn.lent = true;
     }
+}
+
+/// A parsed MySQL URL: mysql_async's options and batchpool's TLS
+/// parameters.
+pub(crate) struct MyConfig {
+    pub(crate) opts: Opts,
+    pub(crate) tls: MyTls,
 }
 
 impl MySql {

@@ -14,6 +14,7 @@ use mysql_async::consts::StatusFlags;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 
+use super::tls::Connect;
 use crate::engine::Wire;
 use crate::pool::hooks::Hooks;
 
@@ -33,6 +34,9 @@ pub(crate) struct ServerInfo {
 /// Creates and recycles connections for the pool.
 pub struct Manager {
     opts: Opts,
+    /// `ssl-mode=PREFERRED`: the options without TLS, for a server that
+    /// offers none.
+    plain: Option<Opts>,
     pub(crate) server: Arc<OnceLock<ServerInfo>>,
     /// `max_statement_time` (seconds) set on each session.
     statement_timeout: Option<Duration>,
@@ -66,15 +70,34 @@ impl std::fmt::Debug for Redacted<'_> {
 
 impl Manager {
     pub(crate) fn new(
-        opts: Opts,
+        connect: Connect,
         statement_timeout: Option<Duration>,
         hooks: Hooks<Conn>,
     ) -> Manager {
         Manager {
-            opts,
+            opts: connect.opts,
+            plain: connect.plain,
             server: Arc::new(OnceLock::new()),
             statement_timeout,
             hooks,
+        }
+    }
+
+    /// Opens a connection; under `ssl-mode=PREFERRED` one without TLS when
+    /// the server offers none.
+    async fn open(&self) -> Result<Conn, mysql_async::Error> {
+        #[cfg(feature = "rustls")]
+        if self.opts.ssl_opts().is_some() {
+            super::tls::ensure_crypto_provider();
+        }
+        match Conn::new(self.opts.clone()).await {
+            Err(mysql_async::Error::Driver(
+                mysql_async::DriverError::NoClientSslFlagFromServer,
+            )) if self.plain.is_some() => {
+                let plain = self.plain.clone().unwrap_or_else(|| self.opts.clone());
+                Conn::new(plain).await
+            }
+            other => other,
         }
     }
 
@@ -189,7 +212,7 @@ impl managed::Manager for Manager {
         // Boxed: these state machines are part of every checkout's future
         // (every pending caller's) otherwise.
         Box::pin(async {
-            let mut conn = Conn::new(self.opts.clone()).await?;
+            let mut conn = self.open().await?;
             self.setup(&mut conn).await?;
             self.post_create(&mut conn).await?;
             let session = read_settings(&mut conn, &self.server).await?;

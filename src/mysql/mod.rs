@@ -119,17 +119,46 @@
 //! [`Error::code`](crate::Error::code) is the SQLSTATE, [`Error::as_mysql_error`](crate::Error::as_mysql_error) the server's
 //! error (`code` 1062...).
 
+//!
+//! # TLS
+//!
+//! With the `rustls` feature (on by default), MySQL's `ssl-mode` in the URL
+//! (`mysql://app@db/app?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ca.pem`, any
+//! case) or [`PoolBuilder::ssl_mode`](crate::PoolBuilder::ssl_mode):
+//!
+//! | [`SslMode`] | TLS | the server's certificate |
+//! |---|---|---|
+//! | `DISABLED` (default: no TLS parameter) | never | — |
+//! | `PREFERRED` | if the server offers it (else a plain connection) | not checked |
+//! | `REQUIRED` | always, or no connection | not checked |
+//! | `VERIFY_CA` | always | chain to a trusted root (mysql_async 0.37.1 checks the name too) |
+//! | `VERIFY_IDENTITY` | always | chain, and names the host |
+//!
+//! Trusted roots: `ssl-ca=` (a PEM file; then only it), else Mozilla's.
+//! `ssl-cert=` / `ssl-key=` give a client certificate. mysql_async's own
+//! parameters keep working (`require_ssl=true`, `verify_ca=false`,
+//! `verify_identity=false`, `built_in_roots=false`); `ssl-ca` also applies
+//! to them. Your own [`mysql_async::SslOpts`] go to
+//! [`PoolBuilder::ssl_opts`](crate::PoolBuilder::ssl_opts) (e.g. a TLS
+//! server name with `with_danger_tls_hostname_override`). Over a Unix
+//! socket (`socket=`) TLS is not used, and with TLS on the pool does not
+//! let mysql_async move a TCP connection onto the server's socket
+//! (`prefer_socket`), unless the URL names `prefer_socket`. A refused
+//! handshake is an error for which [`Error::is_connect`](crate::Error::is_connect)
+//! is true, with the reason in its text.
 mod api;
 mod batch;
 mod driver;
 mod errors;
 mod manager;
 mod table;
+mod tls;
 
 use std::sync::{Arc, OnceLock};
 
 use self::manager::ServerInfo;
 pub use self::manager::{ConnWrapper, Manager};
+pub use self::tls::SslMode;
 
 /// The MySQL / MariaDB backend: a [`Pool`] is a `batchpool::Pool<MySql>`.
 ///
@@ -162,6 +191,8 @@ pub(crate) struct MyOptions {
     coalesce_upserts: bool,
     /// [`PoolBuilder::post_create`] and [`PoolBuilder::pre_recycle`].
     hooks: crate::pool::hooks::Hooks<mysql_async::Conn>,
+    /// [`PoolBuilder::ssl_mode`] and [`PoolBuilder::ssl_opts`].
+    tls: self::tls::MyTls,
 }
 
 impl MyOptions {

@@ -3,9 +3,11 @@
 
 use tokio_postgres::Row;
 
+use super::connect::{Connector, WithTls};
 use super::driver::PgConfig;
 use super::encode::PgArgs;
 use super::statements::Statements;
+use super::tls::{SslMode, TlsConfig};
 use super::{Client, Outcome, Params, Pool, PoolBuilder, Transaction};
 use crate::error::{AtomicError, Error};
 use crate::pool::HookFuture;
@@ -16,6 +18,7 @@ impl Pool {
         crate::pool::PoolBuilder::new(Ok(PgConfig {
             pg: config,
             statements: None,
+            tls: TlsConfig::default(),
         }))
     }
 
@@ -159,6 +162,58 @@ impl PoolBuilder {
     /// after it are re-run apart).
     pub fn copy_threshold(mut self, min_rows: Option<usize>) -> Self {
         self.options.copy_threshold = Some(min_rows);
+        self
+    }
+
+    /// How connections use TLS (default [`SslMode::Prefer`], as libpq and
+    /// tokio-postgres). An `sslmode=` parameter in the connection string
+    /// wins over this; this wins over the mode of a `tokio_postgres::Config`
+    /// given to [`Pool::from_config`]. See [TLS](super#tls).
+    pub fn ssl_mode(mut self, mode: SslMode) -> Self {
+        self.options.tls.mode = Some(mode);
+        self
+    }
+
+    /// A PEM file of the root certificates to trust, for
+    /// [`SslMode::VerifyCa`] / [`SslMode::VerifyFull`] (and `Require`,
+    /// which then verifies the chain, as libpq does); without it Mozilla's
+    /// roots are trusted. An `sslrootcert=` parameter in the connection
+    /// string wins over this. Read when the pool is built: a missing file
+    /// fails [`build`](crate::PoolBuilder::build).
+    pub fn ssl_root_cert(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.options.tls.root_cert = Some(path.into());
+        self
+    }
+
+    /// Connects with your own tokio-postgres TLS connector instead of
+    /// batchpool's (any `MakeTlsConnect<Socket>`: tokio-postgres-rustls
+    /// with your `rustls::ClientConfig`, postgres-native-tls,
+    /// postgres-openssl). The mode still decides whether TLS is negotiated
+    /// (`disable`: never; `prefer`: if the server offers it; `require` and
+    /// the `verify-*` modes: or no connection), and what the certificate
+    /// must pass is the connector's business. `sslrootcert`, `sslcert` and
+    /// `sslkey` cannot be combined with it (load them into the connector).
+    ///
+    /// ```no_run
+    /// # fn demo(config: rustls::ClientConfig) -> Result<(), batchpool::Error> {
+    /// let tls = tokio_postgres_rustls::MakeRustlsConnect::new(config);
+    /// let pool = batchpool::postgres::Pool::builder("host=db.example.com user=app sslmode=require")
+    ///     .tls_connector(tls)
+    ///     .build()?;
+    /// # let _ = pool; Ok(()) }
+    /// ```
+    pub fn tls_connector<T>(mut self, tls: T) -> Self
+    where
+        T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        T::Stream: Send + 'static,
+        T::TlsConnect: Send,
+        <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
+    {
+        self.options.connector = Some(Connector::new(WithTls(tls), true));
         self
     }
 

@@ -7,11 +7,13 @@ use std::fmt;
 use futures_util::TryStreamExt;
 use tokio_postgres::Row;
 
+use super::connect::{Connector, WithTls};
 use super::encode::{PgArgs, PgRow, encode};
 use super::errors::sent_error;
 use super::manager::{ClientWrapper, Manager, Prepared};
 use super::pipeline::{Step, in_order};
 use super::statements::{self, Statements};
+use super::tls::{SslMode, TlsConfig};
 use super::{Client, Postgres};
 use crate::backend::{Driver, End, Group, GroupReplies, Ran, Stmt};
 use crate::config::PoolSettings;
@@ -99,10 +101,15 @@ impl Driver for Postgres {
 
     fn parse_config(config: &str) -> Result<PgConfig, Error> {
         let (config, statements) = statements::split(config)?;
+        let (config, tls) = TlsConfig::split_config(&config)?;
         let pg = config
             .parse()
             .map_err(|e| Error::with_source(Kind::Config, "invalid connection string", e))?;
-        Ok(PgConfig { pg, statements })
+        Ok(PgConfig {
+            pg,
+            statements,
+            tls,
+        })
     }
 
     fn set_password(mut config: PgConfig, password: &str) -> PgConfig {
@@ -124,10 +131,13 @@ impl Driver for Postgres {
     fn fmt_config(config: &PgConfig, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // tokio-postgres prints the password as `_`.
         fmt::Debug::fmt(&config.pg, f)?;
-        match config.statements {
-            Some(mode) => write!(f, " statements={mode}"),
-            None => Ok(()),
+        if let Some(mode) = config.statements {
+            write!(f, " statements={mode}")?;
         }
+        if let Some(mode) = config.tls.mode {
+            write!(f, " sslmode={mode}")?;
+        }
+        Ok(())
     }
 
     fn open(
@@ -137,8 +147,10 @@ impl Driver for Postgres {
     ) -> Result<Postgres, Error> {
         // The connection string's choice wins over the builder's.
         let mode = config.statements.or(options.statements).unwrap_or_default();
+        let (pg, connector) = with_tls(config.pg, config.tls, &options)?;
         let manager = Manager::new(
-            with_tcp_settings(config.pg, settings),
+            with_tcp_settings(pg, settings),
+            connector,
             settings.statement_cache,
             settings.statement_timeout,
             mode,
@@ -282,11 +294,12 @@ impl Driver for Postgres {
     }
 }
 
-/// A parsed connection string: tokio-postgres's settings and the statement
-/// mode it named.
+/// A parsed connection string: tokio-postgres's settings, the statement
+/// mode and the TLS settings it named.
 pub(crate) struct PgConfig {
     pub(crate) pg: tokio_postgres::Config,
     pub(crate) statements: Option<Statements>,
+    pub(crate) tls: TlsConfig,
 }
 
 /// PostgreSQL-only builder options.
@@ -299,10 +312,86 @@ pub(crate) struct PgOptions {
     /// [`PoolBuilder::post_create`](super::PoolBuilder::post_create) and
     /// [`pre_recycle`](super::PoolBuilder::pre_recycle).
     pub(crate) hooks: Hooks<tokio_postgres::Client>,
+    /// [`PoolBuilder::ssl_mode`](super::PoolBuilder::ssl_mode) and
+    /// [`ssl_root_cert`](super::PoolBuilder::ssl_root_cert).
+    pub(crate) tls: TlsConfig,
+    /// [`PoolBuilder::tls_connector`](super::PoolBuilder::tls_connector).
+    pub(crate) connector: Option<Connector>,
 }
 
 fn missing() -> Error {
     Error::new(Kind::OutcomeUnknown, "a pipelined statement gave no reply")
+}
+
+/// The TLS mode tokio-postgres negotiates and the connector it gets: the
+/// connection string's TLS settings, else the builder's, else the
+/// tokio-postgres config's own mode.
+fn with_tls(
+    mut pg: tokio_postgres::Config,
+    from_string: TlsConfig,
+    options: &PgOptions,
+) -> Result<(tokio_postgres::Config, Connector), Error> {
+    let mut tls = from_string.or(&options.tls);
+    let mode = *tls
+        .mode
+        .get_or_insert_with(|| SslMode::from_driver(pg.get_ssl_mode()));
+    pg.ssl_mode(mode.driver_mode());
+    // As libpq: TLS is not used over Unix-domain sockets (the server
+    // refuses it there), whatever the mode.
+    let unix_only = pg.get_hostaddrs().is_empty()
+        && !pg.get_hosts().is_empty()
+        && pg
+            .get_hosts()
+            .iter()
+            .all(|h| !matches!(h, tokio_postgres::config::Host::Tcp(_)));
+    if unix_only {
+        pg.ssl_mode(tokio_postgres::config::SslMode::Disable);
+    }
+    if let Some(custom) = &options.connector {
+        if tls.has_files() {
+            return Err(Error::new(
+                Kind::Config,
+                "sslrootcert / sslcert / sslkey cannot be given to a custom TLS connector: \
+                 load them into the connector",
+            ));
+        }
+        return Ok((pg, custom.clone()));
+    }
+    if unix_only || mode == SslMode::Disable {
+        return Ok((pg, Connector::new(WithTls(tokio_postgres::NoTls), false)));
+    }
+    built_in(pg, &tls, mode)
+}
+
+/// batchpool's own connector (feature `rustls`).
+#[cfg(feature = "rustls")]
+fn built_in(
+    pg: tokio_postgres::Config,
+    tls: &TlsConfig,
+    _mode: SslMode,
+) -> Result<(tokio_postgres::Config, Connector), Error> {
+    let connector = Connector::new(WithTls(tls.rustls_connector()?), false);
+    Ok((pg, connector))
+}
+
+/// Without the `rustls` feature: `prefer` connects in the clear (as
+/// tokio-postgres with `NoTls` does); a mode that needs TLS is an error.
+#[cfg(not(feature = "rustls"))]
+fn built_in(
+    pg: tokio_postgres::Config,
+    tls: &TlsConfig,
+    mode: SslMode,
+) -> Result<(tokio_postgres::Config, Connector), Error> {
+    if mode == SslMode::Prefer && !tls.has_files() {
+        return Ok((pg, Connector::new(WithTls(tokio_postgres::NoTls), false)));
+    }
+    Err(Error::new(
+        Kind::Config,
+        format!(
+            "sslmode={mode} needs TLS support: enable batchpool's `rustls` feature or pass a \
+             connector to PoolBuilder::tls_connector"
+        ),
+    ))
 }
 
 /// Applies the builder's TCP keepalive and `TCP_USER_TIMEOUT` where the

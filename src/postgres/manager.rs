@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
 use lru::LruCache;
-use tokio::io::AsyncReadExt;
+use tokio_postgres::Statement;
 use tokio_postgres::types::Type;
-use tokio_postgres::{NoTls, SimpleQueryMessage, Statement};
 
+use super::connect::Connector;
 use super::errors::{sent_error, stale_db, unsent_error};
 use super::pipeline::{Step, in_order};
+use super::pooler::behind_pooler;
 use super::statements::Statements;
 use super::unnamed::{Described, Learned, look_up, preload_types};
 use crate::engine::Wire;
@@ -34,6 +35,8 @@ const SESSION_RESET: &str = "ROLLBACK; CLOSE ALL; SET SESSION AUTHORIZATION DEFA
 #[derive(Debug)]
 pub struct Manager {
     config: tokio_postgres::Config,
+    /// Opens connections with the pool's TLS connector.
+    connector: Connector,
     statement_cache: NonZeroUsize,
     /// `SET statement_timeout` sent on each new connection.
     session_setup: Option<String>,
@@ -54,6 +57,7 @@ type ConnectError = Box<dyn std::error::Error + Send + Sync>;
 impl Manager {
     pub(crate) fn new(
         config: tokio_postgres::Config,
+        connector: Connector,
         statement_cache: usize,
         statement_timeout: Option<Duration>,
         mode: Statements,
@@ -69,6 +73,7 @@ impl Manager {
         }
         Manager {
             config,
+            connector,
             statement_cache,
             session_setup,
             session_reset,
@@ -151,12 +156,7 @@ impl Manager {
 
 impl Manager {
     async fn connect(&self) -> Result<ClientWrapper, tokio_postgres::Error> {
-        let (client, connection) = self.config.connect(NoTls).await?;
-        let io = tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "postgres connection ended");
-            }
-        });
+        let (client, io) = self.connector.connect.connect(&self.config).await?;
         let pooled = match behind_pooler(&client).await {
             Ok(pooled) => pooled,
             Err(e) => {
@@ -206,39 +206,6 @@ impl Manager {
         }
         Ok(wrapper)
     }
-}
-
-/// Whether `client` reaches PostgreSQL through a pooler: the backend process
-/// serving its session is not the one named by the cancel key the server
-/// side of the connection gave (a pooler hands out keys of its own). A key
-/// that cannot be read counts as a pooler (the safe answer).
-async fn behind_pooler(client: &tokio_postgres::Client) -> Result<bool, tokio_postgres::Error> {
-    let backend_pid = client
-        .simple_query("SELECT pg_backend_pid()")
-        .await?
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i32>().ok(),
-            _ => None,
-        });
-    Ok(backend_pid.is_none() || backend_pid != cancel_key_pid(client).await)
-}
-
-/// The process id of the connection's cancel key: the cancel request
-/// tokio-postgres would send, written into an in-memory pipe and read back
-/// (`Int32 length, Int32 code, Int32 pid, Int32 secret`).
-async fn cancel_key_pid(client: &tokio_postgres::Client) -> Option<i32> {
-    let (mut ours, theirs) = tokio::io::duplex(64);
-    let token = client.cancel_token();
-    let send = token.cancel_query_raw(theirs, NoTls);
-    let read = async move {
-        let mut request = [0u8; 16];
-        ours.read_exact(&mut request).await.ok()?;
-        let pid: [u8; 4] = request[8..12].try_into().ok()?;
-        Some(i32::from_be_bytes(pid))
-    };
-    let (sent, pid) = tokio::join!(send, read);
-    sent.ok().and(pid)
 }
 
 /// A pooled connection: derefs to [`tokio_postgres::Client`], plus a bounded

@@ -87,17 +87,53 @@
 //! its own deadline still applies. Connections from [`Pool::get`] are the
 //! driver's own: use `query_typed` / `execute_typed` on them.
 
+//! # TLS
+//!
+//! With the `rustls` feature (on by default) connections use TLS as libpq's
+//! `sslmode` says, in the connection string (`sslmode=verify-full`) or
+//! [`PoolBuilder::ssl_mode`]:
+//!
+//! | [`SslMode`] | TLS | the server's certificate |
+//! |---|---|---|
+//! | `disable` | never | — |
+//! | `prefer` (default) | if the server offers it | not checked |
+//! | `require` | always, or no connection | not checked; with `sslrootcert`, as `verify-ca` (libpq) |
+//! | `verify-ca` | always | chain to a trusted root |
+//! | `verify-full` | always | chain, and names the host (`host=`, also with `hostaddr=`) |
+//!
+//! Trusted roots: the PEM file `sslrootcert=` ([`PoolBuilder::ssl_root_cert`]),
+//! else Mozilla's root set (webpki-roots). `sslcert=` / `sslkey=` give a
+//! client certificate. The handshake is rustls with the ring provider (TLS
+//! 1.2 and 1.3; the pool does not need a process-wide provider), and SCRAM
+//! channel binding works over it (tokio-postgres-rustls). A refused
+//! handshake is an error for which [`Error::is_connect`](crate::Error::is_connect)
+//! is true and whose text says why (`invalid peer certificate: UnknownIssuer`,
+//! `certificate not valid for name "db"`, `server does not support TLS`).
+//! Over a Unix-domain socket (`host=/var/run/postgresql`) TLS is not used,
+//! whatever the mode, as libpq does.
+//!
+//! Your own connector (any `MakeTlsConnect<Socket>`) goes to
+//! [`PoolBuilder::tls_connector`]; the mode still decides whether TLS is
+//! negotiated. [`TlsConfig`] gives plain tokio-postgres the same connector
+//! and the rest of the string. Without the `rustls` feature `prefer`
+//! connects in the clear and the other TLS modes need a connector.
+
 mod api;
 mod batch;
+mod connect;
 mod copy;
 mod driver;
 mod encode;
 mod errors;
 mod manager;
 mod pipeline;
+mod pooler;
 mod statements;
 mod table;
+mod tls;
 mod unnamed;
+#[cfg(feature = "rustls")]
+mod verify;
 
 #[cfg(any(feature = "tower", feature = "bench"))]
 pub(crate) use self::encode::PgArgs;
@@ -105,7 +141,9 @@ pub use self::encode::PgValue;
 #[cfg(feature = "bench")]
 pub(crate) use self::encode::encode;
 pub use self::manager::{ClientWrapper, Manager};
+pub use self::pooler::behind_pooler;
 pub use self::statements::Statements;
+pub use self::tls::{SslMode, TlsConfig};
 
 /// The PostgreSQL backend: a [`Pool`] is a `batchpool::Pool<Postgres>`.
 ///

@@ -50,7 +50,10 @@ impl Statements {
     /// Takes the `statements=` parameter out of a connection string (URL or
     /// `key=value` form) and returns the rest, which tokio-postgres parses,
     /// with the mode it named: for handing the string a pool uses to plain
-    /// tokio-postgres too (a migration tool, a listener).
+    /// tokio-postgres too (a migration tool, a listener). libpq's TLS
+    /// parameters stay in the rest: [`TlsConfig::split_config`](super::TlsConfig::split_config)
+    /// takes them out (tokio-postgres refuses `sslmode=verify-full` and
+    /// `sslrootcert`).
     ///
     /// ```
     /// use batchpool::postgres::Statements;
@@ -88,92 +91,18 @@ impl FromStr for Statements {
     }
 }
 
-/// The connection-string parameter batchpool reads itself.
+/// The connection-string parameter that names the mode.
 const KEY: &str = "statements";
 
 /// Removes `statements=...` from a connection string (URL or key-value form)
 /// and returns the rest, for tokio-postgres, with the mode it named.
 pub(crate) fn split(config: &str) -> Result<(String, Option<Statements>), Error> {
-    if config.starts_with("postgres://") || config.starts_with("postgresql://") {
-        split_url(config)
-    } else {
-        split_key_value(config)
-    }
-}
-
-fn split_url(url: &str) -> Result<(String, Option<Statements>), Error> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_string(), None));
-    };
+    let (rest, taken) = crate::params::take(config, &[KEY]);
     let mut mode = None;
-    let mut kept = Vec::new();
-    for pair in query.split('&') {
-        match pair.split_once('=') {
-            Some((KEY, value)) => mode = Some(value.parse()?),
-            _ => kept.push(pair),
-        }
+    for (_, value) in taken {
+        mode = Some(value.parse()?);
     }
-    let rest = if kept.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
     Ok((rest, mode))
-}
-
-/// `key=value` pairs separated by whitespace, values optionally in single
-/// quotes with backslash escapes (libpq's format). Text that is not such a
-/// pair is kept as it is, for tokio-postgres to report.
-fn split_key_value(config: &str) -> Result<(String, Option<Statements>), Error> {
-    let next = |pos: usize| config[pos..].chars().next();
-    let skip_space = |mut pos: usize| {
-        while let Some(c) = next(pos).filter(|c| c.is_whitespace()) {
-            pos += c.len_utf8();
-        }
-        pos
-    };
-    let mut mode = None;
-    let mut kept: Vec<&str> = Vec::new();
-    let mut pos = skip_space(0);
-    while pos < config.len() {
-        let start = pos;
-        while let Some(c) = next(pos).filter(|&c| c != '=' && !c.is_whitespace()) {
-            pos += c.len_utf8();
-        }
-        let key = &config[start..pos];
-        pos = skip_space(pos);
-        let mut value = String::new();
-        if next(pos) == Some('=') {
-            pos = skip_space(pos + 1);
-            let quoted = next(pos) == Some('\'');
-            if quoted {
-                pos += 1;
-            }
-            while let Some(c) = next(pos) {
-                if !quoted && c.is_whitespace() {
-                    break;
-                }
-                pos += c.len_utf8();
-                match c {
-                    '\\' => {
-                        if let Some(e) = next(pos) {
-                            value.push(e);
-                            pos += e.len_utf8();
-                        }
-                    }
-                    '\'' if quoted => break,
-                    c => value.push(c),
-                }
-            }
-        }
-        if key == KEY {
-            mode = Some(value.parse()?);
-        } else {
-            kept.push(&config[start..pos]);
-        }
-        pos = skip_space(pos);
-    }
-    Ok((kept.join(" "), mode))
 }
 
 #[cfg(test)]

@@ -17,6 +17,11 @@
 //!   once per process, on the first call to [`bouncer_url`] (binary
 //!   `pgbouncer`, Debian package `pgbouncer`; missing, a failing test).
 //!
+//! - The TLS tests use [`pg_tls_server`] / [`mysql_tls_server`]: throwaway
+//!   servers with TLS on (always started, whatever `PG_URL` / `MYSQL_URL`
+//!   say), presenting a certificate for 127.0.0.1 and localhost from a
+//!   throwaway CA made with rcgen (`certs.rs`), once per process.
+//!
 //! Throwaway servers keep durable settings unless `BATCHPOOL_FAST_SERVER=1`.
 //! When running as root they run as the system users `postgres` / `mysql`.
 //!
@@ -33,10 +38,13 @@
 pub mod backend;
 #[cfg(feature = "postgres")]
 mod bouncer;
+mod certs;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
 mod pg;
+#[allow(unused_imports)]
+pub use certs::{SERVER_NAMES, TestCerts};
 pub mod proxy;
 pub mod tx;
 mod util;
@@ -49,10 +57,12 @@ pub use bouncer::{
 };
 #[cfg(feature = "mysql")]
 #[allow(unused_imports)] // each test binary uses only some of these
-pub use mysql::{MysqlServer, mysql_fresh_db, mysql_url, mysql_version};
+pub use mysql::{
+    MysqlServer, mysql_fresh_db, mysql_tls_fresh_db, mysql_tls_server, mysql_url, mysql_version,
+};
 #[cfg(feature = "postgres")]
 #[allow(unused_imports)]
-pub use pg::{PgServer, pg_fresh_db, pg_url, pg_version};
+pub use pg::{PgServer, pg_fresh_db, pg_tls_fresh_db, pg_tls_server, pg_url, pg_version};
 
 /// Whether throwaway servers run with durability traded for speed
 /// (`BATCHPOOL_FAST_SERVER=1`); benches should print this with their results.

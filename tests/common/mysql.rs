@@ -1,6 +1,7 @@
 //! MariaDB half of the harness: the shared server ([`mysql_url`]), fresh
 //! databases ([`mysql_fresh_db`]) and owned throwaway servers ([`MysqlServer`]).
 
+use super::certs::{TestCerts, write_certs};
 use super::util;
 use mysql_async::prelude::Queryable;
 use std::ffi::OsString;
@@ -18,6 +19,32 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The shared throwaway server of this process, or `MYSQL_URL`'s server.
 static SHARED: util::Shared<MysqlServer> = util::Shared::new();
+
+/// The shared TLS server of this process (see [`mysql_tls_server`]).
+static SHARED_TLS: std::sync::OnceLock<MysqlServer> = std::sync::OnceLock::new();
+
+/// A throwaway MariaDB with TLS on (`ssl_cert` / `ssl_key` / `ssl_ca`, a
+/// certificate for 127.0.0.1 and localhost signed by a throwaway CA:
+/// [`MysqlServer::certs`]), started once per process on first use, for the
+/// TLS tests. Plain connections are accepted too. Always a throwaway:
+/// `MYSQL_URL` does not apply.
+pub fn mysql_tls_server() -> &'static MysqlServer {
+    SHARED_TLS.get_or_init(|| MysqlServer::start_tls(&[]))
+}
+
+/// A new, uniquely named database on [`mysql_tls_server`]: its URL (no
+/// TLS parameters).
+pub async fn mysql_tls_fresh_db() -> String {
+    let base = mysql_tls_server().url();
+    let name = util::unique_db_name();
+    let mut admin = connect(&base).await;
+    admin
+        .query_drop(format!("CREATE DATABASE `{name}`"))
+        .await
+        .unwrap_or_else(|e| panic!("CREATE DATABASE {name} failed: {e}"));
+    let _ = admin.disconnect().await;
+    util::with_database(&base, &name)
+}
 
 /// MariaDB/MySQL server for this process: the `MYSQL_URL` environment
 /// variable if set (`mysql://root@127.0.0.1:3306/test` style), else a
@@ -97,14 +124,38 @@ pub struct MysqlServer {
     child: Option<Child>,
     /// The process that cleans up if this process dies first.
     watchdog: Option<Child>,
+    /// TLS: the certificates it presents.
+    certs: Option<TestCerts>,
 }
 
 impl MysqlServer {
+    /// [`start`](MysqlServer::start) with TLS on: `--ssl-cert`, `--ssl-key`
+    /// and `--ssl-ca` of a fresh certificate for 127.0.0.1 and localhost,
+    /// signed by a fresh CA ([`certs`](MysqlServer::certs)). Plain
+    /// connections are still accepted.
+    pub fn start_tls(extra_args: &[&str]) -> MysqlServer {
+        MysqlServer::start_with(extra_args, true)
+    }
+
+    /// The certificates of a server started with TLS.
+    pub fn certs(&self) -> Option<&TestCerts> {
+        self.certs.as_ref()
+    }
+
+    /// Its Unix-domain socket (`socket=` for a socket connection).
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.join("mysql.sock")
+    }
+
     /// Starts a new server with `extra_args` appended to the `mariadbd`
     /// command line (so they override the harness defaults). Blocks until a
     /// TCP connection as root runs `SELECT 1`; panics with the log tail if it
     /// cannot start within 60 s, or with install advice if binaries are missing.
     pub fn start(extra_args: &[&str]) -> MysqlServer {
+        MysqlServer::start_with(extra_args, false)
+    }
+
+    fn start_with(extra_args: &[&str], tls: bool) -> MysqlServer {
         let sbin = [
             "/usr/sbin",
             "/usr/bin",
@@ -128,7 +179,11 @@ impl MysqlServer {
             port: 0,
             child: None,
             watchdog,
+            certs: None,
         };
+        if tls {
+            server.certs = Some(write_certs(&server.dir, "mysql"));
+        }
         let root = util::is_root();
 
         // A private tmpdir: concurrent servers sharing /tmp clash on
@@ -180,6 +235,11 @@ impl MysqlServer {
                 ] {
                     args.push(a.into());
                 }
+            }
+            if let Some(certs) = &server.certs {
+                args.push(format!("--ssl-cert={}", certs.cert.display()).into());
+                args.push(format!("--ssl-key={}", certs.key.display()).into());
+                args.push(format!("--ssl-ca={}", certs.ca.display()).into());
             }
             args.extend(extra_args.iter().map(OsString::from));
             let _ = std::fs::remove_file(&log);

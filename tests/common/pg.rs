@@ -1,6 +1,7 @@
 //! PostgreSQL half of the harness: the shared server ([`pg_url`]), fresh
 //! databases ([`pg_fresh_db`]) and owned throwaway clusters ([`PgServer`]).
 
+use super::certs::{TestCerts, write_certs};
 use super::util;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,9 @@ const MISSING: &str = "PostgreSQL server binaries (initdb, pg_ctl) not found on 
 /// The shared throwaway cluster of this process, or `PG_URL`'s server.
 static SHARED: util::Shared<PgServer> = util::Shared::new();
 
+/// The shared TLS cluster of this process (see [`pg_tls_server`]).
+static SHARED_TLS: std::sync::OnceLock<PgServer> = std::sync::OnceLock::new();
+
 /// PostgreSQL server for this process: the `PG_URL` environment variable if
 /// set (any libpq URL or `key=value` string tokio-postgres accepts), else a
 /// throwaway cluster started once per process (even when many tests ask at
@@ -23,6 +27,27 @@ static SHARED: util::Shared<PgServer> = util::Shared::new();
 /// Blocks while the cluster starts (about 1.5 s): call it before awaiting.
 pub fn pg_url() -> String {
     SHARED.url("PG_URL", || PgServer::start(&[]), PgServer::url)
+}
+
+/// A throwaway cluster with TLS on (`ssl=on`, a certificate for 127.0.0.1
+/// and localhost signed by a throwaway CA: [`PgServer::certs`]), started
+/// once per process on first use, for the TLS tests. Plain connections are
+/// accepted too. Always a throwaway: `PG_URL` does not apply.
+pub fn pg_tls_server() -> &'static PgServer {
+    SHARED_TLS.get_or_init(|| PgServer::start_tls(&[]))
+}
+
+/// A new, uniquely named database on [`pg_tls_server`]: its URL (no TLS
+/// parameters).
+pub async fn pg_tls_fresh_db() -> String {
+    let base = pg_tls_server().url();
+    let name = util::unique_db_name();
+    let admin = connect(&base).await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+        .await
+        .unwrap_or_else(|e| panic!("CREATE DATABASE {name} failed: {e}"));
+    util::with_database(&base, &name)
 }
 
 /// Creates a new, uniquely named database (`bp_<pid>_<counter>_<nanos>`) on
@@ -105,14 +130,38 @@ pub struct PgServer {
     port: u16,
     /// The process that cleans up if this process dies first.
     watchdog: Option<Child>,
+    /// TLS: the certificates it presents.
+    certs: Option<TestCerts>,
 }
 
 impl PgServer {
+    /// [`start`](PgServer::start) with TLS on: `ssl=on` with a fresh
+    /// certificate for 127.0.0.1 and localhost, signed by a fresh CA
+    /// ([`certs`](PgServer::certs)). Plain connections are still accepted.
+    pub fn start_tls(settings: &[(&str, &str)]) -> PgServer {
+        PgServer::start_with(settings, true)
+    }
+
+    /// The certificates of a server started with TLS.
+    pub fn certs(&self) -> Option<&TestCerts> {
+        self.certs.as_ref()
+    }
+
+    /// The directory of its Unix-domain socket (`host=` for a socket
+    /// connection): the cluster's temp dir.
+    pub fn socket_dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Starts a new cluster with `settings` passed as `-c name=value` (they
     /// override the harness defaults). Blocks until it accepts connections;
     /// panics with the log tail if it cannot start, or with install advice if
     /// the server binaries are missing.
     pub fn start(settings: &[(&str, &str)]) -> PgServer {
+        PgServer::start_with(settings, false)
+    }
+
+    fn start_with(settings: &[(&str, &str)], tls: bool) -> PgServer {
         let bin = find_bin_dir().unwrap_or_else(|| panic!("{MISSING}"));
         let dir = util::new_server_dir("pg", "postgres");
         let data = dir.join("data");
@@ -123,7 +172,11 @@ impl PgServer {
             bin,
             port: 0,
             watchdog,
+            certs: None,
         };
+        if tls {
+            server.certs = Some(write_certs(&server.dir, "postgres"));
+        }
 
         let initdb: Vec<OsString> = vec![
             "-D".into(),
@@ -148,6 +201,13 @@ impl PgServer {
             );
             if util::fast_mode() {
                 opts.push_str(" -c fsync=off -c synchronous_commit=off");
+            }
+            if let Some(certs) = &server.certs {
+                for (name, path) in [("ssl_cert_file", &certs.cert), ("ssl_key_file", &certs.key)] {
+                    opts.push_str(" -c ");
+                    opts.push_str(&util::shell_quote(&format!("{name}={}", path.display())));
+                }
+                opts.push_str(" -c ssl=on");
             }
             for (name, value) in settings {
                 opts.push_str(" -c ");

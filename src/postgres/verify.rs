@@ -1,0 +1,199 @@
+//! The rustls client configuration of a [`TlsConfig`]: ring as the crypto
+//! provider, and a certificate verifier for each libpq mode (nothing, the
+//! chain, the chain and the host name).
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{WebPkiServerVerifier, verify_server_cert_signed_by_trust_anchor};
+use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+use super::tls::{TlsConfig, Verify};
+use crate::error::{Error, Kind};
+
+/// The rustls configuration for `tls`, its files read now.
+pub(crate) fn client_config(tls: &TlsConfig) -> Result<ClientConfig, Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier: Arc<dyn ServerCertVerifier> = match tls.verify() {
+        Verify::Nothing => Arc::new(AnyCertificate {
+            provider: Arc::clone(&provider),
+        }),
+        Verify::Chain => Arc::new(ChainOnly {
+            roots: roots(tls)?,
+            provider: Arc::clone(&provider),
+        }),
+        Verify::Full => WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots(tls)?),
+            Arc::clone(&provider),
+        )
+        .build()
+        .map_err(|e| config_error("cannot build the certificate verifier", e))?,
+    };
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| config_error("no TLS protocol version", e))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| config_error(&format!("cannot read sslcert {}", cert.display()), e))?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| config_error(&format!("cannot read sslkey {}", key.display()), e))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| config_error("unusable client certificate (sslcert, sslkey)", e))
+        }
+        _ => Ok(builder.with_no_client_auth()),
+    }
+}
+
+fn config_error(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::with_source(Kind::Config, what, e)
+}
+
+/// The roots to trust: those of `sslrootcert`, else Mozilla's.
+fn roots(tls: &TlsConfig) -> Result<RootCertStore, Error> {
+    let Some(path) = &tls.root_cert else {
+        return Ok(RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        });
+    };
+    let what = || format!("cannot read sslrootcert {}", path.display());
+    let mut roots = RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(path).map_err(|e| config_error(&what(), e))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| config_error(&what(), e))?;
+        roots.add(cert).map_err(|e| config_error(&what(), e))?;
+    }
+    if roots.is_empty() {
+        return Err(Error::new(
+            Kind::Config,
+            format!("{}: no certificate in it", what()),
+        ));
+    }
+    Ok(roots)
+}
+
+/// `prefer` and `require` (libpq checks no certificate there): the
+/// handshake's signatures are still checked, so the session is with the
+/// holder of the certificate's key, whatever the certificate says.
+#[derive(Debug)]
+struct AnyCertificate {
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// `verify-ca`: the chain must end at a trusted root; the name is not
+/// checked.
+#[derive(Debug)]
+struct ChainOnly {
+    roots: RootCertStore,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let cert = ParsedCertificate::try_from(end_entity)?;
+        verify_server_cert_signed_by_trust_anchor(
+            &cert,
+            &self.roots,
+            intermediates,
+            now,
+            self.provider.signature_verification_algorithms.all,
+        )?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
