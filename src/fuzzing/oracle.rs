@@ -205,34 +205,41 @@ fn is_word(token: &Token, word: &str) -> bool {
 
 /// Where the VALUES tuple of `statement` starts: the first `(` outside
 /// brackets right after the `VALUES` keyword (MySQL: or `VALUE`), comments
-/// aside. On MySQL, where `value` and `values` may name a table, a word
-/// right after `INTO`, `INSERT`, `IGNORE`, `REPLACE` or `.` is a name, not
-/// the keyword.
+/// aside, after the table name. The verb (`INSERT`, MySQL `REPLACE`, then
+/// `IGNORE` and `INTO` when there) and the table name (a word, or words
+/// joined by `.`) are skipped first: on MySQL `value` and `values` may name
+/// a table.
 fn tuple_start(dialect: Dialect, statement: &[Token]) -> Option<usize> {
     let significant: Vec<(usize, &Token)> = statement
         .iter()
         .enumerate()
         .filter(|(_, t)| !is_comment(t))
         .collect();
+    let mut k = 1;
+    for word in ["IGNORE", "INTO"] {
+        if significant.get(k).is_some_and(|&(_, t)| is_word(t, word)) {
+            k += 1;
+        }
+    }
+    k += 1;
+    while significant
+        .get(k)
+        .is_some_and(|&(_, t)| matches!(t, Token::Period))
+    {
+        k += 2;
+    }
+    // `k` is now the first token after the table name.
     let mut depth = 0usize;
-    for (k, &(i, token)) in significant.iter().enumerate() {
+    for (j, &(i, token)) in significant.iter().enumerate().skip(k) {
         match token {
             Token::LParen | Token::LBracket | Token::LBrace => {
-                if depth == 0 && matches!(token, Token::LParen) && k >= 1 {
-                    let keyword = significant[k - 1].1;
-                    let before = k.checked_sub(2).map(|b| significant[b].1);
-                    let is_keyword = is_word(keyword, "VALUES")
-                        || (dialect == Dialect::MySql && is_word(keyword, "VALUE"));
-                    let is_name = dialect == Dialect::MySql
-                        && before.is_some_and(|b| {
-                            matches!(b, Token::Period)
-                                || ["INTO", "INSERT", "IGNORE", "REPLACE"]
-                                    .iter()
-                                    .any(|w| is_word(b, w))
-                        });
-                    if is_keyword && !is_name {
-                        return Some(i);
-                    }
+                let keyword = j > k
+                    && significant.get(j - 1).is_some_and(|&(_, previous)| {
+                        is_word(previous, "VALUES")
+                            || (dialect == Dialect::MySql && is_word(previous, "VALUE"))
+                    });
+                if depth == 0 && matches!(token, Token::LParen) && keyword {
+                    return Some(i);
                 }
                 depth += 1;
             }
@@ -370,6 +377,13 @@ mod tests {
             my,
             sql,
             "INSERT INTO value (a) VALUE (?), (?, ?)",
+            2
+        ));
+        // A table named like a keyword (the server would refuse it).
+        assert!(repeated(
+            my,
+            "INSERT INTO INTO VALUES (?)",
+            "INSERT INTO INTO VALUES (?), (?)",
             2
         ));
         // `value` names the table: its column list is not the tuple.
