@@ -127,6 +127,11 @@ pub mod tower;
 
 #[cfg(feature = "bench")]
 pub mod bench;
+// The classifier's fuzzing hooks: also built for the crate's own tests,
+// which run the fuzz targets' render check on the committed seeds.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 
 pub use crate::backend::Backend;
 pub use crate::config::{BatchConfig, QueueFull};

@@ -949,3 +949,34 @@ fn decimal_formatting() {
         assert_eq!(s, n.to_string());
     }
 }
+
+// ---------------------------------------------------------------- found by fuzzing
+
+/// PostgreSQL reads `$02` as parameter 2 (its scanner takes the number's
+/// value), and so does the classifier: the renderer writes it `$2`.
+/// Found by the `render` target, whose token check first compared the
+/// placeholders' spelling (`fuzz/seeds/sql/40.sql`).
+#[test]
+fn fuzz_pg_leading_zero_placeholder_is_its_number() {
+    let s = pg("INSERT INTO t VALUES ($02, $1, $001)");
+    assert_eq!(s.params_per_row, 2);
+    assert_eq!(s.tuple_params, vec![Some(1), Some(0), Some(0)]);
+    assert_eq!(s.render(1, None), "INSERT INTO t VALUES ($2, $1, $1)");
+    assert_eq!(
+        s.render(2, None),
+        "INSERT INTO t VALUES ($2, $1, $1), ($4, $3, $3)"
+    );
+}
+
+/// MySQL: `INSERT INTO INTO VALUES (?)` reads as a table named `INTO`. The
+/// server refuses the text (a reserved word), so coalescing it changes
+/// nothing: the backend's prepare of the text fails and the caller gets that
+/// error, as alone. Found by the `render` target, whose token check first
+/// took the second `INTO` for the verb's (`fuzz/seeds/sql/41.sql`).
+#[test]
+fn fuzz_my_table_named_into() {
+    let s = my("INSERT INTO INTO VALUES (?)");
+    assert_eq!(s.table, "INTO");
+    assert_eq!(s.params_per_row, 1);
+    assert_eq!(s.render(2, None), "INSERT INTO INTO VALUES (?), (?)");
+}

@@ -1,0 +1,1 @@
+insert into Public."MyTable" AS m (Id, "Name") values ($2, $1)

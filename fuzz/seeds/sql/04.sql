@@ -1,0 +1,1 @@
+INSERT INTO "values" ("values") VALUES ($1);

@@ -1,0 +1,1 @@
+INSERT INTO t VALUES ($1::jsonb, CAST($2 AS int), now(), DEFAULT, 'it''s', E'\n', $$dollar $1 quoted$$, $tag$ $2 $tag$)

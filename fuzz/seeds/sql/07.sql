@@ -1,0 +1,1 @@
+INSERT INTO t (a, b) VALUES ($1, (SELECT id FROM u WHERE name = $2 AND x IN (1, 2)))

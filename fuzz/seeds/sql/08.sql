@@ -1,0 +1,1 @@
+INSERT INTO t (a, b) VALUES (ARRAY[$1, $2], $3)

@@ -1,0 +1,1 @@
+INSERT INTO ümlaut ("ä€", b) VALUES ('😀 $1 ü', $1) -- ü

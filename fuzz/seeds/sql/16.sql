@@ -1,0 +1,1 @@
+INSERT INTO t VALUES (U&'d\0061t$1', B'101', X'1F', $1 ->> 'k', $2::int[])

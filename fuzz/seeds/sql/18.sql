@@ -1,0 +1,1 @@
+INSERT IGNORE INTO `db`.`T` (`A`, b) VALUE (?, 'x?')

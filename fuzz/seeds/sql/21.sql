@@ -1,0 +1,3 @@
+INSERT /* ? */ INTO t # ? comment
+ (a) -- ? also
+ VALUES (? /* ? */);

@@ -1,0 +1,1 @@
+INSERT INTO t (a, b) VALUES (?, ?) ON DUPLICATE KEY UPDATE b = VALUES(b), c = c + 1

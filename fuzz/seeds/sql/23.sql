@@ -1,0 +1,1 @@
+INSERT INTO t VALUES (?) ON DUPLICATE KEY UPDATE returning = 1, x = returning

@@ -1,0 +1,1 @@
+INSERT /*+ SET_VAR(sort_buffer_size = 16M) */ INTO t VALUES (?)

@@ -1,0 +1,1 @@
+INSERT INTO t VALUES ('a''b?', _utf8mb4'?', x'0A', b'01', 0x1F, N'?', ? + 1)

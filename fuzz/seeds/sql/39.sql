@@ -1,0 +1,1 @@
+/*!40101 SET autocommit=0 */

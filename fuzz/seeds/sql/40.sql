@@ -1,0 +1,1 @@
+INSERT INTO t VALUES ($02, $1, $001)
