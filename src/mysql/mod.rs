@@ -128,6 +128,8 @@ mod table;
 
 use std::sync::{Arc, OnceLock};
 
+#[cfg(feature = "bench")]
+pub(crate) use self::batch::{MyRow, MyShape, encode};
 use self::manager::ServerInfo;
 pub use self::manager::{ConnWrapper, Manager};
 

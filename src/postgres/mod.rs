@@ -99,11 +99,13 @@ mod statements;
 mod table;
 mod unnamed;
 
+#[cfg(feature = "bench")]
+pub(crate) use self::copy::PgCopy;
 #[cfg(any(feature = "tower", feature = "bench"))]
 pub(crate) use self::encode::PgArgs;
 pub use self::encode::PgValue;
 #[cfg(feature = "bench")]
-pub(crate) use self::encode::encode;
+pub(crate) use self::encode::{PgRow, Raw, encode};
 pub use self::manager::{ClientWrapper, Manager};
 pub use self::statements::Statements;
 
