@@ -6,7 +6,8 @@
 //! cargo bench --bench ycsb_load -- --records 20000 --json /tmp/ycsb.json --plot /tmp/ycsb.svg
 //! cargo bench --bench ycsb_load -- --tasks 1 --modes coalesce,coalesce-peer
 //! cargo bench --bench ycsb_load -- --sweep --modes nobatch,copy
-//! cargo bench --bench ycsb_load -- --db mariadb                     # MariaDB's six modes
+//! cargo bench --bench ycsb_load -- --modes batchrewrite,rewrite-peer --repeat 3
+//! cargo bench --bench ycsb_load -- --db mariadb                     # MariaDB's seven modes
 //! cargo bench --bench ycsb_load -- --db postgresql,mariadb --mysql-url mysql://root@127.0.0.1/test
 //! cargo bench --bench ycsb_load -- --statements unnamed             # no named statements
 //! cargo bench --bench ycsb_load -- --pg-url postgresql://postgres@127.0.0.1:6432/postgres \

@@ -1,13 +1,17 @@
 //! Runs the `ycsb_load` bench's code path (benches/ycsb) for every mode on a
-//! few hundred rows against a real PostgreSQL, so the bench cannot silently
-//! rot: counts, the report, JSON and SVG. No timing assertions.
+//! few hundred rows against a real PostgreSQL (and `rewrite-peer` on a real
+//! MariaDB), so the bench cannot silently rot: counts, the report, JSON and
+//! SVG. No timing assertions.
 
 mod common;
 #[path = "../benches/ycsb/mod.rs"]
 mod ycsb;
 
+use batchpool::postgres::Statements;
 use clap::Parser;
 use ycsb::cli::Args;
+use ycsb::modes::Session;
+use ycsb::mysql::MysqlTarget;
 use ycsb::pg::PgTarget;
 use ycsb::workload::{self, Dataset};
 use ycsb::{Database, Mode, Options, ServerSetup, report};
@@ -104,6 +108,13 @@ async fn every_mode_loads_verifies_and_reports() {
     let by_mode = |m: Mode| report.results.iter().find(|r| r.mode == m).unwrap();
     assert_eq!(by_mode(Mode::Nobatch).ratio_to_nobatch, Some(1.0));
     assert_eq!(by_mode(Mode::Copy).ratio_to_copy, Some(1.0));
+    // ×rewrite-peer: batchrewrite and rewrite-peer only.
+    assert_eq!(by_mode(Mode::RewritePeer).ratio_to_rewrite_peer, Some(1.0));
+    let rw = by_mode(Mode::Batchrewrite).ratio_to_rewrite_peer;
+    assert!(rw.is_some_and(|r| r > 0.0), "{rw:?}");
+    for m in [Mode::Nobatch, Mode::Coalesce, Mode::Copy] {
+        assert_eq!(by_mode(m).ratio_to_rewrite_peer, None, "{m}");
+    }
     // 300 rows in groups of 64: 5 explicit batches.
     assert_eq!(
         by_mode(Mode::Batchrewrite)
@@ -129,6 +140,8 @@ async fn every_mode_loads_verifies_and_reports() {
         "postgresql",
         "nobatch",
         "batchrewrite",
+        "rewrite-peer",
+        "×rewrite-peer",
         "coalesce-peer",
         "copy",
         "p99 µs",
@@ -149,9 +162,11 @@ async fn every_mode_loads_verifies_and_reports() {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("read json")).expect("valid json");
     assert_eq!(v["options"]["records"], records);
-    assert_eq!(v["results"].as_array().map(Vec::len), Some(6));
-    assert_eq!(v["results"][4]["mode"], "coalesce-peer");
-    assert!(v["results"][3]["latency"]["p99_us"].as_u64().is_some());
+    assert_eq!(v["results"].as_array().map(Vec::len), Some(7));
+    assert_eq!(v["results"][3]["mode"], "rewrite-peer");
+    assert_eq!(v["results"][3]["ratio_to_rewrite_peer"], 1.0);
+    assert_eq!(v["results"][5]["mode"], "coalesce-peer");
+    assert!(v["results"][4]["latency"]["p99_us"].as_u64().is_some());
     assert_eq!(v["sweep"].as_array().map(Vec::len), Some(3));
     assert!(v["machine"]["cores"].as_u64().unwrap_or(0) >= 1);
 
@@ -173,6 +188,90 @@ async fn every_mode_loads_verifies_and_reports() {
         !database_exists(&url, &dbname).await,
         "{dbname} not dropped"
     );
+}
+
+/// `rewrite-peer` sends each group as one statement: a 5-row group is one
+/// INSERT that reports 5 rows; a group beyond PostgreSQL's 65,535 bind
+/// parameters (6,000 rows × 11) is split, named and unnamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_peer_is_one_statement_per_group_within_the_limits() {
+    let url = common::pg_url();
+    let mut db = PgTarget::create(&url).await.expect("scratch database");
+    db.prepare().await.expect("create usertable");
+    let data = std::sync::Arc::new(Dataset::generate(6000, 100, 3).expect("rows"));
+    let mut session = db.session().await.expect("session");
+    assert_eq!(session.max_rows(1100), 65535 / 11);
+    let n = session.insert_rows(&data.rows[..5]).await.expect("5 rows");
+    assert_eq!(n, 5, "one statement, five rows");
+    session.close().await;
+    ycsb::verify_count(&db, 5, "rewrite-peer")
+        .await
+        .expect("5 rows");
+
+    let cfg = ycsb::LoadConfig {
+        batch_size: 10_000,
+        tasks: 1,
+        pool_size: 1,
+        max_in_flight: None,
+    };
+    for mode in [None, Some(Statements::Unnamed)] {
+        db.set_statements(mode).expect("statement mode");
+        db.reset().await.expect("truncate");
+        let progress = ycsb::Progress::start(false, "rewrite-peer", 6000);
+        db.load(Mode::RewritePeer, &data, cfg, &progress)
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: {}", ycsb::error_chain(&*e)));
+        assert_eq!(progress.count(), 6000);
+        ycsb::verify_count(&db, 6000, "rewrite-peer")
+            .await
+            .expect("6000 rows");
+    }
+    db.cleanup().await;
+}
+
+/// MariaDB: `rewrite-peer` next to `batchrewrite`, each run twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_rewrite_peer() {
+    let url = common::mysql_url();
+    let db = MysqlTarget::create(&url).await.expect("scratch database");
+    let setup = ServerSetup {
+        throwaway: false,
+        fast: common::fast_server(),
+        address: db.address(),
+    };
+    let opts = Options {
+        records: 300,
+        batch_size: 64,
+        repeat: 2,
+        modes: vec![Mode::Batchrewrite, Mode::RewritePeer],
+        progress: false,
+        ..Options::default()
+    };
+    let report = ycsb::run(&db, &opts, setup).await.expect("bench run");
+    let modes: Vec<Mode> = report.results.iter().map(|r| r.mode).collect();
+    assert_eq!(modes, vec![Mode::Batchrewrite, Mode::RewritePeer]);
+    assert_eq!(report.results[1].ratio_to_rewrite_peer, Some(1.0));
+    assert!(report.results[0].ratio_to_rewrite_peer.is_some());
+    let text = report::render_text(&report);
+    assert!(
+        text.contains("mariadb") && text.contains("×rewrite-peer"),
+        "{text}"
+    );
+
+    // A 5-row group is one statement reporting 5 rows.
+    db.reset().await.expect("truncate");
+    let data = Dataset::generate(5, 100, 9).expect("rows");
+    let mut session = db.session().await.expect("session");
+    assert!(
+        session.max_rows(1100) >= 1000,
+        "16 MiB packets hold 1000 rows"
+    );
+    assert_eq!(session.insert_rows(&data.rows).await.expect("5 rows"), 5);
+    session.close().await;
+    ycsb::verify_count(&db, 5, "rewrite-peer")
+        .await
+        .expect("5 rows");
+    db.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -63,7 +63,7 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// A write path that loads the YCSB rows.
 ///
-/// Each database runs six: the bulk mode is its own (`Copy` on PostgreSQL,
+/// Each database runs seven: the bulk mode is its own (`Copy` on PostgreSQL,
 /// `LoadData` on MariaDB), and so is how it runs `Batch`; a database lists
 /// its modes in [`Database::MODES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
@@ -79,6 +79,12 @@ pub enum Mode {
     /// batchpool `execute_many` in groups of `--batch-size` (JDBC
     /// `executeBatch` with rewrite to multi-row INSERTs).
     Batchrewrite,
+    /// The statements of `batchrewrite` built by hand on the plain driver:
+    /// each group of `--batch-size` rows one multi-row `INSERT ... VALUES
+    /// (...), (...)`, its text built once per row count and prepared once
+    /// (cached), every value bound, sequential on one plain connection.
+    /// `batchrewrite ÷ rewrite-peer` is what batchpool's machinery costs.
+    RewritePeer,
     /// `--tasks` tasks, each awaiting one single-row batchpool `execute` at
     /// a time, pool of `--pool-size` (the web-service case).
     Coalesce,
@@ -94,10 +100,11 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode, in the order the table shows them.
-    pub const ALL: [Mode; 6] = [
+    pub const ALL: [Mode; 7] = [
         Mode::Nobatch,
         Mode::Batch,
         Mode::Batchrewrite,
+        Mode::RewritePeer,
         Mode::Coalesce,
         Mode::CoalescePeer,
         Mode::Copy,
@@ -109,6 +116,7 @@ impl Mode {
             Mode::Nobatch => "nobatch",
             Mode::Batch => "batch",
             Mode::Batchrewrite => "batchrewrite",
+            Mode::RewritePeer => "rewrite-peer",
             Mode::Coalesce => "coalesce",
             Mode::CoalescePeer => "coalesce-peer",
             Mode::Copy => "copy",
@@ -254,12 +262,13 @@ pub trait Database: Sized {
     /// Its bulk-load mode (its physical limit), which the `× copy` column
     /// divides by.
     const BULK: Mode;
-    /// Modes it runs, in the order its table shows them: the five every
+    /// Modes it runs, in the order its table shows them: the six every
     /// database has, then its bulk mode.
-    const MODES: [Mode; 6] = [
+    const MODES: [Mode; 7] = [
         Mode::Nobatch,
         Mode::Batch,
         Mode::Batchrewrite,
+        Mode::RewritePeer,
         Mode::Coalesce,
         Mode::CoalescePeer,
         Self::BULK,
@@ -296,7 +305,7 @@ pub trait Database: Sized {
     fn statements(&self) -> Option<StatementMode> {
         None
     }
-    /// One plain connection (`nobatch`, `batch`), opened.
+    /// One plain connection (`nobatch`, `batch`, `rewrite-peer`), opened.
     async fn session(&self) -> Result<impl modes::Session>;
     /// A batchpool pool of `size` connections, not opened yet
     /// (`batchrewrite`, `coalesce`).
@@ -351,6 +360,9 @@ pub trait Database: Sized {
                 let pool = self.batch_pool(1, BatchConfig::default().max_rows(cfg.batch_size))?;
                 pool.open(1).await?;
                 modes::batchrewrite(pool, data, cfg.batch_size, progress).await
+            }
+            Mode::RewritePeer => {
+                modes::rewrite_peer(self.session().await?, data, cfg.batch_size, progress).await
             }
             Mode::Coalesce => {
                 let pool = self.batch_pool(size, cfg.coalesce_batching())?;

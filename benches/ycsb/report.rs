@@ -141,6 +141,10 @@ pub struct ModeResult {
     pub ratio_to_nobatch: Option<f64>,
     /// `rows_per_sec / copy's` (the bulk mode; when it ran).
     pub ratio_to_copy: Option<f64>,
+    /// `batchrewrite` and `rewrite-peer`: `rows_per_sec / rewrite-peer's`
+    /// (when it ran): batchpool's explicit batch against the same
+    /// statements built by hand on the plain driver.
+    pub ratio_to_rewrite_peer: Option<f64>,
     /// Wall time of the median run, seconds.
     pub elapsed_secs: f64,
     /// Latency of the median run.
@@ -161,6 +165,7 @@ impl ModeResult {
             rows_per_sec: m.rows_per_sec,
             ratio_to_nobatch: None,
             ratio_to_copy: None,
+            ratio_to_rewrite_peer: None,
             elapsed_secs: m.elapsed_secs,
             latency: m.latency,
             batching: m.batching,
@@ -169,13 +174,18 @@ impl ModeResult {
     }
 }
 
-/// Sets each result's ratios to the `base` and `bulk` modes' rows/s.
+/// Sets each result's ratios to the `base` and `bulk` modes' rows/s, and
+/// those of `batchrewrite` and `rewrite-peer` to `rewrite-peer`'s.
 pub fn fill_ratios(results: &mut [ModeResult], base: Mode, bulk: Mode) {
     let of = |m: Mode, rs: &[ModeResult]| rs.iter().find(|r| r.mode == m).map(|r| r.rows_per_sec);
     let (b, k) = (of(base, results), of(bulk, results));
+    let peer = of(Mode::RewritePeer, results);
     for r in results.iter_mut() {
         r.ratio_to_nobatch = b.map(|b| r.rows_per_sec / b);
         r.ratio_to_copy = k.map(|k| r.rows_per_sec / k);
+        if matches!(r.mode, Mode::Batchrewrite | Mode::RewritePeer) {
+            r.ratio_to_rewrite_peer = peer.map(|p| r.rows_per_sec / p);
+        }
     }
 }
 
@@ -340,9 +350,16 @@ pub fn render_text(r: &Report) -> String {
         }
         let _ = writeln!(out, "{head}\n{line}\n");
 
+        // The ×rewrite-peer column only when rewrite-peer ran.
+        let rw = r.results.iter().any(|m| m.ratio_to_rewrite_peer.is_some());
+        let rw_head = if rw {
+            format!("{:>15}", "×rewrite-peer")
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "{:<14}{:>10}{:>10}{:>8}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
+            "{:<14}{:>10}{:>10}{:>8}{rw_head}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
             "mode",
             "rows/s",
             "×nobatch",
@@ -357,9 +374,14 @@ pub fn render_text(r: &Report) -> String {
         for m in &r.results {
             let l = m.latency.as_ref();
             let b = m.batching.as_ref();
+            let rw_cell = if rw {
+                format!("{:>15}", ratio(m.ratio_to_rewrite_peer))
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "{:<14}{:>10}{:>10}{:>8}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
+                "{:<14}{:>10}{:>10}{:>8}{rw_cell}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
                 m.mode.name(),
                 thousands(m.rows_per_sec),
                 ratio(m.ratio_to_nobatch),
@@ -490,7 +512,7 @@ pub fn render_text(r: &Report) -> String {
     if mariadb {
         let _ = writeln!(
             out,
-            "          peers: mysql_async 0.37, prepared statements cached; batch = exec_batch (COM_STMT_BULK_EXECUTE on MariaDB); coalesce-peer = mysql_async::Pool, no reset on return; load = LOAD DATA LOCAL INFILE streamed from memory"
+            "          peers: mysql_async 0.37, prepared statements cached; batch = exec_batch (COM_STMT_BULK_EXECUTE on MariaDB); rewrite-peer = the multi-row INSERT built by hand, prepared once per row count; coalesce-peer = mysql_async::Pool, no reset on return; load = LOAD DATA LOCAL INFILE streamed from memory"
         );
     } else {
         let unnamed = r
@@ -500,11 +522,16 @@ pub fn render_text(r: &Report) -> String {
             .is_some_and(|s| s.sent == "unnamed");
         let _ = writeln!(
             out,
-            "          peers: deadpool-postgres 0.14 / tokio-postgres 0.7, {}; copy = binary COPY FROM STDIN in one stream{}",
+            "          peers: deadpool-postgres 0.14 / tokio-postgres 0.7, {}; rewrite-peer = the multi-row INSERT built by hand{}; copy = binary COPY FROM STDIN in one stream{}",
             if unnamed {
                 "unnamed statements (execute_typed, one Parse/Bind/Execute per row)"
             } else {
                 "prepared statements cached"
+            },
+            if unnamed {
+                ", unnamed (execute_typed)"
+            } else {
+                ", prepared once per row count"
             },
             if unnamed {
                 " (in BEGIN/COMMIT: tokio-postgres prepares it named)"
