@@ -1,7 +1,7 @@
 //! Runs the `ycsb_load` bench's code path (benches/ycsb) for every mode on a
-//! few hundred rows against a real PostgreSQL (and `rewrite-peer` on a real
-//! MariaDB), so the bench cannot silently rot: counts, the report, JSON and
-//! SVG. No timing assertions.
+//! few hundred rows against a real PostgreSQL (and `rewrite-peer` and the
+//! tasks sweep on a real MariaDB), so the bench cannot silently rot: counts,
+//! the report, JSON and SVG. No timing assertions.
 
 mod common;
 #[path = "../benches/ycsb/mod.rs"]
@@ -58,12 +58,16 @@ async fn every_mode_loads_verifies_and_reports() {
         repeat: 2,
         modes: Mode::ALL.to_vec(),
         sweep: Some(vec![1, 10, 1000]),
+        tasks_sweep: Some(vec![1, 4]),
+        sweep_min_records: 50,
+        sweep_rows_per_task: 20,
         progress: false,
         ..Options::default()
     };
     let report = ycsb::run(&db, &opts, setup).await.expect("bench run");
 
-    // The table holds exactly the last load: every YCSB key once.
+    // The table holds exactly the last load, the tasks sweep's last point:
+    // the first 80 YCSB keys, each once.
     let client = connect(&config).await;
     let keys: Vec<String> = client
         .query("SELECT ycsb_key FROM usertable ORDER BY ycsb_key", &[])
@@ -72,7 +76,7 @@ async fn every_mode_loads_verifies_and_reports() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let mut expected: Vec<String> = (0..records as u64).map(workload::key).collect();
+    let mut expected: Vec<String> = (0..80).map(workload::key).collect();
     expected.sort();
     assert_eq!(keys, expected);
     let row = client
@@ -133,6 +137,9 @@ async fn every_mode_loads_verifies_and_reports() {
     let last = report.sweep[2].batching.as_ref().unwrap();
     assert_eq!((last.batches, last.rows), (1, records as u64));
 
+    // The tasks sweep: per point max(50, 20 × tasks) rows, both modes.
+    check_tasks_sweep(&report, &[(1, 50), (4, 80)], 2);
+
     // Text, JSON and SVG.
     let text = report::render_text(&report);
     for needle in [
@@ -144,6 +151,8 @@ async fn every_mode_loads_verifies_and_reports() {
         "×rewrite-peer",
         "coalesce-peer",
         "copy",
+        "tasks sweep",
+        "--tasks-sweep 1,4",
         "p99 µs",
         "rows/batch",
         "sweep",
@@ -168,6 +177,11 @@ async fn every_mode_loads_verifies_and_reports() {
     assert_eq!(v["results"][5]["mode"], "coalesce-peer");
     assert!(v["results"][4]["latency"]["p99_us"].as_u64().is_some());
     assert_eq!(v["sweep"].as_array().map(Vec::len), Some(3));
+    assert_eq!(v["tasks_sweep"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v["tasks_sweep"][1]["tasks"], 4);
+    assert_eq!(v["tasks_sweep"][1]["records"], 80);
+    assert!(v["tasks_sweep"][1]["peer"]["p99_us"].as_u64().is_some());
+    assert!(v["tasks_sweep"][0]["coalesce"]["batching"]["rows"].as_u64() == Some(50));
     assert!(v["machine"]["cores"].as_u64().unwrap_or(0) >= 1);
 
     let svg = dir.path().join("ycsb.svg");
@@ -181,6 +195,9 @@ async fn every_mode_loads_verifies_and_reports() {
     report::plot_sweep(&report, &sweep_svg).expect("plot sweep");
     let body = std::fs::read_to_string(&sweep_svg).expect("read sweep svg");
     assert!(body.starts_with("<svg") && body.contains("1,000"), "{body}");
+    let tasks_svg = dir.path().join("ycsb-tasks.svg");
+    report::plot_tasks(&report, &tasks_svg).expect("plot tasks sweep");
+    check_tasks_svg(&tasks_svg);
 
     drop(client);
     db.cleanup().await;
@@ -188,6 +205,47 @@ async fn every_mode_loads_verifies_and_reports() {
         !database_exists(&url, &dbname).await,
         "{dbname} not dropped"
     );
+}
+
+/// The tasks sweep of `report`: one point per `(tasks, records)` of
+/// `expected`, each mode run `repeat` times on exactly that many rows, every
+/// row's latency measured.
+fn check_tasks_sweep(report: &report::Report, expected: &[(usize, usize)], repeat: usize) {
+    let got: Vec<(usize, usize)> = report
+        .tasks_sweep
+        .iter()
+        .map(|p| (p.tasks, p.records))
+        .collect();
+    assert_eq!(got, expected);
+    for p in &report.tasks_sweep {
+        for side in [&p.coalesce, &p.peer] {
+            assert_eq!(side.runs.len(), repeat, "{} tasks", p.tasks);
+            for run in &side.runs {
+                let l = run.latency.as_ref().expect("latency measured");
+                assert_eq!(l.count, p.records as u64, "{} tasks", p.tasks);
+            }
+            assert!(side.rows_per_sec > 0.0 && side.p50_us <= side.p99_us);
+        }
+        let b = p.coalesce.batching.as_ref().expect("batchpool counters");
+        assert_eq!(b.rows, p.records as u64);
+        assert!(p.peer.batching.is_none());
+        assert!(p.ratio > 0.0 && p.p99_ratio > 0.0);
+    }
+    // One task: nothing to coalesce, one row per statement.
+    let one = &report.tasks_sweep[0].coalesce.batching.as_ref().unwrap();
+    assert_eq!(one.rows_per_statement, 1.0);
+    let text = report::render_text(report);
+    assert!(text.contains("tasks sweep: coalesce"), "{text}");
+    assert!(text.contains("rows/stmt"), "{text}");
+}
+
+/// The tasks-sweep SVG has both panels and both modes.
+fn check_tasks_svg(path: &std::path::Path) {
+    let body = std::fs::read_to_string(path).expect("read tasks svg");
+    assert!(body.starts_with("<svg"), "{body}");
+    for needle in ["rows/s", "p99", "coalesce-peer", "concurrent tasks"] {
+        assert!(body.contains(needle), "tasks svg lacks {needle:?}");
+    }
 }
 
 /// `rewrite-peer` sends each group as one statement: a 5-row group is one
@@ -229,9 +287,10 @@ async fn rewrite_peer_is_one_statement_per_group_within_the_limits() {
     db.cleanup().await;
 }
 
-/// MariaDB: `rewrite-peer` next to `batchrewrite`, each run twice.
+/// MariaDB: `rewrite-peer` next to `batchrewrite`, and a tiny tasks sweep
+/// repeated twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_rewrite_peer() {
+async fn mariadb_rewrite_peer_and_tasks_sweep() {
     let url = common::mysql_url();
     let db = MysqlTarget::create(&url).await.expect("scratch database");
     let setup = ServerSetup {
@@ -242,8 +301,13 @@ async fn mariadb_rewrite_peer() {
     let opts = Options {
         records: 300,
         batch_size: 64,
+        tasks: 8,
+        pool_size: 3,
         repeat: 2,
         modes: vec![Mode::Batchrewrite, Mode::RewritePeer],
+        tasks_sweep: Some(vec![1, 4]),
+        sweep_min_records: 50,
+        sweep_rows_per_task: 20,
         progress: false,
         ..Options::default()
     };
@@ -252,11 +316,16 @@ async fn mariadb_rewrite_peer() {
     assert_eq!(modes, vec![Mode::Batchrewrite, Mode::RewritePeer]);
     assert_eq!(report.results[1].ratio_to_rewrite_peer, Some(1.0));
     assert!(report.results[0].ratio_to_rewrite_peer.is_some());
+    check_tasks_sweep(&report, &[(1, 50), (4, 80)], 2);
     let text = report::render_text(&report);
     assert!(
         text.contains("mariadb") && text.contains("×rewrite-peer"),
         "{text}"
     );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let svg = dir.path().join("tasks.svg");
+    report::plot_tasks(&report, &svg).expect("plot tasks sweep");
+    check_tasks_svg(&svg);
 
     // A 5-row group is one statement reporting 5 rows.
     db.reset().await.expect("truncate");
@@ -372,6 +441,53 @@ fn command_line_and_options() {
         Some(std::path::PathBuf::from("/tmp/x/ycsb-sweep.svg"))
     );
     assert!(Args::try_parse_from(["ycsb_load", "--modes", "bogus"]).is_err());
+    assert!(o.tasks_sweep.is_none() && a.tasks_plot_path().is_none());
+
+    // --tasks-sweep alone: the task counts; the chart beside --plot.
+    let a = Args::try_parse_from([
+        "ycsb_load",
+        "--tasks-sweep",
+        "--sweeps-only",
+        "--plot",
+        "/tmp/x/ycsb.svg",
+        "--records",
+        "50000",
+    ])
+    .expect("parse");
+    let o = a.options();
+    assert_eq!(o.tasks_sweep, Some(vec![1, 8, 64, 256, 1024]));
+    assert!(o.modes.is_empty() && a.modes_for(&Mode::ALL).is_empty());
+    o.validate().expect("a sweep alone runs");
+    assert_eq!(
+        a.tasks_plot_path(),
+        Some(std::path::PathBuf::from("/tmp/x/ycsb-tasks.svg"))
+    );
+    // Rows per point: max(20,000, 100 × tasks), at most --records.
+    let rows: Vec<usize> = [1, 8, 64, 256, 1024]
+        .iter()
+        .map(|&t| o.sweep_records(t))
+        .collect();
+    assert_eq!(rows, vec![20_000, 20_000, 20_000, 25_600, 50_000]);
+    let a = Args::try_parse_from([
+        "ycsb_load",
+        "--tasks-sweep",
+        "2,16",
+        "--modes",
+        "rewrite-peer",
+    ])
+    .expect("parse");
+    assert_eq!(a.options().tasks_sweep, Some(vec![2, 16]));
+    assert_eq!(a.options().modes, vec![Mode::RewritePeer]);
+    let bad = Options {
+        tasks_sweep: Some(vec![0]),
+        ..Options::default()
+    };
+    assert!(bad.validate().is_err());
+    let nothing = Options {
+        modes: Vec::new(),
+        ..Options::default()
+    };
+    assert!(nothing.validate().is_err());
 
     let bad = Options {
         tasks: 0,

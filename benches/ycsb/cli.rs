@@ -87,6 +87,34 @@ pub struct Args {
     /// `-sweep` before `.svg`).
     #[arg(long, value_name = "FILE.svg")]
     pub sweep_plot: Option<PathBuf>,
+    /// Run `coalesce` and `coalesce-peer` at each of these task counts
+    /// (same pool size; `--tasks-sweep` alone: 1,8,64,256,1024), after the
+    /// modes: a table, the JSON's `tasks_sweep`, and an SVG of rows/s and
+    /// p99 against callers (--tasks-plot). With --repeat, the median of
+    /// each figure per point.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        num_args = 0..=1,
+        default_missing_value = "1,8,64,256,1024",
+        value_name = "TASKS,..."
+    )]
+    pub tasks_sweep: Option<Vec<usize>>,
+    /// Rows of a tasks-sweep point: max(--sweep-min-records,
+    /// --sweep-rows-per-task × tasks), at most --records. For --records at
+    /// every point, give --sweep-min-records as large as --records.
+    #[arg(long, default_value_t = 20_000)]
+    pub sweep_min_records: usize,
+    /// Rows per task of a tasks-sweep point (see --sweep-min-records).
+    #[arg(long, default_value_t = 100)]
+    pub sweep_rows_per_task: usize,
+    /// SVG of the tasks sweep, two panels: rows/s and p99 against tasks
+    /// (default: the --plot file name with `-tasks` before `.svg`).
+    #[arg(long, value_name = "FILE.svg")]
+    pub tasks_plot: Option<PathBuf>,
+    /// Run only --sweep / --tasks-sweep, not the modes.
+    #[arg(long)]
+    pub sweeps_only: bool,
     /// Seed of the random field bytes.
     #[arg(long, default_value_t = 0x5eed_1cb5)]
     pub seed: u64,
@@ -118,9 +146,12 @@ impl std::fmt::Display for Db {
 
 impl Args {
     /// The modes to run on a database offering `supported`: all of them
-    /// for the default `--modes`, else the given ones it has.
+    /// for the default `--modes`, else the given ones it has; none with
+    /// `--sweeps-only`.
     pub fn modes_for(&self, supported: &[Mode]) -> Vec<Mode> {
-        if self.modes == Mode::ALL {
+        if self.sweeps_only {
+            Vec::new()
+        } else if self.modes == Mode::ALL {
             supported.to_vec()
         } else {
             self.modes
@@ -140,8 +171,15 @@ impl Args {
             pool_size: self.pool_size,
             max_in_flight: self.max_in_flight,
             repeat: self.repeat,
-            modes: self.modes.clone(),
+            modes: if self.sweeps_only {
+                Vec::new()
+            } else {
+                self.modes.clone()
+            },
             sweep: self.sweep.then(|| self.sweep_sizes.clone()),
+            tasks_sweep: self.tasks_sweep.clone(),
+            sweep_min_records: self.sweep_min_records,
+            sweep_rows_per_task: self.sweep_rows_per_task,
             field_len: super::workload::FIELD_LEN,
             seed: self.seed,
             progress: !self.no_progress,
@@ -153,13 +191,27 @@ impl Args {
         if !self.sweep {
             return None;
         }
-        self.sweep_plot.clone().or_else(|| {
-            self.plot.as_ref().map(|p| {
-                let stem = p
-                    .file_stem()
-                    .map_or_else(|| "ycsb".to_string(), |s| s.to_string_lossy().into_owned());
-                p.with_file_name(format!("{stem}-sweep.svg"))
-            })
+        self.sweep_plot
+            .clone()
+            .or_else(|| self.plot_beside("sweep"))
+    }
+
+    /// Where the tasks-sweep chart goes: `--tasks-plot`, else derived from
+    /// `--plot`.
+    pub fn tasks_plot_path(&self) -> Option<PathBuf> {
+        self.tasks_sweep.as_ref()?;
+        self.tasks_plot
+            .clone()
+            .or_else(|| self.plot_beside("tasks"))
+    }
+
+    /// `--plot`'s `dir/name.svg` as `dir/name-<what>.svg`.
+    fn plot_beside(&self, what: &str) -> Option<PathBuf> {
+        self.plot.as_ref().map(|p| {
+            let stem = p
+                .file_stem()
+                .map_or_else(|| "ycsb".to_string(), |s| s.to_string_lossy().into_owned());
+            p.with_file_name(format!("{stem}-{what}.svg"))
         })
     }
 }

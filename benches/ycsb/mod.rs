@@ -32,7 +32,7 @@ use batchpool::postgres::Statements;
 use serde::Serialize;
 
 pub use self::report::Report;
-use self::report::{Batching, Latency, ModeResult, ModeRun, SweepPoint};
+use self::report::{Batching, Latency, ModeResult, ModeRun, SweepPoint, TasksPoint};
 use self::workload::Dataset;
 
 /// Any error of the bench: it fails the run loudly with this message.
@@ -155,6 +155,14 @@ pub struct Options {
     pub modes: Vec<Mode>,
     /// `batchrewrite` batch sizes for the sweep (`None`: no sweep).
     pub sweep: Option<Vec<usize>>,
+    /// Task counts of the `coalesce` vs `coalesce-peer` sweep (`None`: no
+    /// tasks sweep).
+    pub tasks_sweep: Option<Vec<usize>>,
+    /// Fewest rows a tasks-sweep point loads (see
+    /// [`sweep_records`](Options::sweep_records)).
+    pub sweep_min_records: usize,
+    /// Rows per task a tasks-sweep point loads above the minimum.
+    pub sweep_rows_per_task: usize,
     /// Bytes per field (YCSB's `fieldlength`, 100).
     pub field_len: usize,
     /// Seed of the field generator, so runs load the same bytes.
@@ -175,6 +183,9 @@ impl Default for Options {
             repeat: 1,
             modes: Mode::ALL.to_vec(),
             sweep: None,
+            tasks_sweep: None,
+            sweep_min_records: 20_000,
+            sweep_rows_per_task: 100,
             field_len: workload::FIELD_LEN,
             seed: 0x5eed_1cb5,
             progress: true,
@@ -196,15 +207,37 @@ impl Options {
                 return Err(fail(format!("{name} must be at least 1")));
             }
         }
-        if self.modes.is_empty() && self.sweep.is_none() {
-            return Err(fail("nothing to run: --modes is empty and no --sweep"));
+        if self.modes.is_empty() && self.sweep.is_none() && self.tasks_sweep.is_none() {
+            return Err(fail(
+                "nothing to run: no --modes (or --sweeps-only), no --sweep, no --tasks-sweep",
+            ));
         }
         if let Some(sizes) = &self.sweep {
             if sizes.is_empty() || sizes.contains(&0) {
                 return Err(fail("--sweep-sizes must be a list of sizes of at least 1"));
             }
         }
+        if let Some(tasks) = &self.tasks_sweep {
+            if tasks.is_empty() || tasks.contains(&0) {
+                return Err(fail(
+                    "--tasks-sweep must be a list of task counts of at least 1",
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// Rows the tasks-sweep point of `tasks` tasks loads:
+    /// `max(--sweep-min-records, --sweep-rows-per-task × tasks)`, at most
+    /// `--records` (the first rows of the run's data). Few tasks write
+    /// slowly, so they get the minimum (a point of 1 task does not take
+    /// minutes); many tasks get enough rows each that start and tail stay a
+    /// small part of the run.
+    pub fn sweep_records(&self, tasks: usize) -> usize {
+        self.sweep_rows_per_task
+            .saturating_mul(tasks)
+            .max(self.sweep_min_records)
+            .min(self.records)
     }
 
     /// The modes of repeat `r` (0-based): the given order, reversed on every
@@ -659,6 +692,34 @@ pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Res
         report::fill_sweep_ratios(&mut sweep);
     }
 
+    let mut tasks_sweep = Vec::new();
+    for &tasks in opts.tasks_sweep.iter().flatten() {
+        // Both modes of a point load the same rows, next to each other
+        // (alternating which goes first per repeat).
+        let records = opts.sweep_records(tasks);
+        let point = if records == data.len() {
+            data.clone()
+        } else {
+            Arc::new(data.prefix(records))
+        };
+        let cfg = LoadConfig { tasks, ..cfg };
+        let modes = [Mode::Coalesce, Mode::CoalescePeer];
+        let runs = repeated(&modes, opts.repeat, async |mode, r| {
+            let label = if opts.repeat > 1 {
+                format!("{mode}@{tasks} tasks ({}/{})", r + 1, opts.repeat)
+            } else {
+                format!("{mode}@{tasks} tasks")
+            };
+            run_one(db, mode, &point, cfg, opts, label).await
+        })
+        .await?;
+        let mut runs = runs.into_iter().map(|(_, runs)| runs);
+        let (Some(coalesce), Some(peer)) = (runs.next(), runs.next()) else {
+            return Err(fail("tasks sweep: a mode did not run"));
+        };
+        tasks_sweep.push(TasksPoint::from_runs(tasks, records, coalesce, peer));
+    }
+
     Ok(Report {
         machine: report::Machine::detect(),
         server,
@@ -672,5 +733,6 @@ pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Res
         },
         results,
         sweep,
+        tasks_sweep,
     })
 }

@@ -138,6 +138,14 @@ impl Dataset {
         self.rows.is_empty()
     }
 
+    /// The first `n` rows (all of them when `n` is larger), as a dataset of
+    /// their own: a sweep point that loads fewer rows than were generated.
+    pub fn prefix(&self, n: usize) -> Dataset {
+        Dataset {
+            rows: self.rows[..n.min(self.rows.len())].to_vec(),
+        }
+    }
+
     /// Bytes of key and fields of the largest row.
     pub fn max_row_bytes(&self) -> usize {
         self.rows
