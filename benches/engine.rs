@@ -95,6 +95,10 @@ fn classify_and_batch(c: &mut Criterion) {
         pool
     });
     // A text seen before is answered from the route cache without waiting.
+    // Once it is due for relearning (every `BatchConfig::relearn_after`,
+    // 1 s) the call spawns that in the background, as every call does: in
+    // the runtime's context, as in a service.
+    let _runtime = rt.enter();
     let cached = |sql: &str| {
         pool.explain(sql)
             .now_or_never()
