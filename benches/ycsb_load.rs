@@ -167,6 +167,7 @@ fn run_db<D: Database, S>(
         .build()?;
     let result = runtime.block_on(async {
         let mut db = D::create(&url).await?;
+        db.set_copy_threshold(opts.copy_threshold);
         if let Err(e) = db.set_statements(args.statements) {
             db.cleanup().await;
             return Err(e);

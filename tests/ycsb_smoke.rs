@@ -287,6 +287,41 @@ async fn rewrite_peer_is_one_statement_per_group_within_the_limits() {
     db.cleanup().await;
 }
 
+/// `--copy-threshold` reaches batchpool's pool: `off` sends multi-row
+/// INSERTs only, a threshold of 2 sends every group of a plain shape as COPY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_threshold_reaches_batchpool() {
+    let url = common::pg_url();
+    let mut db = PgTarget::create(&url).await.expect("scratch database");
+    db.prepare().await.expect("create usertable");
+    let data = std::sync::Arc::new(Dataset::generate(100, 100, 5).expect("rows"));
+    let cfg = ycsb::LoadConfig {
+        batch_size: 25,
+        tasks: 1,
+        pool_size: 1,
+        max_in_flight: None,
+    };
+    for (threshold, bulk) in [(None, 0), (Some(2), 4)] {
+        db.set_copy_threshold(Some(threshold));
+        db.reset().await.expect("truncate");
+        let progress = ycsb::Progress::start(false, "batchrewrite", 100);
+        let loaded = db
+            .load(Mode::Batchrewrite, &data, cfg, &progress)
+            .await
+            .unwrap_or_else(|e| panic!("{threshold:?}: {}", ycsb::error_chain(&*e)));
+        let b = loaded.batching.expect("batchpool counters");
+        assert_eq!(
+            (b.statements, b.bulk_statements),
+            (4, bulk),
+            "{threshold:?}"
+        );
+        ycsb::verify_count(&db, 100, "batchrewrite")
+            .await
+            .expect("100 rows");
+    }
+    db.cleanup().await;
+}
+
 /// MariaDB: `rewrite-peer` next to `batchrewrite`, and a tiny tasks sweep
 /// repeated twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -488,6 +523,19 @@ fn command_line_and_options() {
         ..Options::default()
     };
     assert!(nothing.validate().is_err());
+
+    let a = Args::try_parse_from(["ycsb_load", "--copy-threshold", "off"]).expect("parse");
+    assert_eq!(a.options().copy_threshold, Some(None));
+    let a = Args::try_parse_from(["ycsb_load", "--copy-threshold", "500"]).expect("parse");
+    assert_eq!(a.options().copy_threshold, Some(Some(500)));
+    assert_eq!(
+        Args::try_parse_from(["ycsb_load"])
+            .unwrap()
+            .options()
+            .copy_threshold,
+        None
+    );
+    assert!(Args::try_parse_from(["ycsb_load", "--copy-threshold", "never"]).is_err());
 
     let bad = Options {
         tasks: 0,

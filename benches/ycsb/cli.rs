@@ -71,6 +71,12 @@ pub struct Args {
     /// peers follow it. Default: --pg-url's `statements=`, else auto.
     #[arg(long, value_name = "auto|named|unnamed", value_parser = super::statements::parse)]
     pub statements: Option<Statements>,
+    /// PostgreSQL: batchpool's `PoolBuilder::copy_threshold` for
+    /// `batchrewrite` and `coalesce`: the fewest rows of a plain statement
+    /// sent as binary COPY, or `off` (multi-row INSERTs only, what
+    /// `rewrite-peer` sends). Default: the library's.
+    #[arg(long, value_name = "ROWS|off", value_parser = parse_threshold)]
+    pub copy_threshold: Option<Threshold>,
     /// Write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -126,6 +132,19 @@ pub struct Args {
     pub bench: bool,
 }
 
+/// `--copy-threshold`: a row count, or `off` (`None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Threshold(pub Option<usize>);
+
+fn parse_threshold(s: &str) -> Result<Threshold, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(Threshold(None));
+    }
+    s.parse()
+        .map(|n| Threshold(Some(n)))
+        .map_err(|_| format!("{s:?} is neither a row count nor `off`"))
+}
+
 /// A database the bench can load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Db {
@@ -178,6 +197,7 @@ impl Args {
             },
             sweep: self.sweep.then(|| self.sweep_sizes.clone()),
             tasks_sweep: self.tasks_sweep.clone(),
+            copy_threshold: self.copy_threshold.map(|t| t.0),
             sweep_min_records: self.sweep_min_records,
             sweep_rows_per_task: self.sweep_rows_per_task,
             field_len: super::workload::FIELD_LEN,

@@ -163,6 +163,10 @@ pub struct Options {
     pub sweep_min_records: usize,
     /// Rows per task a tasks-sweep point loads above the minimum.
     pub sweep_rows_per_task: usize,
+    /// PostgreSQL: `PoolBuilder::copy_threshold` of batchpool's pools
+    /// (`None`: the library default; `Some(None)`: COPY off), applied by
+    /// [`Database::set_copy_threshold`].
+    pub copy_threshold: Option<Option<usize>>,
     /// Bytes per field (YCSB's `fieldlength`, 100).
     pub field_len: usize,
     /// Seed of the field generator, so runs load the same bytes.
@@ -186,6 +190,7 @@ impl Default for Options {
             tasks_sweep: None,
             sweep_min_records: 20_000,
             sweep_rows_per_task: 100,
+            copy_threshold: None,
             field_len: workload::FIELD_LEN,
             seed: 0x5eed_1cb5,
             progress: true,
@@ -333,6 +338,10 @@ pub trait Database: Sized {
     fn set_statements(&mut self, _flag: Option<Statements>) -> Result<()> {
         Ok(())
     }
+    /// Applies `--copy-threshold` to batchpool's pools (`None`: not given,
+    /// the library default; `Some(None)`: COPY off). Only PostgreSQL has a
+    /// COPY path; the others ignore it.
+    fn set_copy_threshold(&mut self, _rows: Option<Option<usize>>) {}
     /// The statement mode of the run, for the report; `None` where the
     /// database has no such mode.
     fn statements(&self) -> Option<StatementMode> {

@@ -103,6 +103,8 @@ pub struct PgTarget {
     /// A pooler sits between the bench and the server (batchpool's own
     /// test, on the admin connection).
     pooler: bool,
+    /// `--copy-threshold` for batchpool's pools (`None`: library default).
+    copy_threshold: Option<Option<usize>>,
 }
 
 impl PgTarget {
@@ -177,7 +179,12 @@ impl Database for PgTarget {
             mode: url_mode.unwrap_or_default(),
             url_mode,
             pooler,
+            copy_threshold: None,
         })
+    }
+
+    fn set_copy_threshold(&mut self, rows: Option<Option<usize>>) {
+        self.copy_threshold = rows;
     }
 
     fn set_statements(&mut self, flag: Option<Statements>) -> Result<()> {
@@ -279,7 +286,10 @@ impl Database for PgTarget {
 
     fn batch_pool(&self, size: usize, batching: BatchConfig) -> Result<impl Batchpool> {
         let builder = batchpool::postgres::Pool::from_config(self.config.clone());
-        let builder = builder.statements(self.mode);
+        let mut builder = builder.statements(self.mode);
+        if let Some(rows) = self.copy_threshold {
+            builder = builder.copy_threshold(rows);
+        }
         Ok(builder.max_size(size).batching(batching).build()?)
     }
 

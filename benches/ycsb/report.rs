@@ -488,6 +488,18 @@ pub fn render_text(r: &Report) -> String {
                 opt_u64(b.map(|b| b.statements)),
             );
         }
+        let bulk_path = if mariadb { "bulk command" } else { "COPY" };
+        for m in &r.results {
+            if let Some(b) = m.batching.as_ref().filter(|b| b.bulk_statements > 0) {
+                let _ = writeln!(
+                    out,
+                    "  {}: {} of {} statements went out by the bulk path ({bulk_path})",
+                    m.mode.name(),
+                    thousands(b.bulk_statements as f64),
+                    thousands(b.statements as f64)
+                );
+            }
+        }
         if o.repeat > 1 {
             let _ = writeln!(out, "\nall runs (rows/s, in run order):");
             for m in &r.results {
@@ -664,6 +676,17 @@ pub fn render_text(r: &Report) -> String {
             .as_ref()
             .map_or_else(String::new, |s| format!(" --statements {}", s.mode)),
     );
+    if !mariadb {
+        let _ = writeln!(
+            out,
+            "          batchpool COPY path: {}",
+            match o.copy_threshold {
+                None => "the library default (PoolBuilder::copy_threshold)".to_string(),
+                Some(None) => "off (--copy-threshold off: multi-row INSERTs only)".to_string(),
+                Some(Some(n)) => format!("--copy-threshold {n} rows"),
+            }
+        );
+    }
     let _ = writeln!(
         out,
         "          keys \"user\"+fnvhash64(index) (YCSB hashed order); fields printable ASCII, seed {:#x}, generated untimed ({:.2} s)",
