@@ -651,13 +651,17 @@ pub fn render_text(r: &Report) -> String {
     let modes: Vec<&str> = o.modes.iter().map(|m| m.name()).collect();
     let _ = writeln!(
         out,
-        "settings: --records {} --batch-size {} --tasks {} --pool-size {} --repeat {} --modes {}{}{}{}",
+        "settings: --records {} --batch-size {} --tasks {} --pool-size {} --repeat {} {}{}{}{}",
         o.records,
         o.batch_size,
         o.tasks,
         o.pool_size,
         o.repeat,
-        modes.join(","),
+        if modes.is_empty() {
+            "--sweeps-only".to_string()
+        } else {
+            format!("--modes {}", modes.join(","))
+        },
         o.sweep.as_ref().map_or_else(String::new, |s| {
             let s: Vec<String> = s.iter().map(usize::to_string).collect();
             format!(" --sweep-sizes {}", s.join(","))
