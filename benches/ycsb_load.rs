@@ -6,7 +6,9 @@
 //! cargo bench --bench ycsb_load -- --records 20000 --json /tmp/ycsb.json --plot /tmp/ycsb.svg
 //! cargo bench --bench ycsb_load -- --tasks 1 --modes coalesce,coalesce-peer
 //! cargo bench --bench ycsb_load -- --sweep --modes nobatch,copy
-//! cargo bench --bench ycsb_load -- --db mariadb                     # MariaDB's six modes
+//! cargo bench --bench ycsb_load -- --tasks-sweep 1,8,64,256,1024 --sweeps-only --plot /tmp/ycsb.svg
+//! cargo bench --bench ycsb_load -- --modes batchrewrite,rewrite-peer --repeat 3
+//! cargo bench --bench ycsb_load -- --db mariadb                     # MariaDB's seven modes
 //! cargo bench --bench ycsb_load -- --db postgresql,mariadb --mysql-url mysql://root@127.0.0.1/test
 //! cargo bench --bench ycsb_load -- --statements unnamed             # no named statements
 //! cargo bench --bench ycsb_load -- --tls                            # throwaway servers with TLS
@@ -20,8 +22,9 @@
 //! it afterwards. See `--help`.
 //!
 //! Run by `cargo test --benches` (no `--bench` flag, no arguments), it only
-//! checks that it works: every mode of both databases on 500 rows, and
-//! PostgreSQL's modes again with unnamed statements.
+//! checks that it works: every mode of both databases on 500 rows and a
+//! tasks sweep of 1 and 4 tasks, and PostgreSQL's again with unnamed
+//! statements.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -44,6 +47,8 @@ fn main() -> ExitCode {
         args.records = 500;
         args.batch_size = 100;
         args.no_progress = true;
+        args.tasks_sweep = Some(vec![1, 4]);
+        args.sweep_min_records = 100;
         args.db = vec![Db::Postgresql, Db::Mariadb];
         ycsb::statements::self_check();
         let unnamed = Args {
@@ -102,6 +107,11 @@ fn run(args: &Args) -> ycsb::Result<()> {
         if let Some(path) = args.sweep_plot_path() {
             let path = path_for(&path);
             report::plot_sweep(&report, &path)?;
+            eprintln!("ycsb_load: wrote {}", path.display());
+        }
+        if let Some(path) = args.tasks_plot_path() {
+            let path = path_for(&path);
+            report::plot_tasks(&report, &path)?;
             eprintln!("ycsb_load: wrote {}", path.display());
         }
     }
@@ -179,6 +189,7 @@ fn run_db<D: Database, S>(
         .build()?;
     let result = runtime.block_on(async {
         let mut db = D::create(&url).await?;
+        db.set_copy_threshold(opts.copy_threshold);
         if let Err(e) = db.set_statements(args.statements) {
             db.cleanup().await;
             return Err(e);

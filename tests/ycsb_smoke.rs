@@ -1,13 +1,17 @@
 //! Runs the `ycsb_load` bench's code path (benches/ycsb) for every mode on a
-//! few hundred rows against a real PostgreSQL, so the bench cannot silently
-//! rot: counts, the report, JSON and SVG. No timing assertions.
+//! few hundred rows against a real PostgreSQL (and `rewrite-peer` and the
+//! tasks sweep on a real MariaDB), so the bench cannot silently rot: counts,
+//! the report, JSON and SVG. No timing assertions.
 
 mod common;
 #[path = "../benches/ycsb/mod.rs"]
 mod ycsb;
 
+use batchpool::postgres::Statements;
 use clap::Parser;
 use ycsb::cli::Args;
+use ycsb::modes::Session;
+use ycsb::mysql::MysqlTarget;
 use ycsb::pg::PgTarget;
 use ycsb::workload::{self, Dataset};
 use ycsb::{Database, Mode, Options, ServerSetup, report};
@@ -54,12 +58,16 @@ async fn every_mode_loads_verifies_and_reports() {
         repeat: 2,
         modes: Mode::ALL.to_vec(),
         sweep: Some(vec![1, 10, 1000]),
+        tasks_sweep: Some(vec![1, 4]),
+        sweep_min_records: 50,
+        sweep_rows_per_task: 20,
         progress: false,
         ..Options::default()
     };
     let report = ycsb::run(&db, &opts, setup).await.expect("bench run");
 
-    // The table holds exactly the last load: every YCSB key once.
+    // The table holds exactly the last load, the tasks sweep's last point:
+    // the first 80 YCSB keys, each once.
     let client = connect(&config).await;
     let keys: Vec<String> = client
         .query("SELECT ycsb_key FROM usertable ORDER BY ycsb_key", &[])
@@ -68,7 +76,7 @@ async fn every_mode_loads_verifies_and_reports() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let mut expected: Vec<String> = (0..records as u64).map(workload::key).collect();
+    let mut expected: Vec<String> = (0..80).map(workload::key).collect();
     expected.sort();
     assert_eq!(keys, expected);
     let row = client
@@ -104,6 +112,13 @@ async fn every_mode_loads_verifies_and_reports() {
     let by_mode = |m: Mode| report.results.iter().find(|r| r.mode == m).unwrap();
     assert_eq!(by_mode(Mode::Nobatch).ratio_to_nobatch, Some(1.0));
     assert_eq!(by_mode(Mode::Copy).ratio_to_copy, Some(1.0));
+    // ×rewrite-peer: batchrewrite and rewrite-peer only.
+    assert_eq!(by_mode(Mode::RewritePeer).ratio_to_rewrite_peer, Some(1.0));
+    let rw = by_mode(Mode::Batchrewrite).ratio_to_rewrite_peer;
+    assert!(rw.is_some_and(|r| r > 0.0), "{rw:?}");
+    for m in [Mode::Nobatch, Mode::Coalesce, Mode::Copy] {
+        assert_eq!(by_mode(m).ratio_to_rewrite_peer, None, "{m}");
+    }
     // 300 rows in groups of 64: 5 explicit batches.
     assert_eq!(
         by_mode(Mode::Batchrewrite)
@@ -122,6 +137,9 @@ async fn every_mode_loads_verifies_and_reports() {
     let last = report.sweep[2].batching.as_ref().unwrap();
     assert_eq!((last.batches, last.rows), (1, records as u64));
 
+    // The tasks sweep: per point max(50, 20 × tasks) rows, both modes.
+    check_tasks_sweep(&report, &[(1, 50), (4, 80)], 2);
+
     // Text, JSON and SVG.
     let text = report::render_text(&report);
     for needle in [
@@ -129,8 +147,12 @@ async fn every_mode_loads_verifies_and_reports() {
         "postgresql",
         "nobatch",
         "batchrewrite",
+        "rewrite-peer",
+        "×rewrite-peer",
         "coalesce-peer",
         "copy",
+        "tasks sweep",
+        "--tasks-sweep 1,4",
         "p99 µs",
         "rows/batch",
         "sweep",
@@ -149,10 +171,17 @@ async fn every_mode_loads_verifies_and_reports() {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("read json")).expect("valid json");
     assert_eq!(v["options"]["records"], records);
-    assert_eq!(v["results"].as_array().map(Vec::len), Some(6));
-    assert_eq!(v["results"][4]["mode"], "coalesce-peer");
-    assert!(v["results"][3]["latency"]["p99_us"].as_u64().is_some());
+    assert_eq!(v["results"].as_array().map(Vec::len), Some(7));
+    assert_eq!(v["results"][3]["mode"], "rewrite-peer");
+    assert_eq!(v["results"][3]["ratio_to_rewrite_peer"], 1.0);
+    assert_eq!(v["results"][5]["mode"], "coalesce-peer");
+    assert!(v["results"][4]["latency"]["p99_us"].as_u64().is_some());
     assert_eq!(v["sweep"].as_array().map(Vec::len), Some(3));
+    assert_eq!(v["tasks_sweep"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v["tasks_sweep"][1]["tasks"], 4);
+    assert_eq!(v["tasks_sweep"][1]["records"], 80);
+    assert!(v["tasks_sweep"][1]["peer"]["p99_us"].as_u64().is_some());
+    assert!(v["tasks_sweep"][0]["coalesce"]["batching"]["rows"].as_u64() == Some(50));
     assert!(v["machine"]["cores"].as_u64().unwrap_or(0) >= 1);
 
     let svg = dir.path().join("ycsb.svg");
@@ -166,6 +195,9 @@ async fn every_mode_loads_verifies_and_reports() {
     report::plot_sweep(&report, &sweep_svg).expect("plot sweep");
     let body = std::fs::read_to_string(&sweep_svg).expect("read sweep svg");
     assert!(body.starts_with("<svg") && body.contains("1,000"), "{body}");
+    let tasks_svg = dir.path().join("ycsb-tasks.svg");
+    report::plot_tasks(&report, &tasks_svg).expect("plot tasks sweep");
+    check_tasks_svg(&tasks_svg);
 
     drop(client);
     db.cleanup().await;
@@ -173,6 +205,177 @@ async fn every_mode_loads_verifies_and_reports() {
         !database_exists(&url, &dbname).await,
         "{dbname} not dropped"
     );
+}
+
+/// The tasks sweep of `report`: one point per `(tasks, records)` of
+/// `expected`, each mode run `repeat` times on exactly that many rows, every
+/// row's latency measured.
+fn check_tasks_sweep(report: &report::Report, expected: &[(usize, usize)], repeat: usize) {
+    let got: Vec<(usize, usize)> = report
+        .tasks_sweep
+        .iter()
+        .map(|p| (p.tasks, p.records))
+        .collect();
+    assert_eq!(got, expected);
+    for p in &report.tasks_sweep {
+        for side in [&p.coalesce, &p.peer] {
+            assert_eq!(side.runs.len(), repeat, "{} tasks", p.tasks);
+            for run in &side.runs {
+                let l = run.latency.as_ref().expect("latency measured");
+                assert_eq!(l.count, p.records as u64, "{} tasks", p.tasks);
+            }
+            assert!(side.rows_per_sec > 0.0 && side.p50_us <= side.p99_us);
+        }
+        let b = p.coalesce.batching.as_ref().expect("batchpool counters");
+        assert_eq!(b.rows, p.records as u64);
+        assert!(p.peer.batching.is_none());
+        assert!(p.ratio > 0.0 && p.p99_ratio > 0.0);
+    }
+    // One task: nothing to coalesce, one row per statement.
+    let one = &report.tasks_sweep[0].coalesce.batching.as_ref().unwrap();
+    assert_eq!(one.rows_per_statement, 1.0);
+    let text = report::render_text(report);
+    assert!(text.contains("tasks sweep: coalesce"), "{text}");
+    assert!(text.contains("rows/stmt"), "{text}");
+}
+
+/// The tasks-sweep SVG has both panels and both modes.
+fn check_tasks_svg(path: &std::path::Path) {
+    let body = std::fs::read_to_string(path).expect("read tasks svg");
+    assert!(body.starts_with("<svg"), "{body}");
+    for needle in ["rows/s", "p99", "coalesce-peer", "concurrent tasks"] {
+        assert!(body.contains(needle), "tasks svg lacks {needle:?}");
+    }
+}
+
+/// `rewrite-peer` sends each group as one statement: a 5-row group is one
+/// INSERT that reports 5 rows; a group beyond PostgreSQL's 65,535 bind
+/// parameters (6,000 rows × 11) is split, named and unnamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_peer_is_one_statement_per_group_within_the_limits() {
+    let url = common::pg_url();
+    let mut db = PgTarget::create(&url).await.expect("scratch database");
+    db.prepare().await.expect("create usertable");
+    let data = std::sync::Arc::new(Dataset::generate(6000, 100, 3).expect("rows"));
+    let mut session = db.session().await.expect("session");
+    assert_eq!(session.max_rows(1100), 65535 / 11);
+    let n = session.insert_rows(&data.rows[..5]).await.expect("5 rows");
+    assert_eq!(n, 5, "one statement, five rows");
+    session.close().await;
+    ycsb::verify_count(&db, 5, "rewrite-peer")
+        .await
+        .expect("5 rows");
+
+    let cfg = ycsb::LoadConfig {
+        batch_size: 10_000,
+        tasks: 1,
+        pool_size: 1,
+        max_in_flight: None,
+    };
+    for mode in [None, Some(Statements::Unnamed)] {
+        db.set_statements(mode).expect("statement mode");
+        db.reset().await.expect("truncate");
+        let progress = ycsb::Progress::start(false, "rewrite-peer", 6000);
+        db.load(Mode::RewritePeer, &data, cfg, &progress)
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: {}", ycsb::error_chain(&*e)));
+        assert_eq!(progress.count(), 6000);
+        ycsb::verify_count(&db, 6000, "rewrite-peer")
+            .await
+            .expect("6000 rows");
+    }
+    db.cleanup().await;
+}
+
+/// `--copy-threshold` reaches batchpool's pool: `off` sends multi-row
+/// INSERTs only, a threshold of 2 sends every group of a plain shape as COPY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_threshold_reaches_batchpool() {
+    let url = common::pg_url();
+    let mut db = PgTarget::create(&url).await.expect("scratch database");
+    db.prepare().await.expect("create usertable");
+    let data = std::sync::Arc::new(Dataset::generate(100, 100, 5).expect("rows"));
+    let cfg = ycsb::LoadConfig {
+        batch_size: 25,
+        tasks: 1,
+        pool_size: 1,
+        max_in_flight: None,
+    };
+    for (threshold, bulk) in [(None, 0), (Some(2), 4)] {
+        db.set_copy_threshold(Some(threshold));
+        db.reset().await.expect("truncate");
+        let progress = ycsb::Progress::start(false, "batchrewrite", 100);
+        let loaded = db
+            .load(Mode::Batchrewrite, &data, cfg, &progress)
+            .await
+            .unwrap_or_else(|e| panic!("{threshold:?}: {}", ycsb::error_chain(&*e)));
+        let b = loaded.batching.expect("batchpool counters");
+        assert_eq!(
+            (b.statements, b.bulk_statements),
+            (4, bulk),
+            "{threshold:?}"
+        );
+        ycsb::verify_count(&db, 100, "batchrewrite")
+            .await
+            .expect("100 rows");
+    }
+    db.cleanup().await;
+}
+
+/// MariaDB: `rewrite-peer` next to `batchrewrite`, and a tiny tasks sweep
+/// repeated twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_rewrite_peer_and_tasks_sweep() {
+    let url = common::mysql_url();
+    let db = MysqlTarget::create(&url).await.expect("scratch database");
+    let setup = ServerSetup {
+        throwaway: false,
+        fast: common::fast_server(),
+        address: db.address(),
+    };
+    let opts = Options {
+        records: 300,
+        batch_size: 64,
+        tasks: 8,
+        pool_size: 3,
+        repeat: 2,
+        modes: vec![Mode::Batchrewrite, Mode::RewritePeer],
+        tasks_sweep: Some(vec![1, 4]),
+        sweep_min_records: 50,
+        sweep_rows_per_task: 20,
+        progress: false,
+        ..Options::default()
+    };
+    let report = ycsb::run(&db, &opts, setup).await.expect("bench run");
+    let modes: Vec<Mode> = report.results.iter().map(|r| r.mode).collect();
+    assert_eq!(modes, vec![Mode::Batchrewrite, Mode::RewritePeer]);
+    assert_eq!(report.results[1].ratio_to_rewrite_peer, Some(1.0));
+    assert!(report.results[0].ratio_to_rewrite_peer.is_some());
+    check_tasks_sweep(&report, &[(1, 50), (4, 80)], 2);
+    let text = report::render_text(&report);
+    assert!(
+        text.contains("mariadb") && text.contains("×rewrite-peer"),
+        "{text}"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let svg = dir.path().join("tasks.svg");
+    report::plot_tasks(&report, &svg).expect("plot tasks sweep");
+    check_tasks_svg(&svg);
+
+    // A 5-row group is one statement reporting 5 rows.
+    db.reset().await.expect("truncate");
+    let data = Dataset::generate(5, 100, 9).expect("rows");
+    let mut session = db.session().await.expect("session");
+    assert!(
+        session.max_rows(1100) >= 1000,
+        "16 MiB packets hold 1000 rows"
+    );
+    assert_eq!(session.insert_rows(&data.rows).await.expect("5 rows"), 5);
+    session.close().await;
+    ycsb::verify_count(&db, 5, "rewrite-peer")
+        .await
+        .expect("5 rows");
+    db.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,6 +476,66 @@ fn command_line_and_options() {
         Some(std::path::PathBuf::from("/tmp/x/ycsb-sweep.svg"))
     );
     assert!(Args::try_parse_from(["ycsb_load", "--modes", "bogus"]).is_err());
+    assert!(o.tasks_sweep.is_none() && a.tasks_plot_path().is_none());
+
+    // --tasks-sweep alone: the task counts; the chart beside --plot.
+    let a = Args::try_parse_from([
+        "ycsb_load",
+        "--tasks-sweep",
+        "--sweeps-only",
+        "--plot",
+        "/tmp/x/ycsb.svg",
+        "--records",
+        "50000",
+    ])
+    .expect("parse");
+    let o = a.options();
+    assert_eq!(o.tasks_sweep, Some(vec![1, 8, 64, 256, 1024]));
+    assert!(o.modes.is_empty() && a.modes_for(&Mode::ALL).is_empty());
+    o.validate().expect("a sweep alone runs");
+    assert_eq!(
+        a.tasks_plot_path(),
+        Some(std::path::PathBuf::from("/tmp/x/ycsb-tasks.svg"))
+    );
+    // Rows per point: max(20,000, 100 × tasks), at most --records.
+    let rows: Vec<usize> = [1, 8, 64, 256, 1024]
+        .iter()
+        .map(|&t| o.sweep_records(t))
+        .collect();
+    assert_eq!(rows, vec![20_000, 20_000, 20_000, 25_600, 50_000]);
+    let a = Args::try_parse_from([
+        "ycsb_load",
+        "--tasks-sweep",
+        "2,16",
+        "--modes",
+        "rewrite-peer",
+    ])
+    .expect("parse");
+    assert_eq!(a.options().tasks_sweep, Some(vec![2, 16]));
+    assert_eq!(a.options().modes, vec![Mode::RewritePeer]);
+    let bad = Options {
+        tasks_sweep: Some(vec![0]),
+        ..Options::default()
+    };
+    assert!(bad.validate().is_err());
+    let nothing = Options {
+        modes: Vec::new(),
+        ..Options::default()
+    };
+    assert!(nothing.validate().is_err());
+
+    let a = Args::try_parse_from(["ycsb_load", "--copy-threshold", "off"]).expect("parse");
+    assert_eq!(a.options().copy_threshold, Some(None));
+    let a = Args::try_parse_from(["ycsb_load", "--copy-threshold", "500"]).expect("parse");
+    assert_eq!(a.options().copy_threshold, Some(Some(500)));
+    assert_eq!(
+        Args::try_parse_from(["ycsb_load"])
+            .unwrap()
+            .options()
+            .copy_threshold,
+        None
+    );
+    assert!(Args::try_parse_from(["ycsb_load", "--copy-threshold", "never"]).is_err());
 
     let bad = Options {
         tasks: 0,

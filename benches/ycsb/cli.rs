@@ -85,6 +85,12 @@ pub struct Args {
     /// onto the server's Unix socket. Implied by --tls.
     #[arg(long)]
     pub mysql_tcp: bool,
+    /// PostgreSQL: batchpool's `PoolBuilder::copy_threshold` for
+    /// `batchrewrite` and `coalesce`: the fewest rows of a plain statement
+    /// sent as binary COPY, or `off` (multi-row INSERTs only, what
+    /// `rewrite-peer` sends). Default: the library's.
+    #[arg(long, value_name = "ROWS|off", value_parser = parse_threshold)]
+    pub copy_threshold: Option<Threshold>,
     /// Write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -101,6 +107,34 @@ pub struct Args {
     /// `-sweep` before `.svg`).
     #[arg(long, value_name = "FILE.svg")]
     pub sweep_plot: Option<PathBuf>,
+    /// Run `coalesce` and `coalesce-peer` at each of these task counts
+    /// (same pool size; `--tasks-sweep` alone: 1,8,64,256,1024), after the
+    /// modes: a table, the JSON's `tasks_sweep`, and an SVG of rows/s and
+    /// p99 against callers (--tasks-plot). With --repeat, the median of
+    /// each figure per point.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        num_args = 0..=1,
+        default_missing_value = "1,8,64,256,1024",
+        value_name = "TASKS,..."
+    )]
+    pub tasks_sweep: Option<Vec<usize>>,
+    /// Rows of a tasks-sweep point: max(--sweep-min-records,
+    /// --sweep-rows-per-task × tasks), at most --records. For --records at
+    /// every point, give --sweep-min-records as large as --records.
+    #[arg(long, default_value_t = 20_000)]
+    pub sweep_min_records: usize,
+    /// Rows per task of a tasks-sweep point (see --sweep-min-records).
+    #[arg(long, default_value_t = 100)]
+    pub sweep_rows_per_task: usize,
+    /// SVG of the tasks sweep, two panels: rows/s and p99 against tasks
+    /// (default: the --plot file name with `-tasks` before `.svg`).
+    #[arg(long, value_name = "FILE.svg")]
+    pub tasks_plot: Option<PathBuf>,
+    /// Run only --sweep / --tasks-sweep, not the modes.
+    #[arg(long)]
+    pub sweeps_only: bool,
     /// Seed of the random field bytes.
     #[arg(long, default_value_t = 0x5eed_1cb5)]
     pub seed: u64,
@@ -110,6 +144,19 @@ pub struct Args {
     /// Passed by `cargo bench` to every harness = false bench; ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
+}
+
+/// `--copy-threshold`: a row count, or `off` (`None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Threshold(pub Option<usize>);
+
+fn parse_threshold(s: &str) -> Result<Threshold, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(Threshold(None));
+    }
+    s.parse()
+        .map(|n| Threshold(Some(n)))
+        .map_err(|_| format!("{s:?} is neither a row count nor `off`"))
 }
 
 /// A database the bench can load.
@@ -132,9 +179,12 @@ impl std::fmt::Display for Db {
 
 impl Args {
     /// The modes to run on a database offering `supported`: all of them
-    /// for the default `--modes`, else the given ones it has.
+    /// for the default `--modes`, else the given ones it has; none with
+    /// `--sweeps-only`.
     pub fn modes_for(&self, supported: &[Mode]) -> Vec<Mode> {
-        if self.modes == Mode::ALL {
+        if self.sweeps_only {
+            Vec::new()
+        } else if self.modes == Mode::ALL {
             supported.to_vec()
         } else {
             self.modes
@@ -154,8 +204,16 @@ impl Args {
             pool_size: self.pool_size,
             max_in_flight: self.max_in_flight,
             repeat: self.repeat,
-            modes: self.modes.clone(),
+            modes: if self.sweeps_only {
+                Vec::new()
+            } else {
+                self.modes.clone()
+            },
             sweep: self.sweep.then(|| self.sweep_sizes.clone()),
+            tasks_sweep: self.tasks_sweep.clone(),
+            copy_threshold: self.copy_threshold.map(|t| t.0),
+            sweep_min_records: self.sweep_min_records,
+            sweep_rows_per_task: self.sweep_rows_per_task,
             field_len: super::workload::FIELD_LEN,
             seed: self.seed,
             progress: !self.no_progress,
@@ -167,13 +225,27 @@ impl Args {
         if !self.sweep {
             return None;
         }
-        self.sweep_plot.clone().or_else(|| {
-            self.plot.as_ref().map(|p| {
-                let stem = p
-                    .file_stem()
-                    .map_or_else(|| "ycsb".to_string(), |s| s.to_string_lossy().into_owned());
-                p.with_file_name(format!("{stem}-sweep.svg"))
-            })
+        self.sweep_plot
+            .clone()
+            .or_else(|| self.plot_beside("sweep"))
+    }
+
+    /// Where the tasks-sweep chart goes: `--tasks-plot`, else derived from
+    /// `--plot`.
+    pub fn tasks_plot_path(&self) -> Option<PathBuf> {
+        self.tasks_sweep.as_ref()?;
+        self.tasks_plot
+            .clone()
+            .or_else(|| self.plot_beside("tasks"))
+    }
+
+    /// `--plot`'s `dir/name.svg` as `dir/name-<what>.svg`.
+    fn plot_beside(&self, what: &str) -> Option<PathBuf> {
+        self.plot.as_ref().map(|p| {
+            let stem = p
+                .file_stem()
+                .map_or_else(|| "ycsb".to_string(), |s| s.to_string_lossy().into_owned());
+            p.with_file_name(format!("{stem}-{what}.svg"))
         })
     }
 }

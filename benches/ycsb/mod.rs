@@ -32,7 +32,7 @@ use batchpool::postgres::Statements;
 use serde::Serialize;
 
 pub use self::report::Report;
-use self::report::{Batching, Latency, ModeResult, ModeRun, SweepPoint};
+use self::report::{Batching, Latency, ModeResult, ModeRun, SweepPoint, TasksPoint};
 use self::workload::Dataset;
 
 /// Any error of the bench: it fails the run loudly with this message.
@@ -63,7 +63,7 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// A write path that loads the YCSB rows.
 ///
-/// Each database runs six: the bulk mode is its own (`Copy` on PostgreSQL,
+/// Each database runs seven: the bulk mode is its own (`Copy` on PostgreSQL,
 /// `LoadData` on MariaDB), and so is how it runs `Batch`; a database lists
 /// its modes in [`Database::MODES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
@@ -79,6 +79,12 @@ pub enum Mode {
     /// batchpool `execute_many` in groups of `--batch-size` (JDBC
     /// `executeBatch` with rewrite to multi-row INSERTs).
     Batchrewrite,
+    /// The statements of `batchrewrite` built by hand on the plain driver:
+    /// each group of `--batch-size` rows one multi-row `INSERT ... VALUES
+    /// (...), (...)`, its text built once per row count and prepared once
+    /// (cached), every value bound, sequential on one plain connection.
+    /// `batchrewrite ÷ rewrite-peer` is what batchpool's machinery costs.
+    RewritePeer,
     /// `--tasks` tasks, each awaiting one single-row batchpool `execute` at
     /// a time, pool of `--pool-size` (the web-service case).
     Coalesce,
@@ -94,10 +100,11 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode, in the order the table shows them.
-    pub const ALL: [Mode; 6] = [
+    pub const ALL: [Mode; 7] = [
         Mode::Nobatch,
         Mode::Batch,
         Mode::Batchrewrite,
+        Mode::RewritePeer,
         Mode::Coalesce,
         Mode::CoalescePeer,
         Mode::Copy,
@@ -109,6 +116,7 @@ impl Mode {
             Mode::Nobatch => "nobatch",
             Mode::Batch => "batch",
             Mode::Batchrewrite => "batchrewrite",
+            Mode::RewritePeer => "rewrite-peer",
             Mode::Coalesce => "coalesce",
             Mode::CoalescePeer => "coalesce-peer",
             Mode::Copy => "copy",
@@ -147,6 +155,18 @@ pub struct Options {
     pub modes: Vec<Mode>,
     /// `batchrewrite` batch sizes for the sweep (`None`: no sweep).
     pub sweep: Option<Vec<usize>>,
+    /// Task counts of the `coalesce` vs `coalesce-peer` sweep (`None`: no
+    /// tasks sweep).
+    pub tasks_sweep: Option<Vec<usize>>,
+    /// Fewest rows a tasks-sweep point loads (see
+    /// [`sweep_records`](Options::sweep_records)).
+    pub sweep_min_records: usize,
+    /// Rows per task a tasks-sweep point loads above the minimum.
+    pub sweep_rows_per_task: usize,
+    /// PostgreSQL: `PoolBuilder::copy_threshold` of batchpool's pools
+    /// (`None`: the library default; `Some(None)`: COPY off), applied by
+    /// [`Database::set_copy_threshold`].
+    pub copy_threshold: Option<Option<usize>>,
     /// Bytes per field (YCSB's `fieldlength`, 100).
     pub field_len: usize,
     /// Seed of the field generator, so runs load the same bytes.
@@ -167,6 +187,10 @@ impl Default for Options {
             repeat: 1,
             modes: Mode::ALL.to_vec(),
             sweep: None,
+            tasks_sweep: None,
+            sweep_min_records: 20_000,
+            sweep_rows_per_task: 100,
+            copy_threshold: None,
             field_len: workload::FIELD_LEN,
             seed: 0x5eed_1cb5,
             progress: true,
@@ -188,15 +212,37 @@ impl Options {
                 return Err(fail(format!("{name} must be at least 1")));
             }
         }
-        if self.modes.is_empty() && self.sweep.is_none() {
-            return Err(fail("nothing to run: --modes is empty and no --sweep"));
+        if self.modes.is_empty() && self.sweep.is_none() && self.tasks_sweep.is_none() {
+            return Err(fail(
+                "nothing to run: no --modes (or --sweeps-only), no --sweep, no --tasks-sweep",
+            ));
         }
         if let Some(sizes) = &self.sweep {
             if sizes.is_empty() || sizes.contains(&0) {
                 return Err(fail("--sweep-sizes must be a list of sizes of at least 1"));
             }
         }
+        if let Some(tasks) = &self.tasks_sweep {
+            if tasks.is_empty() || tasks.contains(&0) {
+                return Err(fail(
+                    "--tasks-sweep must be a list of task counts of at least 1",
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// Rows the tasks-sweep point of `tasks` tasks loads:
+    /// `max(--sweep-min-records, --sweep-rows-per-task × tasks)`, at most
+    /// `--records` (the first rows of the run's data). Few tasks write
+    /// slowly, so they get the minimum (a point of 1 task does not take
+    /// minutes); many tasks get enough rows each that start and tail stay a
+    /// small part of the run.
+    pub fn sweep_records(&self, tasks: usize) -> usize {
+        self.sweep_rows_per_task
+            .saturating_mul(tasks)
+            .max(self.sweep_min_records)
+            .min(self.records)
     }
 
     /// The modes of repeat `r` (0-based): the given order, reversed on every
@@ -254,12 +300,13 @@ pub trait Database: Sized {
     /// Its bulk-load mode (its physical limit), which the `× copy` column
     /// divides by.
     const BULK: Mode;
-    /// Modes it runs, in the order its table shows them: the five every
+    /// Modes it runs, in the order its table shows them: the six every
     /// database has, then its bulk mode.
-    const MODES: [Mode; 6] = [
+    const MODES: [Mode; 7] = [
         Mode::Nobatch,
         Mode::Batch,
         Mode::Batchrewrite,
+        Mode::RewritePeer,
         Mode::Coalesce,
         Mode::CoalescePeer,
         Self::BULK,
@@ -291,12 +338,16 @@ pub trait Database: Sized {
     fn set_statements(&mut self, _flag: Option<Statements>) -> Result<()> {
         Ok(())
     }
+    /// Applies `--copy-threshold` to batchpool's pools (`None`: not given,
+    /// the library default; `Some(None)`: COPY off). Only PostgreSQL has a
+    /// COPY path; the others ignore it.
+    fn set_copy_threshold(&mut self, _rows: Option<Option<usize>>) {}
     /// The statement mode of the run, for the report; `None` where the
     /// database has no such mode.
     fn statements(&self) -> Option<StatementMode> {
         None
     }
-    /// One plain connection (`nobatch`, `batch`), opened.
+    /// One plain connection (`nobatch`, `batch`, `rewrite-peer`), opened.
     async fn session(&self) -> Result<impl modes::Session>;
     /// A batchpool pool of `size` connections, not opened yet
     /// (`batchrewrite`, `coalesce`).
@@ -351,6 +402,9 @@ pub trait Database: Sized {
                 let pool = self.batch_pool(1, BatchConfig::default().max_rows(cfg.batch_size))?;
                 pool.open(1).await?;
                 modes::batchrewrite(pool, data, cfg.batch_size, progress).await
+            }
+            Mode::RewritePeer => {
+                modes::rewrite_peer(self.session().await?, data, cfg.batch_size, progress).await
             }
             Mode::Coalesce => {
                 let pool = self.batch_pool(size, cfg.coalesce_batching())?;
@@ -647,6 +701,34 @@ pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Res
         report::fill_sweep_ratios(&mut sweep);
     }
 
+    let mut tasks_sweep = Vec::new();
+    for &tasks in opts.tasks_sweep.iter().flatten() {
+        // Both modes of a point load the same rows, next to each other
+        // (alternating which goes first per repeat).
+        let records = opts.sweep_records(tasks);
+        let point = if records == data.len() {
+            data.clone()
+        } else {
+            Arc::new(data.prefix(records))
+        };
+        let cfg = LoadConfig { tasks, ..cfg };
+        let modes = [Mode::Coalesce, Mode::CoalescePeer];
+        let runs = repeated(&modes, opts.repeat, async |mode, r| {
+            let label = if opts.repeat > 1 {
+                format!("{mode}@{tasks} tasks ({}/{})", r + 1, opts.repeat)
+            } else {
+                format!("{mode}@{tasks} tasks")
+            };
+            run_one(db, mode, &point, cfg, opts, label).await
+        })
+        .await?;
+        let mut runs = runs.into_iter().map(|(_, runs)| runs);
+        let (Some(coalesce), Some(peer)) = (runs.next(), runs.next()) else {
+            return Err(fail("tasks sweep: a mode did not run"));
+        };
+        tasks_sweep.push(TasksPoint::from_runs(tasks, records, coalesce, peer));
+    }
+
     Ok(Report {
         machine: report::Machine::detect(),
         server,
@@ -660,5 +742,6 @@ pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Res
         },
         results,
         sweep,
+        tasks_sweep,
     })
 }

@@ -16,7 +16,8 @@ use super::report::Batching;
 use super::workload::{Dataset, Record};
 use super::{BoxError, Loaded, Progress, Result, fail};
 
-/// One plain connection with the single-row INSERT (`nobatch`, `batch`).
+/// One plain connection with the single-row INSERT (`nobatch`, `batch`) and
+/// the hand-built multi-row one (`rewrite-peer`).
 pub trait Session {
     /// The prepared INSERT.
     type Stmt;
@@ -27,6 +28,14 @@ pub trait Session {
     /// The `batch` mode's group: every row its own autocommit statement,
     /// sent together as the driver allows (checks what the driver reports).
     async fn insert_group(&mut self, stmt: &Self::Stmt, group: &[Record]) -> Result<()>;
+    /// Most rows one multi-row statement of `rewrite-peer` may carry, rows
+    /// of at most `row_bytes` bytes of data each (the server's parameter
+    /// and packet limits).
+    fn max_rows(&self, row_bytes: usize) -> usize;
+    /// `rewrite-peer`: `rows` as one multi-row `INSERT ... VALUES (...),
+    /// (...)`, its text built by hand once per row count and prepared once
+    /// on this connection (cached), every value bound; the rows it affected.
+    async fn insert_rows(&mut self, rows: &[Record]) -> Result<u64>;
     /// Closes the connection after the clock stopped.
     async fn close(self);
 }
@@ -147,6 +156,36 @@ pub(super) async fn batchrewrite(
         latency: None,
         batching,
     })
+}
+
+/// `rewrite-peer`: the statements of `batchrewrite` on the plain driver,
+/// groups of `size` rows, each one multi-row INSERT (a group beyond the
+/// server's limits split evenly into as few statements as fit), one after
+/// the other on one connection; each statement's count checked.
+pub(super) async fn rewrite_peer(
+    mut conn: impl Session,
+    data: &Dataset,
+    size: usize,
+    progress: &Progress,
+) -> Result<Loaded> {
+    let most = conn.max_rows(data.max_row_bytes()).max(1);
+    let started = Instant::now();
+    for group in data.rows.chunks(size) {
+        let parts = group.len().div_ceil(most);
+        for part in group.chunks(group.len().div_ceil(parts)) {
+            let n = conn.insert_rows(part).await?;
+            if n != part.len() as u64 {
+                return Err(fail(format!(
+                    "a {}-row INSERT reported {n} rows",
+                    part.len()
+                )));
+            }
+        }
+        progress.add(group.len() as u64);
+    }
+    let elapsed = started.elapsed();
+    conn.close().await;
+    Ok(Loaded::plain(elapsed))
 }
 
 /// `coalesce` / `coalesce-peer`: `tasks` tasks, each sending one row at a

@@ -1,14 +1,16 @@
-//! MariaDB / MySQL: the scratch database, `usertable`, and the six write
+//! MariaDB / MySQL: the scratch database, `usertable`, and the seven write
 //! paths.
 //!
 //! The peers use plain mysql_async: `nobatch` (one autocommit INSERT per
 //! row, one connection), `batch` (`exec_batch` in groups of `--batch-size`:
 //! MariaDB's COM_STMT_BULK_EXECUTE when the server offers it, else one
-//! execute per row), `coalesce-peer` (mysql_async's own pool, statements
+//! execute per row), `rewrite-peer` (each group one hand-built multi-row
+//! INSERT, prepared once per row count), `coalesce-peer` (mysql_async's own pool, statements
 //! cached, no reset on return) and `load-data` (`LOAD DATA LOCAL INFILE`
 //! streamed from memory: the bulk limit). `batchrewrite` and `coalesce` use
 //! batchpool. Every pool opens its connections before the clock starts.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
@@ -33,6 +35,15 @@ pub fn params(r: &Record) -> Vec<Value> {
 
 /// `INSERT INTO usertable (YCSB_KEY, FIELD0, ...) VALUES (?, ..., ?)`.
 pub static INSERT: LazyLock<String> = LazyLock::new(|| workload::insert_sql(|_| "?".into()));
+
+/// Most placeholders in one prepared statement (the protocol's 2-byte count).
+pub const MAX_PARAMS: usize = 65535;
+
+/// `INSERT INTO usertable (...) VALUES (?, ..., ?), (?, ...), ...` for
+/// `rows` rows (`rewrite-peer`).
+pub fn insert_rows_sql(rows: usize) -> String {
+    workload::insert_rows_sql(rows, |_| "?".into())
+}
 
 /// `LOAD DATA LOCAL INFILE` of tab-separated lines into `usertable`.
 pub fn load_data_sql() -> String {
@@ -194,7 +205,13 @@ impl Database for MysqlTarget {
 
     /// One bare mysql_async connection.
     async fn session(&self) -> Result<impl Session> {
-        Ok(Conn::new(self.opts.clone()).await?)
+        let mut conn = Conn::new(self.opts.clone()).await?;
+        let packet: Option<u64> = conn.query_first("SELECT @@max_allowed_packet").await?;
+        Ok(MySession {
+            conn,
+            max_packet: packet.map_or(1 << 20, |p| usize::try_from(p).unwrap_or(usize::MAX)),
+            multi: HashMap::new(),
+        })
     }
 
     fn batch_pool(&self, size: usize, batching: BatchConfig) -> Result<impl Batchpool> {
@@ -249,25 +266,57 @@ impl Database for MysqlTarget {
     }
 }
 
-/// `nobatch` and `batch` (`exec_batch`) run on one bare connection.
-impl Session for Conn {
+/// `nobatch`, `batch` (`exec_batch`) and `rewrite-peer` run on one bare
+/// connection.
+pub struct MySession {
+    conn: Conn,
+    /// The server's `@@max_allowed_packet`.
+    max_packet: usize,
+    /// `rewrite-peer`: the multi-row statement of each row count, prepared
+    /// once.
+    multi: HashMap<usize, Statement>,
+}
+
+impl Session for MySession {
     type Stmt = Statement;
 
     async fn prepare(&mut self) -> Result<Statement> {
-        Ok(self.prep(&*INSERT).await?)
+        Ok(self.conn.prep(&*INSERT).await?)
     }
 
     async fn insert(&mut self, stmt: &Statement, r: &Record) -> Result<u64> {
-        self.exec_drop(stmt, params(r)).await?;
-        Ok(self.affected_rows())
+        self.conn.exec_drop(stmt, params(r)).await?;
+        Ok(self.conn.affected_rows())
     }
 
     async fn insert_group(&mut self, stmt: &Statement, group: &[Record]) -> Result<()> {
-        Ok(self.exec_batch(stmt, group.iter().map(params)).await?)
+        Ok(self.conn.exec_batch(stmt, group.iter().map(params)).await?)
+    }
+
+    /// Within the placeholder limit, and the COM_STMT_EXECUTE packet within
+    /// `max_allowed_packet`: per value a length prefix (up to 3 bytes) and
+    /// 2 type bytes, per row its NULL-bitmap share, 4 KiB of headroom.
+    fn max_rows(&self, row_bytes: usize) -> usize {
+        let per_row = row_bytes + (1 + FIELD_COUNT) * 5 + 2;
+        let by_packet = self.max_packet.saturating_sub(4096) / per_row;
+        (MAX_PARAMS / (1 + FIELD_COUNT)).min(by_packet)
+    }
+
+    async fn insert_rows(&mut self, rows: &[Record]) -> Result<u64> {
+        let n = rows.len();
+        let stmt = match self.multi.entry(n) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(self.conn.prep(insert_rows_sql(n)).await?)
+            }
+        };
+        let values: Vec<Value> = rows.iter().flat_map(params).collect();
+        self.conn.exec_drop(&*stmt, values).await?;
+        Ok(self.conn.affected_rows())
     }
 
     async fn close(self) {
-        let _ = self.disconnect().await;
+        let _ = self.conn.disconnect().await;
     }
 }
 

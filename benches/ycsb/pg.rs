@@ -1,7 +1,7 @@
 //! PostgreSQL: the scratch database, `usertable`, and what the six write
 //! paths need from tokio-postgres.
 //!
-//! The peers (`nobatch`, `batch`, `coalesce-peer`, `copy`) use plain
+//! The peers (`nobatch`, `batch`, `rewrite-peer`, `coalesce-peer`, `copy`) use plain
 //! deadpool-postgres / tokio-postgres; `batchrewrite` and `coalesce` use
 //! batchpool. Every pool opens its connections before the clock starts.
 //!
@@ -13,6 +13,7 @@
 //! column types (`execute_typed`). The admin queries use the simple
 //! protocol, which works either way.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -56,6 +57,15 @@ pub fn typed(r: &Record) -> [(&(dyn ToSql + Sync), Type); 1 + FIELD_COUNT] {
 
 /// `INSERT INTO usertable (YCSB_KEY, FIELD0, ...) VALUES ($1, ..., $11)`.
 pub static INSERT: LazyLock<String> = LazyLock::new(|| workload::insert_sql(|i| format!("${i}")));
+
+/// Most bind parameters in one statement (the protocol's Int16 count).
+pub const MAX_PARAMS: usize = 65535;
+
+/// `INSERT INTO usertable (...) VALUES ($1, ..., $11), ($12, ...), ...`
+/// for `rows` rows (`rewrite-peer`).
+pub fn insert_rows_sql(rows: usize) -> String {
+    workload::insert_rows_sql(rows, |i| format!("${i}"))
+}
 
 /// `COPY usertable (...) FROM STDIN (FORMAT binary)`.
 pub fn copy_sql() -> String {
@@ -102,6 +112,8 @@ pub struct PgTarget {
     /// The peers' TLS connector: the one batchpool builds for the same
     /// settings (unused under `sslmode=disable`).
     connector: MakeRustlsConnect,
+    /// `--copy-threshold` for batchpool's pools (`None`: library default).
+    copy_threshold: Option<Option<usize>>,
 }
 
 impl PgTarget {
@@ -187,7 +199,12 @@ impl Database for PgTarget {
             pooler,
             tls,
             connector,
+            copy_threshold: None,
         })
+    }
+
+    fn set_copy_threshold(&mut self, rows: Option<Option<usize>>) {
+        self.copy_threshold = rows;
     }
 
     fn set_statements(&mut self, flag: Option<Statements>) -> Result<()> {
@@ -284,6 +301,7 @@ impl Database for PgTarget {
         Ok(PgSession {
             client: self.plain_pool(1)?.get().await?,
             unnamed: self.peers_unnamed(),
+            multi: HashMap::new(),
         })
     }
 
@@ -293,6 +311,9 @@ impl Database for PgTarget {
             .ssl_mode(self.tls.mode());
         if let Some(root) = self.tls.root_cert() {
             builder = builder.ssl_root_cert(root);
+        }
+        if let Some(rows) = self.copy_threshold {
+            builder = builder.copy_threshold(rows);
         }
         Ok(builder.max_size(size).batching(batching).build()?)
     }
@@ -342,11 +363,15 @@ impl Database for PgTarget {
     }
 }
 
-/// `nobatch` and `batch` run on one deadpool-postgres connection.
+/// `nobatch`, `batch` and `rewrite-peer` run on one deadpool-postgres
+/// connection.
 pub struct PgSession {
     client: deadpool_postgres::Object,
     /// Unnamed statements (`execute_typed`) instead of a cached prepared one.
     unnamed: bool,
+    /// `rewrite-peer`: the multi-row statement of each row count, its text
+    /// built once, prepared once (named mode; `None` in unnamed mode).
+    multi: HashMap<usize, (String, Option<Statement>)>,
 }
 
 impl PgSession {
@@ -389,6 +414,38 @@ impl Session for PgSession {
             expect_one(n, &r.key)?;
         }
         Ok(())
+    }
+
+    fn max_rows(&self, _row_bytes: usize) -> usize {
+        MAX_PARAMS / (1 + FIELD_COUNT)
+    }
+
+    async fn insert_rows(&mut self, rows: &[Record]) -> Result<u64> {
+        let n = rows.len();
+        let (sql, stmt) = match self.multi.entry(n) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let sql = insert_rows_sql(n);
+                let stmt = if self.unnamed {
+                    None
+                } else {
+                    Some(self.client.prepare(&sql).await?)
+                };
+                e.insert((sql, stmt))
+            }
+        };
+        Ok(match stmt {
+            Some(stmt) => {
+                let params: Vec<&(dyn ToSql + Sync)> = rows.iter().flat_map(params).collect();
+                self.client.execute(stmt, &params).await?
+            }
+            // As the other peers in unnamed mode: one unnamed
+            // Parse/Bind/Execute with the columns' types.
+            None => {
+                let typed: Vec<(&(dyn ToSql + Sync), Type)> = rows.iter().flat_map(typed).collect();
+                self.client.execute_typed(sql, &typed).await?
+            }
+        })
     }
 
     async fn close(self) {}

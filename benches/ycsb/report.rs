@@ -1,5 +1,6 @@
 //! What a run measured, and its three renderings: the seed-style text table
-//! (stdout), JSON (`--json`) and SVG bar charts (`--plot`, `--sweep-plot`).
+//! (stdout), JSON (`--json`) and SVG charts (`--plot`, `--sweep-plot`: bars;
+//! `--tasks-plot`: rows/s and p99 against tasks).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -27,6 +28,9 @@ pub struct Report {
     pub results: Vec<ModeResult>,
     /// `batchrewrite` by batch size (`--sweep`), else empty.
     pub sweep: Vec<SweepPoint>,
+    /// `coalesce` vs `coalesce-peer` by task count (`--tasks-sweep`), else
+    /// empty.
+    pub tasks_sweep: Vec<TasksPoint>,
 }
 
 /// One load of one mode.
@@ -141,6 +145,10 @@ pub struct ModeResult {
     pub ratio_to_nobatch: Option<f64>,
     /// `rows_per_sec / copy's` (the bulk mode; when it ran).
     pub ratio_to_copy: Option<f64>,
+    /// `batchrewrite` and `rewrite-peer`: `rows_per_sec / rewrite-peer's`
+    /// (when it ran): batchpool's explicit batch against the same
+    /// statements built by hand on the plain driver.
+    pub ratio_to_rewrite_peer: Option<f64>,
     /// Wall time of the median run, seconds.
     pub elapsed_secs: f64,
     /// Latency of the median run.
@@ -161,6 +169,7 @@ impl ModeResult {
             rows_per_sec: m.rows_per_sec,
             ratio_to_nobatch: None,
             ratio_to_copy: None,
+            ratio_to_rewrite_peer: None,
             elapsed_secs: m.elapsed_secs,
             latency: m.latency,
             batching: m.batching,
@@ -169,13 +178,18 @@ impl ModeResult {
     }
 }
 
-/// Sets each result's ratios to the `base` and `bulk` modes' rows/s.
+/// Sets each result's ratios to the `base` and `bulk` modes' rows/s, and
+/// those of `batchrewrite` and `rewrite-peer` to `rewrite-peer`'s.
 pub fn fill_ratios(results: &mut [ModeResult], base: Mode, bulk: Mode) {
     let of = |m: Mode, rs: &[ModeResult]| rs.iter().find(|r| r.mode == m).map(|r| r.rows_per_sec);
     let (b, k) = (of(base, results), of(bulk, results));
+    let peer = of(Mode::RewritePeer, results);
     for r in results.iter_mut() {
         r.ratio_to_nobatch = b.map(|b| r.rows_per_sec / b);
         r.ratio_to_copy = k.map(|k| r.rows_per_sec / k);
+        if matches!(r.mode, Mode::Batchrewrite | Mode::RewritePeer) {
+            r.ratio_to_rewrite_peer = peer.map(|p| r.rows_per_sec / p);
+        }
     }
 }
 
@@ -213,6 +227,96 @@ pub fn fill_sweep_ratios(points: &mut [SweepPoint]) {
     if let Some(first) = points.first().map(|p| p.rows_per_sec) {
         for p in points.iter_mut() {
             p.ratio_to_first = p.rows_per_sec / first;
+        }
+    }
+}
+
+/// `coalesce` and `coalesce-peer` at one task count (`--tasks-sweep`).
+#[derive(Clone, Debug, Serialize)]
+pub struct TasksPoint {
+    /// Concurrent tasks, each awaiting one single-row INSERT at a time.
+    pub tasks: usize,
+    /// Rows each mode loaded at this point.
+    pub records: usize,
+    /// batchpool `execute`.
+    pub coalesce: TasksSide,
+    /// Plain pool, one statement per row.
+    pub peer: TasksSide,
+    /// `coalesce.rows_per_sec / peer.rows_per_sec`.
+    pub ratio: f64,
+    /// `coalesce.p50_us / peer.p50_us`.
+    pub p50_ratio: f64,
+    /// `coalesce.p99_us / peer.p99_us`.
+    pub p99_ratio: f64,
+}
+
+/// One mode at one task count, over the repeats: each figure the (lower)
+/// median of the runs' own, so rows/s and p99 may come from different runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct TasksSide {
+    /// Median rows/s.
+    pub rows_per_sec: f64,
+    /// Median of the runs' p50, microseconds.
+    pub p50_us: u64,
+    /// Median of the runs' p99, microseconds.
+    pub p99_us: u64,
+    /// Median of the runs' slowest row, microseconds.
+    pub max_us: u64,
+    /// Batching counters of the median run by rows/s (batchpool only).
+    pub batching: Option<Batching>,
+    /// Every run, in the order they ran.
+    pub runs: Vec<ModeRun>,
+}
+
+/// The lower median of `values` (0 when empty).
+fn median_u64(mut values: Vec<u64>) -> u64 {
+    values.sort_unstable();
+    values
+        .get(values.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0)
+}
+
+impl TasksSide {
+    /// Summarises the runs of one mode at one point (at least one).
+    pub fn from_runs(runs: Vec<ModeRun>) -> TasksSide {
+        let m = runs[median_index(&runs)].clone();
+        let of = |f: fn(&Latency) -> u64| {
+            median_u64(
+                runs.iter()
+                    .filter_map(|r| r.latency.as_ref().map(f))
+                    .collect(),
+            )
+        };
+        TasksSide {
+            rows_per_sec: m.rows_per_sec,
+            p50_us: of(|l| l.p50_us),
+            p99_us: of(|l| l.p99_us),
+            max_us: of(|l| l.max_us),
+            batching: m.batching,
+            runs,
+        }
+    }
+}
+
+impl TasksPoint {
+    /// Summarises one point from the runs of both modes.
+    pub fn from_runs(
+        tasks: usize,
+        records: usize,
+        coalesce: Vec<ModeRun>,
+        peer: Vec<ModeRun>,
+    ) -> TasksPoint {
+        let (coalesce, peer) = (TasksSide::from_runs(coalesce), TasksSide::from_runs(peer));
+        let div = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        TasksPoint {
+            tasks,
+            records,
+            ratio: div(coalesce.rows_per_sec, peer.rows_per_sec),
+            p50_ratio: div(coalesce.p50_us as f64, peer.p50_us as f64),
+            p99_ratio: div(coalesce.p99_us as f64, peer.p99_us as f64),
+            coalesce,
+            peer,
         }
     }
 }
@@ -340,9 +444,16 @@ pub fn render_text(r: &Report) -> String {
         }
         let _ = writeln!(out, "{head}\n{line}\n");
 
+        // The ×rewrite-peer column only when rewrite-peer ran.
+        let rw = r.results.iter().any(|m| m.ratio_to_rewrite_peer.is_some());
+        let rw_head = if rw {
+            format!("{:>15}", "×rewrite-peer")
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "{:<14}{:>10}{:>10}{:>8}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
+            "{:<14}{:>10}{:>10}{:>8}{rw_head}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
             "mode",
             "rows/s",
             "×nobatch",
@@ -357,9 +468,14 @@ pub fn render_text(r: &Report) -> String {
         for m in &r.results {
             let l = m.latency.as_ref();
             let b = m.batching.as_ref();
+            let rw_cell = if rw {
+                format!("{:>15}", ratio(m.ratio_to_rewrite_peer))
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "{:<14}{:>10}{:>10}{:>8}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
+                "{:<14}{:>10}{:>10}{:>8}{rw_cell}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
                 m.mode.name(),
                 thousands(m.rows_per_sec),
                 ratio(m.ratio_to_nobatch),
@@ -371,6 +487,18 @@ pub fn render_text(r: &Report) -> String {
                 b.map_or_else(|| "-".into(), |b| format!("{:.1}", b.rows_per_batch)),
                 opt_u64(b.map(|b| b.statements)),
             );
+        }
+        let bulk_path = if mariadb { "bulk command" } else { "COPY" };
+        for m in &r.results {
+            if let Some(b) = m.batching.as_ref().filter(|b| b.bulk_statements > 0) {
+                let _ = writeln!(
+                    out,
+                    "  {}: {} of {} statements went out by the bulk path ({bulk_path})",
+                    m.mode.name(),
+                    thousands(b.bulk_statements as f64),
+                    thousands(b.statements as f64)
+                );
+            }
         }
         if o.repeat > 1 {
             let _ = writeln!(out, "\nall runs (rows/s, in run order):");
@@ -402,6 +530,73 @@ pub fn render_text(r: &Report) -> String {
                 opt_u64(b.map(|b| b.statements)),
                 b.map_or_else(|| "-".into(), |b| format!("{:.1}", b.rows_per_statement)),
             );
+        }
+    }
+
+    if !r.tasks_sweep.is_empty() {
+        let _ = writeln!(
+            out,
+            "\ntasks sweep: coalesce (batchpool execute) vs coalesce-peer (plain pool), pool size {}{}\n",
+            o.pool_size,
+            if o.repeat > 1 {
+                format!(", median of {} runs per point", o.repeat)
+            } else {
+                String::new()
+            }
+        );
+        let _ = writeln!(
+            out,
+            "{:>6}{:>9}{:>11}{:>11}{:>8}{:>10}{:>10}{:>10}{:>10}{:>8}{:>11}",
+            "tasks",
+            "records",
+            "coalesce",
+            "peer",
+            "×peer",
+            "p50 µs",
+            "peer p50",
+            "p99 µs",
+            "peer p99",
+            "p99 ×",
+            "rows/stmt"
+        );
+        for p in &r.tasks_sweep {
+            let (c, q) = (&p.coalesce, &p.peer);
+            let _ = writeln!(
+                out,
+                "{:>6}{:>9}{:>11}{:>11}{:>8}{:>10}{:>10}{:>10}{:>10}{:>8}{:>11}",
+                thousands(p.tasks as f64),
+                thousands(p.records as f64),
+                thousands(c.rows_per_sec),
+                thousands(q.rows_per_sec),
+                ratio(Some(p.ratio)),
+                thousands(c.p50_us as f64),
+                thousands(q.p50_us as f64),
+                thousands(c.p99_us as f64),
+                thousands(q.p99_us as f64),
+                ratio(Some(p.p99_ratio)),
+                c.batching
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |b| format!("{:.1}", b.rows_per_statement)),
+            );
+        }
+        if o.repeat > 1 {
+            let _ = writeln!(out, "\nall runs (rows/s coalesce / peer, in run order):");
+            for p in &r.tasks_sweep {
+                let all = |s: &TasksSide| {
+                    s.runs
+                        .iter()
+                        .map(|x| thousands(x.rows_per_sec))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                let _ = writeln!(
+                    out,
+                    "  {:>6} tasks: {} / {}",
+                    p.tasks,
+                    all(&p.coalesce),
+                    all(&p.peer)
+                );
+            }
         }
     }
 
@@ -456,22 +651,46 @@ pub fn render_text(r: &Report) -> String {
     let modes: Vec<&str> = o.modes.iter().map(|m| m.name()).collect();
     let _ = writeln!(
         out,
-        "settings: --records {} --batch-size {} --tasks {} --pool-size {} --repeat {} --modes {}{}{}",
+        "settings: --records {} --batch-size {} --tasks {} --pool-size {} --repeat {} {}{}{}{}",
         o.records,
         o.batch_size,
         o.tasks,
         o.pool_size,
         o.repeat,
-        modes.join(","),
+        if modes.is_empty() {
+            "--sweeps-only".to_string()
+        } else {
+            format!("--modes {}", modes.join(","))
+        },
         o.sweep.as_ref().map_or_else(String::new, |s| {
             let s: Vec<String> = s.iter().map(usize::to_string).collect();
             format!(" --sweep-sizes {}", s.join(","))
+        }),
+        o.tasks_sweep.as_ref().map_or_else(String::new, |t| {
+            let t: Vec<String> = t.iter().map(usize::to_string).collect();
+            format!(
+                " --tasks-sweep {} --sweep-min-records {} --sweep-rows-per-task {}",
+                t.join(","),
+                o.sweep_min_records,
+                o.sweep_rows_per_task
+            )
         }),
         r.server
             .statements
             .as_ref()
             .map_or_else(String::new, |s| format!(" --statements {}", s.mode)),
     );
+    if !mariadb {
+        let _ = writeln!(
+            out,
+            "          batchpool COPY path: {}",
+            match o.copy_threshold {
+                None => "the library default (PoolBuilder::copy_threshold)".to_string(),
+                Some(None) => "off (--copy-threshold off: multi-row INSERTs only)".to_string(),
+                Some(Some(n)) => format!("--copy-threshold {n} rows"),
+            }
+        );
+    }
     let _ = writeln!(
         out,
         "          keys \"user\"+fnvhash64(index) (YCSB hashed order); fields printable ASCII, seed {:#x}, generated untimed ({:.2} s)",
@@ -490,7 +709,7 @@ pub fn render_text(r: &Report) -> String {
     if mariadb {
         let _ = writeln!(
             out,
-            "          peers: mysql_async 0.37, prepared statements cached; batch = exec_batch (COM_STMT_BULK_EXECUTE on MariaDB); coalesce-peer = mysql_async::Pool, no reset on return; load = LOAD DATA LOCAL INFILE streamed from memory"
+            "          peers: mysql_async 0.37, prepared statements cached; batch = exec_batch (COM_STMT_BULK_EXECUTE on MariaDB); rewrite-peer = the multi-row INSERT built by hand, prepared once per row count; coalesce-peer = mysql_async::Pool, no reset on return; load = LOAD DATA LOCAL INFILE streamed from memory"
         );
     } else {
         let unnamed = r
@@ -500,11 +719,16 @@ pub fn render_text(r: &Report) -> String {
             .is_some_and(|s| s.sent == "unnamed");
         let _ = writeln!(
             out,
-            "          peers: deadpool-postgres 0.14 / tokio-postgres 0.7, {}; copy = binary COPY FROM STDIN in one stream{}",
+            "          peers: deadpool-postgres 0.14 / tokio-postgres 0.7, {}; rewrite-peer = the multi-row INSERT built by hand{}; copy = binary COPY FROM STDIN in one stream{}",
             if unnamed {
                 "unnamed statements (execute_typed, one Parse/Bind/Execute per row)"
             } else {
                 "prepared statements cached"
+            },
+            if unnamed {
+                ", unnamed (execute_typed)"
+            } else {
+                ", prepared once per row count"
             },
             if unnamed {
                 " (in BEGIN/COMMIT: tokio-postgres prepares it named)"
@@ -552,6 +776,121 @@ pub fn plot_sweep(r: &Report, path: &Path) -> Result<()> {
         r.server.database
     );
     plot_bars(path, &title, "batch size (rows per execute_many)", &bars)
+}
+
+/// One mode's figures of a tasks-sweep point.
+type SideOf = fn(&TasksPoint) -> &TasksSide;
+
+/// The tasks sweep as an SVG of two panels, both against tasks on a log
+/// scale, one line per mode: rows/s (left) and p99 latency in ms on a log
+/// scale (right).
+pub fn plot_tasks(r: &Report, path: &Path) -> Result<()> {
+    use plotters::prelude::*;
+    let points = &r.tasks_sweep;
+    if points.is_empty() {
+        return Err(fail("no tasks sweep to plot"));
+    }
+    let tasks = |p: &TasksPoint| p.tasks as f64;
+    let x_lo = points.iter().map(tasks).fold(f64::MAX, f64::min) / 1.5;
+    let x_hi = points.iter().map(tasks).fold(0.0, f64::max) * 1.5;
+    let modes: [(&str, RGBColor, SideOf); 2] = [
+        ("coalesce", RGBColor(31, 119, 180), |p| &p.coalesce),
+        ("coalesce-peer", RGBColor(214, 39, 40), |p| &p.peer),
+    ];
+    let sides = || points.iter().flat_map(|p| [&p.coalesce, &p.peer]);
+    let rows_top = sides().map(|s| s.rows_per_sec).fold(1.0, f64::max) * 1.15;
+    let ms = |us: u64| (us as f64 / 1000.0).max(0.001);
+    let p99_lo = sides().map(|s| ms(s.p99_us)).fold(f64::MAX, f64::min) / 2.0;
+    let p99_hi = sides().map(|s| ms(s.p99_us)).fold(0.0, f64::max) * 2.0;
+    let title = format!(
+        "{} — coalesce vs coalesce-peer by callers (pool size {}{})",
+        r.server.database,
+        r.options.pool_size,
+        if r.options.repeat > 1 {
+            format!(", median of {}", r.options.repeat)
+        } else {
+            String::new()
+        }
+    );
+    let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (1200, 520)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let root = root.titled(&title, ("sans-serif", 22))?;
+        let (left, right) = root.split_horizontally(600);
+        let task_label = |v: &f64| thousands(*v);
+
+        let mut chart = ChartBuilder::on(&left)
+            .caption("rows/s", ("sans-serif", 18))
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(80)
+            .build_cartesian_2d((x_lo..x_hi).log_scale().base(2.0), 0.0..rows_top)?;
+        chart
+            .configure_mesh()
+            .x_label_formatter(&task_label)
+            .y_label_formatter(&|v| thousands(*v))
+            .x_desc("concurrent tasks (log scale)")
+            .y_desc("rows/s")
+            .draw()?;
+        for (name, color, side) in modes {
+            let line: Vec<(f64, f64)> = points
+                .iter()
+                .map(|p| (tasks(p), side(p).rows_per_sec))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart.draw_series(line.iter().map(|&xy| Circle::new(xy, 4, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+
+        let mut chart = ChartBuilder::on(&right)
+            .caption("p99 latency per row, ms (log scale)", ("sans-serif", 18))
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(80)
+            .build_cartesian_2d(
+                (x_lo..x_hi).log_scale().base(2.0),
+                (p99_lo..p99_hi).log_scale(),
+            )?;
+        chart
+            .configure_mesh()
+            .x_label_formatter(&task_label)
+            .y_label_formatter(&|v| format!("{v:.1}"))
+            .x_desc("concurrent tasks (log scale)")
+            .y_desc("p99 ms")
+            .draw()?;
+        for (name, color, side) in modes {
+            let line: Vec<(f64, f64)> = points
+                .iter()
+                .map(|p| (tasks(p), ms(side(p).p99_us)))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart.draw_series(line.iter().map(|&xy| Circle::new(xy, 4, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| fail(format!("cannot draw {}: {e}", path.display())))
 }
 
 /// An SVG bar chart, one labelled bar per entry, its value written on top.

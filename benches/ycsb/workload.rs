@@ -33,6 +33,30 @@ pub fn insert_sql(placeholder: impl Fn(usize) -> String) -> String {
     )
 }
 
+/// `INSERT INTO usertable (YCSB_KEY, FIELD0, ...) VALUES (...), (...)`:
+/// `rows` tuples written by hand (the `rewrite-peer` mode's text), the n-th
+/// placeholder of the statement (1-based, counted over all tuples) written
+/// by `placeholder(n)`.
+pub fn insert_rows_sql(rows: usize, placeholder: impl Fn(usize) -> String) -> String {
+    let cols = columns();
+    let per_row = cols.len();
+    let mut sql = format!("INSERT INTO {TABLE} ({}) VALUES ", cols.join(", "));
+    for row in 0..rows {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        for k in 1..=per_row {
+            if k > 1 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&placeholder(row * per_row + k));
+        }
+        sql.push(')');
+    }
+    sql
+}
+
 /// `CREATE TABLE usertable (YCSB_KEY VARCHAR(255) PRIMARY KEY, FIELD0 TEXT, ...)`.
 pub fn create_table_sql() -> String {
     let fields: Vec<String> = (0..FIELD_COUNT).map(|i| format!("FIELD{i} TEXT")).collect();
@@ -112,6 +136,23 @@ impl Dataset {
     /// Whether there are no rows.
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+    }
+
+    /// The first `n` rows (all of them when `n` is larger), as a dataset of
+    /// their own: a sweep point that loads fewer rows than were generated.
+    pub fn prefix(&self, n: usize) -> Dataset {
+        Dataset {
+            rows: self.rows[..n.min(self.rows.len())].to_vec(),
+        }
+    }
+
+    /// Bytes of key and fields of the largest row.
+    pub fn max_row_bytes(&self) -> usize {
+        self.rows
+            .iter()
+            .map(|r| r.key.len() + r.fields.iter().map(String::len).sum::<usize>())
+            .max()
+            .unwrap_or(0)
     }
 
     /// Bytes of key and field data (what the table receives, without overhead).

@@ -424,3 +424,28 @@ impl MySql {
         }
     }
 }
+
+#[cfg(feature = "bench")]
+impl MyShape {
+    /// The shape as [`MySql::prepare_shape`] makes it, without asking a
+    /// server (the `engine` bench; no consecutive ids).
+    pub(crate) fn unlearned(shape: Arc<InsertShape>) -> MyShape {
+        let one = shape.render(1, None).len();
+        MyShape {
+            id: 0,
+            params: shape.params_per_row,
+            text_per_row: shape.render(2, None).len().saturating_sub(one),
+            shape,
+            consecutive_ids: false,
+            texts: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+#[cfg(feature = "bench")]
+impl MyRow {
+    /// The row's values (the `engine` bench).
+    pub(crate) fn values(&self) -> &[Value] {
+        &self.values
+    }
+}

@@ -156,6 +156,8 @@ mod tls;
 
 use std::sync::{Arc, OnceLock};
 
+#[cfg(feature = "bench")]
+pub(crate) use self::batch::{MyRow, MyShape, encode};
 use self::manager::ServerInfo;
 pub use self::manager::{ConnWrapper, Manager};
 pub use self::tls::SslMode;

@@ -176,3 +176,24 @@ fn plain_params(shape: &InsertShape) -> Option<Vec<usize>> {
     }
     Some(params)
 }
+
+#[cfg(feature = "bench")]
+impl PgCopy {
+    /// The COPY of a plain `shape` without asking the catalog (the `engine`
+    /// bench: the table is taken to be a plain one, each parameter of its
+    /// column's type).
+    pub(crate) fn plain(shape: &InsertShape) -> Option<PgCopy> {
+        let params = plain_params(shape)?;
+        let list = shape
+            .columns
+            .as_ref()?
+            .iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(PgCopy {
+            sql: format!("COPY {} ({list}) FROM STDIN (FORMAT binary)", shape.table),
+            params,
+        })
+    }
+}

@@ -135,11 +135,13 @@ mod unnamed;
 #[cfg(feature = "rustls")]
 mod verify;
 
+#[cfg(feature = "bench")]
+pub(crate) use self::copy::PgCopy;
 #[cfg(any(feature = "tower", feature = "bench"))]
 pub(crate) use self::encode::PgArgs;
 pub use self::encode::PgValue;
 #[cfg(feature = "bench")]
-pub(crate) use self::encode::encode;
+pub(crate) use self::encode::{PgRow, Raw, encode};
 pub use self::manager::{ClientWrapper, Manager};
 pub use self::pooler::behind_pooler;
 pub use self::statements::Statements;
