@@ -7,7 +7,7 @@
 //! | PostgreSQL rewrite | [`pg_encode`] | [`PgRows::bind_list`] (then the driver's Bind message, which the bench builds with postgres-protocol) |
 //! | PostgreSQL COPY | [`pg_encode`] | [`PgCopyPlan::data`] (`PgCopy::data`) |
 //! | MariaDB rewrite | [`mysql_encode`] (`mysql/batch.rs` `encode`) | [`MyRows::params`] (then the driver's COM_STMT_EXECUTE, built by the bench with mysql_common) |
-//! | MariaDB bulk | `mysql_bulk_*`: the bulk path's hooks go here, with it | |
+//! | MariaDB bulk | [`mysql_encode`] (the same) | [`MyRows::bulk_fits`] (kinds and size checked), [`MyRows::bulk_params`] (then the driver's COM_STMT_BULK_EXECUTE, built by the bench with mysql_common) |
 
 #[cfg(feature = "postgres")]
 use tokio_postgres::types::{ToSql, Type};
@@ -203,13 +203,21 @@ impl MyRows {
     /// collects them (every row's values cloned, in order).
     pub fn params(&self) -> Vec<mysql_async::Value> {
         let per_row = self.0.first().map_or(0, |r| r.values().len());
-        let mut params = Vec::with_capacity(self.0.len() * per_row);
-        for row in &self.0 {
-            params.extend(row.values().iter().cloned());
-        }
-        params
+        crate::mysql::rewrite_params(&self.0, per_row)
+    }
+
+    /// The flusher's task, MariaDB bulk path: whether the rows may share one
+    /// bulk command under a packet limit of `packet` bytes (every value's
+    /// kind compared, the command's size added up), as the engine checks
+    /// before each bulk statement.
+    pub fn bulk_fits(&self, shape: &MyShapePlan, packet: usize) -> bool {
+        crate::mysql::bulk_fits(&shape.0, &self.0, packet)
+    }
+
+    /// The flusher's task, MariaDB bulk path: the parameter sets of the
+    /// rows' bulk command, collected as `mysql/batch.rs` `bulk` collects
+    /// them (one `Params` per row, values cloned).
+    pub fn bulk_params(&self) -> Vec<mysql_async::Params> {
+        crate::mysql::bulk_params(&self.0).collect()
     }
 }
-
-// mysql_bulk_*: the MariaDB bulk path's hooks (caller's and flusher's task)
-// go here, next to the rewrite's, with the bulk path itself.

@@ -262,6 +262,12 @@ macro_rules! oracle_tests {
                 !$pipelines || tally.pipelined > 0,
                 "no statement was pipelined: the pairs went unchecked"
             );
+            // Half the cases allow the bulk path (COPY, MariaDB's bulk
+            // command): it must have been checked too.
+            assert!(
+                tally.bulk > 0,
+                "no statement went out by the bulk path: it went unchecked"
+            );
         }
 
         /// The oracle checks itself: the first random cases with coalescing

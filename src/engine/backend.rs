@@ -271,9 +271,9 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// The backend's connections.
     fn connections(&self) -> &Self::Connections;
 
-    /// Whether [`execute`](Backend::execute) sends `rows` rows of `shape` by
-    /// the backend's bulk path (counted in `Stats::bulk_statements`).
-    fn uses_bulk(&self, _shape: &Self::Shape, _rows: usize) -> bool {
+    /// Whether [`execute`](Backend::execute) sends `rows` of `shape` by the
+    /// backend's bulk path (counted in `Stats::bulk_statements`).
+    fn uses_bulk(&self, _shape: &Self::Shape, _rows: &[Self::Row]) -> bool {
         false
     }
 

@@ -452,12 +452,15 @@ pub(super) async fn execute_rows<B: Backend>(
             _ => None,
         };
         let sent_pieces: Vec<(usize, usize)> = std::iter::once(first).chain(second).collect();
-        for &(_, len) in &sent_pieces {
+        for &(start, len) in &sent_pieces {
             // Counted as it is sent: the inline path runs in the caller's
             // task, and a caller dropped mid-statement must not hide a
             // statement whose rows `Stats::rows` already counts.
             engine.counters.statements(1);
-            if engine.backend.uses_bulk(&q.shape, len) {
+            if engine
+                .backend
+                .uses_bulk(&q.shape, &rows[start..start + len])
+            {
                 engine.counters.bulk();
             }
         }

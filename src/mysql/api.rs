@@ -133,6 +133,28 @@ impl PoolBuilder {
         self
     }
 
+    /// Fewest rows for which a coalesced flush or an
+    /// [`execute_many`](Pool::execute_many) statement of a plain INSERT goes
+    /// out as one MariaDB bulk command (`COM_STMT_BULK_EXECUTE`: the
+    /// one-row statement prepared once, the rows' values sent as an array)
+    /// instead of a multi-row INSERT (default `Some(2)`; `None` turns the
+    /// bulk path off; values below 2 count as 2).
+    ///
+    /// Only where the outcomes stay exactly the multi-row INSERT's: a plain
+    /// `INSERT` (not IGNORE, REPLACE, ON DUPLICATE KEY UPDATE or RETURNING)
+    /// whose every value is a bare `?`, whose per-row ids are not computed
+    /// (see [Per-row outcomes](super#per-row-outcomes)), in a strict
+    /// session, on a server that runs the command (MariaDB 10.2.7 and
+    /// later: asked once per pool; MySQL never), when every row binds the
+    /// same kind of value to each placeholder (the command sends one type
+    /// per column) and the rows fit one packet. Everything else goes out as
+    /// the multi-row INSERT. A bulk command is one statement: it fails as a
+    /// whole, and its rows are then re-run apart as the INSERT's would be.
+    pub fn bulk_threshold(mut self, min_rows: Option<usize>) -> Self {
+        self.options.bulk_threshold = Some(min_rows);
+        self
+    }
+
     /// How connections use TLS (default: as the URL says; without TLS
     /// parameters, none, as mysql_async). An `ssl-mode=` parameter in the
     /// URL wins over this. See [TLS](super#tls).

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value};
 
-use super::errors::{chunk_error, stale, unsent_error};
+use super::errors::{chunk_error, sent_error, stale, unsent_error};
 use super::table::{stored_functions, table_facts};
 use super::{Client, Manager, MySql, Outcome};
 use crate::classify::{Conflict, Dialect, InsertShape, Verb};
@@ -26,6 +26,9 @@ const MAX_RESERVE: usize = 8 << 10;
 /// Used before any connection has told the real `@@max_allowed_packet`
 /// (never in practice: a shape is prepared on a connection first).
 const FALLBACK_PACKET: usize = 1 << 20;
+
+/// Default [`PoolBuilder::bulk_threshold`](super::PoolBuilder::bulk_threshold).
+pub(crate) const DEFAULT_BULK_THRESHOLD: usize = 2;
 
 static NEXT_SHAPE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -43,6 +46,8 @@ pub(crate) struct MyShape {
     text_per_row: usize,
     /// Per-row ids are provably consecutive (see `Outcome::last_insert_id`).
     consecutive_ids: bool,
+    /// The shape may go out as a bulk command (see [`MySql::bulk`]).
+    bulk: bool,
     /// Rendered multi-row texts by row count (bounded by the engine's
     /// allowed statement sizes, about 20 per shape).
     texts: Mutex<HashMap<usize, Arc<str>>>,
@@ -278,7 +283,15 @@ impl Backend for MySql {
     type Shape = MyShape;
 
     fn same_shape(old: &MyShape, new: &MyShape) -> bool {
-        old.params == new.params && old.consecutive_ids == new.consecutive_ids
+        old.params == new.params
+            && old.consecutive_ids == new.consecutive_ids
+            && old.bulk == new.bulk
+    }
+
+    fn uses_bulk(&self, shape: &MyShape, rows: &[MyRow]) -> bool {
+        shape.bulk
+            && self.bulk_threshold.is_some_and(|min| rows.len() >= min)
+            && bulk_fits(shape, rows, self.bulk_packet())
     }
 
     fn max_statement_bytes(&self) -> usize {
@@ -316,12 +329,21 @@ impl Backend for MySql {
                  server's max_allowed_packet"
             ))));
         }
+        let bulk = self.bulk_threshold.is_some()
+            && !consecutive_ids
+            && shape.verb == Verb::Insert
+            && shape.conflict == Conflict::None
+            && !shape.returning
+            && shape.params_per_row > 0
+            && shape.tuple_params.iter().all(Option::is_some)
+            && self.bulk_server(conn).await?;
         Ok(Ok(MyShape {
             id: NEXT_SHAPE_ID.fetch_add(1, Ordering::Relaxed),
             params: shape.params_per_row,
             shape,
             text_per_row,
             consecutive_ids,
+            bulk,
             texts: Mutex::new(HashMap::new()),
         }))
     }
@@ -333,6 +355,9 @@ impl Backend for MySql {
         rows: &'a [MyRow],
     ) -> ChunkResult<Outcome> {
         if rows.len() == 1 || conn.session.strict {
+            if self.uses_bulk(shape, rows) {
+                return self.bulk(conn, shape, rows).await;
+            }
             return self.statement(conn, shape, rows).await;
         }
         // This session would let a multi-row INSERT store what single-row
@@ -390,10 +415,7 @@ impl MySql {
                 ),
             )));
         }
-        let mut params = Vec::with_capacity(n * shape.params);
-        for row in rows {
-            params.extend(row.values.iter().cloned());
-        }
+        let params = rewrite_params(rows, shape.params);
         let increment = conn.session.auto_increment_increment;
         let returning = shape.shape.returning;
         let run = async {
@@ -425,6 +447,152 @@ impl MySql {
     }
 }
 
+/// The parameters of `rows`' multi-row statement: every row's values, in
+/// order (cloned: a failed statement's rows are run again).
+pub(crate) fn rewrite_params(rows: &[MyRow], per_row: usize) -> Vec<Value> {
+    let mut params = Vec::with_capacity(rows.len() * per_row);
+    for row in rows {
+        params.extend(row.values.iter().cloned());
+    }
+    params
+}
+
+/// The parameter sets of `rows`' bulk command, one per row (cloned, as
+/// [`rewrite_params`]).
+pub(crate) fn bulk_params(rows: &[MyRow]) -> impl ExactSizeIterator<Item = Params> + Send + '_ {
+    rows.iter().map(|r| Params::Positional(r.values.clone()))
+}
+
+/// The binary protocol's kind of a value: a bulk command sends one type per
+/// placeholder, so every non-NULL value bound to it must be of one kind.
+fn kind(v: &Value) -> u8 {
+    match v {
+        Value::NULL => 0,
+        Value::Bytes(_) => 1,
+        Value::Int(_) => 2,
+        Value::UInt(_) => 3,
+        Value::Float(_) => 4,
+        Value::Double(_) => 5,
+        Value::Date(..) => 6,
+        Value::Time(..) => 7,
+    }
+}
+
+/// Whether `rows` of `shape` can share one bulk command: every placeholder
+/// gets values of one kind (or NULL), and the command fits one packet of
+/// `packet` bytes, so mysql_async sends it as one command (it splits larger
+/// ones).
+pub(crate) fn bulk_fits(shape: &MyShape, rows: &[MyRow], packet: usize) -> bool {
+    let mut narrow = [0u8; 64];
+    let mut wide = Vec::new();
+    let kinds: &mut [u8] = if shape.params <= narrow.len() {
+        &mut narrow[..shape.params]
+    } else {
+        wide.resize(shape.params, 0u8);
+        &mut wide
+    };
+    // Command byte, statement id, flags, and a type per placeholder.
+    let mut bytes = 7 + 2 * shape.params;
+    for row in rows {
+        for (k, v) in kinds.iter_mut().zip(&row.values) {
+            let vk = kind(v);
+            if vk != 0 {
+                if *k == 0 {
+                    *k = vk;
+                } else if *k != vk {
+                    return false;
+                }
+            }
+            // An indicator byte, then the value.
+            bytes = bytes.saturating_add(1 + usize::try_from(v.bin_len()).unwrap_or(usize::MAX));
+        }
+    }
+    bytes <= packet.saturating_sub(4)
+}
+
+impl MySql {
+    /// The packet limit mysql_async splits bulk commands by: the URL's
+    /// `max_allowed_packet` when it is set, else the server's.
+    fn bulk_packet(&self) -> usize {
+        self.driver_packet
+            .map_or(self.packet(), |p| p.min(self.packet()))
+    }
+
+    /// Whether the server runs MariaDB's `COM_STMT_BULK_EXECUTE`, asked
+    /// once per pool. mysql_async's `exec_batch` sends the bulk command
+    /// only when the server offers it, and otherwise runs the rows one
+    /// statement each (rows before a failing one would commit): so the
+    /// answer must come from the server, not from a version string. The
+    /// probe is a bulk `DO ?` of two rows, which a server that runs bulk
+    /// commands refuses before running anything (1295: `DO` cannot be
+    /// bulk-executed), and which any other server runs as two harmless
+    /// `DO`s.
+    async fn bulk_server(&self, conn: &mut Client) -> Result<bool, Error> {
+        self.bulk_server
+            .get_or_try_init(|| async {
+                let stmt = conn.prep("DO ?").await.map_err(|e| {
+                    conn.note_error(&e);
+                    unsent_error(e)
+                })?;
+                let probe = conn.exec_batch(&stmt, [(1u8,), (2u8,)]).await;
+                let _ = conn.close(stmt).await;
+                match probe {
+                    Err(mysql_async::Error::Server(e)) if e.code == 1295 => Ok(true),
+                    Ok(()) => Ok(false),
+                    Err(e) => {
+                        conn.note_error(&e);
+                        Err(sent_error(e))
+                    }
+                }
+            })
+            .await
+            .copied()
+    }
+
+    /// Runs `rows` as one bulk command: the one-row INSERT, prepared once,
+    /// executed for every row's values. MariaDB runs it as one statement:
+    /// all of it commits, or nothing (the engine then re-runs the rows
+    /// apart, as for a multi-row INSERT).
+    async fn bulk(
+        &self,
+        conn: &mut Client,
+        shape: &MyShape,
+        rows: &[MyRow],
+    ) -> ChunkResult<Outcome> {
+        let n = rows.len();
+        let sql = shape.text(1);
+        let stmt = match conn.prep(&*sql).await {
+            Ok(stmt) => stmt,
+            Err(e) => {
+                conn.note_error(&e);
+                return Err(ChunkError::Statement(unsent_error(e)));
+            }
+        };
+        if conn.is_disconnected() {
+            return Err(ChunkError::Statement(Error::closed_before_send()));
+        }
+        if usize::from(stmt.num_params()) != shape.params {
+            // Not what the shape was learned as: the multi-row INSERT
+            // (which checks its own statement).
+            return self.statement(conn, shape, rows).await;
+        }
+        match conn.exec_batch(&stmt, bulk_params(rows)).await {
+            Ok(()) => {
+                // One OK for the command: its rows in all.
+                let exact = conn.affected_rows() == n as u64;
+                Ok((0..n).map(|_| Outcome::new(1, exact, None, None)).collect())
+            }
+            Err(e) => {
+                conn.note_error(&e);
+                if stale(&e) {
+                    let _ = conn.close(stmt).await;
+                }
+                Err(chunk_error(e))
+            }
+        }
+    }
+}
+
 #[cfg(feature = "bench")]
 impl MyShape {
     /// The shape as [`MySql::prepare_shape`] makes it, without asking a
@@ -437,6 +605,7 @@ impl MyShape {
             text_per_row: shape.render(2, None).len().saturating_sub(one),
             shape,
             consecutive_ids: false,
+            bulk: true,
             texts: Mutex::new(HashMap::new()),
         }
     }

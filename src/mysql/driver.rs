@@ -145,6 +145,7 @@ impl Driver for MySql {
             ));
         }
         let found_rows = opts.client_found_rows();
+        let driver_packet = opts.max_allowed_packet();
         // The URL's `tcp_keepalive` wins over the builder's.
         let keepalive = opts.tcp_keepalive().or(settings.tcp_keepalive);
         let opts: Opts = OptsBuilder::from_opts(opts)
@@ -159,6 +160,12 @@ impl Driver for MySql {
             server,
             coalesce_upserts: options.coalesce_upserts,
             found_rows,
+            bulk_threshold: options
+                .bulk_threshold
+                .unwrap_or(Some(super::batch::DEFAULT_BULK_THRESHOLD))
+                .map(|min| min.max(2)),
+            bulk_server: tokio::sync::OnceCell::new(),
+            driver_packet,
         })
     }
 

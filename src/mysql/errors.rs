@@ -66,15 +66,55 @@ pub(crate) fn stale(e: &mysql_async::Error) -> bool {
     matches!(e, mysql_async::Error::Server(se) if matches!(se.code, 1243 | 1615))
 }
 
+/// The row a server error names: MariaDB and MySQL end the message of an
+/// error about one row's value with ` at row N` (1-based, the row's place
+/// in the multi-row VALUES list or in the bulk command's array). `None`
+/// when the message does not end so.
+fn named_row(message: &str) -> Option<usize> {
+    let (_, n) = message.rsplit_once(" at row ")?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse::<usize>().ok()?.checked_sub(1)
+}
+
 pub(crate) fn chunk_error<O>(e: mysql_async::Error) -> ChunkError<O> {
     if stale(&e) {
         return ChunkError::Stale(sent_error(e));
     }
-    let row = matches!(&e, mysql_async::Error::Server(se) if !statement_level(se));
+    let row = match &e {
+        mysql_async::Error::Server(se) if !statement_level(se) => Some(named_row(&se.message)),
+        _ => None,
+    };
     let err = sent_error(e);
-    if row {
-        ChunkError::Row(err)
-    } else {
-        ChunkError::Statement(err)
+    match row {
+        // A guess the engine checks: the rows before it, it alone and the
+        // rows after it are re-run apart, each getting its own outcome.
+        Some(Some(at)) => ChunkError::RowAt(at, err),
+        Some(None) => ChunkError::Row(err),
+        None => ChunkError::Statement(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named_row;
+
+    #[test]
+    fn the_row_an_error_names() {
+        assert_eq!(named_row("Data too long for column 'v' at row 2"), Some(1));
+        assert_eq!(
+            named_row("Incorrect integer value: 'x' for column `d`.`t`.`n` at row 17"),
+            Some(16)
+        );
+        // Not at the end, or not a number: none.
+        assert_eq!(
+            named_row("Duplicate entry 'a at row 3' for key 'PRIMARY'"),
+            None
+        );
+        assert_eq!(named_row("Column 'v' cannot be null"), None);
+        assert_eq!(named_row("Out of range value at row "), None);
+        assert_eq!(named_row("Out of range value at row 0"), None);
+        assert_eq!(named_row("Out of range value at row 9x"), None);
     }
 }

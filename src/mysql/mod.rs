@@ -158,6 +158,8 @@ use std::sync::{Arc, OnceLock};
 
 #[cfg(feature = "bench")]
 pub(crate) use self::batch::{MyRow, MyShape, encode};
+#[cfg(feature = "bench")]
+pub(crate) use self::batch::{bulk_fits, bulk_params, rewrite_params};
 use self::manager::ServerInfo;
 pub use self::manager::{ConnWrapper, Manager};
 pub use self::tls::SslMode;
@@ -173,6 +175,14 @@ pub struct MySql {
     coalesce_upserts: bool,
     /// Connections use CLIENT_FOUND_ROWS (ODKU counts unchanged rows as 1).
     found_rows: bool,
+    /// [`PoolBuilder::bulk_threshold`]: fewest rows sent as one bulk command.
+    bulk_threshold: Option<usize>,
+    /// Whether the server runs `COM_STMT_BULK_EXECUTE` (asked once, see
+    /// `batch::bulk_probe`).
+    bulk_server: tokio::sync::OnceCell<bool>,
+    /// The URL's `max_allowed_packet`, which mysql_async splits bulk
+    /// commands by when it is set.
+    driver_packet: Option<usize>,
 }
 
 impl std::fmt::Debug for MySql {
@@ -180,6 +190,7 @@ impl std::fmt::Debug for MySql {
         f.debug_struct("MySql")
             .field("status", &self.pool.status())
             .field("coalesce_upserts", &self.coalesce_upserts)
+            .field("bulk_threshold", &self.bulk_threshold)
             .finish_non_exhaustive()
     }
 }
@@ -191,6 +202,8 @@ impl crate::backend::Backend for MySql {}
 #[derive(Debug, Clone, Default)]
 pub(crate) struct MyOptions {
     coalesce_upserts: bool,
+    /// [`PoolBuilder::bulk_threshold`]; `None`: the default.
+    bulk_threshold: Option<Option<usize>>,
     /// [`PoolBuilder::post_create`] and [`PoolBuilder::pre_recycle`].
     hooks: crate::pool::hooks::Hooks<mysql_async::Conn>,
     /// [`PoolBuilder::ssl_mode`] and [`PoolBuilder::ssl_opts`].

@@ -144,6 +144,11 @@ enum Ready<'a> {
 }
 
 impl Postgres {
+    /// Whether `n` rows of `shape` go out as one COPY.
+    fn copies(&self, shape: &PgShape, n: usize) -> bool {
+        shape.copy.is_some() && self.copy_threshold.is_some_and(|min| n >= min)
+    }
+
     /// Gets the statement for `n` rows of `shape` ready on `conn`.
     async fn ready<'a>(
         &self,
@@ -152,7 +157,7 @@ impl Postgres {
         n: usize,
     ) -> Result<Ready<'a>, ChunkError<Outcome>> {
         let unsent = |e| ChunkError::Statement(unsent_error(e));
-        if let Some(copy) = shape.copy.as_ref().filter(|_| self.uses_bulk(shape, n)) {
+        if let Some(copy) = shape.copy.as_ref().filter(|_| self.copies(shape, n)) {
             let stmt = conn
                 .prepare_batch(shape.id, COPY_KEY, || copy.sql.clone(), &[])
                 .await
@@ -344,8 +349,8 @@ impl Backend for Postgres {
         (i32::MAX as usize) - 4096
     }
 
-    fn uses_bulk(&self, shape: &PgShape, rows: usize) -> bool {
-        shape.copy.is_some() && self.copy_threshold.is_some_and(|min| rows >= min)
+    fn uses_bulk(&self, shape: &PgShape, rows: &[PgRow]) -> bool {
+        self.copies(shape, rows.len())
     }
 
     fn connections(&self) -> &deadpool::managed::Pool<Manager> {
@@ -428,7 +433,7 @@ impl Backend for Postgres {
 
     fn pipelines(&self, shape: &PgShape, first: Option<usize>, second: Option<usize>) -> bool {
         // Multi-row INSERTs only: see `execute_pair` for COPY.
-        let insert = |rows: Option<usize>| rows.is_none_or(|n| !self.uses_bulk(shape, n));
+        let insert = |rows: Option<usize>| rows.is_none_or(|n| !self.copies(shape, n));
         insert(first) && insert(second)
     }
 

@@ -850,6 +850,9 @@ pub struct Delta {
     pub split: u64,
     /// Statements sent second in a pipelined pair.
     pub pipelined: u64,
+    /// Statements sent by the backend's bulk path (COPY, MariaDB's bulk
+    /// command).
+    pub bulk: u64,
 }
 
 /// Everything one case produced.
@@ -885,6 +888,8 @@ pub struct Tally {
     pub all_failed_cases: usize,
     /// Statements sent second in a pipelined pair, over all cases.
     pub pipelined: u64,
+    /// Statements sent by the bulk path, over all cases.
+    pub bulk: u64,
 }
 
 impl Tally {
@@ -898,6 +903,7 @@ impl Tally {
         self.plain_rows += o.plain_rows;
         self.plain_batches += o.plain_batches;
         self.pipelined += o.pipelined;
+        self.bulk += o.bulk;
         self.coalesced_cases += o.coalesced_cases;
         self.all_failed_cases += o.all_failed_cases;
     }
@@ -1131,6 +1137,7 @@ pub fn judge(case: &Case, seen: &Seen) -> Verdict {
     }
     let d = seen.delta;
     tally.pipelined += d.pipelined;
+    tally.bulk += d.bulk;
     if d.rows > d.batches {
         tally.coalesced_cases += 1;
     }
@@ -1218,7 +1225,8 @@ pub fn conclude(test: &str, verdicts: &[Verdict], elapsed: Duration, limit_inexa
     println!(
         "{test}: {} cases, {} callers in {:.1?}: {} Ok ({} inexact), {} errors, {} outcome unknown; \
          {} of {} cases sent multi-row statements ({} cases where every row fails alone); \
-         plain INSERTs {} rows in {} flushes; {} pipelined statements; {} cases differ",
+         plain INSERTs {} rows in {} flushes; {} pipelined statements; {} bulk statements; \
+         {} cases differ",
         tally.cases,
         tally.callers,
         elapsed,
@@ -1232,6 +1240,7 @@ pub fn conclude(test: &str, verdicts: &[Verdict], elapsed: Duration, limit_inexa
         tally.plain_rows,
         tally.plain_batches,
         tally.pipelined,
+        tally.bulk,
         failed.len()
     );
     let mut problems = String::new();

@@ -490,6 +490,7 @@ pub async fn run(url: &str, client: &Client, case: &Case, prefix: &str) -> Verdi
             passthrough: after.passthrough - before.passthrough,
             split: after.split_statements - before.split_statements,
             pipelined: after.pipelined_statements - before.pipelined_statements,
+            bulk: after.bulk_statements - before.bulk_statements,
         },
         elapsed: started.elapsed(),
     };
