@@ -361,3 +361,43 @@ async fn bulk_is_used_only_where_outcomes_stay_exact() {
     }
     pool.close().await;
 }
+
+/// A bulk command has no text per row count: an `execute_many` of 300 rows
+/// is one bulk command, where multi-row INSERTs are cut to the allowed sizes
+/// (256 + 32 + 12, three statements).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_commands_take_any_row_count() {
+    let url = common::mysql_fresh_db().await;
+    for (bulk, statements, bulk_statements) in [(Some(2), 1, 1), (None, 3, 0)] {
+        let pool = pool(&url, bulk, 1);
+        pool.execute("DROP TABLE IF EXISTS sizes", ())
+            .await
+            .unwrap();
+        pool.execute(
+            "CREATE TABLE sizes (k INT PRIMARY KEY, v VARCHAR(10)) ENGINE=InnoDB",
+            (),
+        )
+        .await
+        .unwrap();
+        let rows: Vec<(i32, String)> = (0..300).map(|k| (k, format!("v{k}"))).collect();
+        let out = pool
+            .execute_many("INSERT INTO sizes (k, v) VALUES (?, ?)", rows)
+            .await
+            .unwrap();
+        assert!(out.iter().all(|r| r.as_ref().unwrap().rows_affected() == 1));
+        let stats = pool.stats();
+        assert_eq!(
+            (stats.statements, stats.bulk_statements),
+            (statements, bulk_statements),
+            "bulk threshold {bulk:?}: {stats:?}"
+        );
+        let n: i64 = pool
+            .query_one("SELECT COUNT(*) FROM sizes", ())
+            .await
+            .unwrap()
+            .get(0)
+            .unwrap();
+        assert_eq!(n, 300);
+        pool.close().await;
+    }
+}

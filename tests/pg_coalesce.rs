@@ -653,3 +653,47 @@ async fn pipelined_statements_of_execute_many_keep_the_rows_order() {
         );
     }
 }
+
+/// A COPY has no text per row count: an `execute_many` of 300 rows is one
+/// COPY, where multi-row INSERTs are cut to the allowed sizes (256 + 32 +
+/// 12, three statements); the same rows land either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_statements_take_any_row_count() {
+    let url = common::pg_fresh_db().await;
+    for (copy, statements, bulk) in [(Some(64), 1, 1), (None, 3, 0)] {
+        let pool = Pool::builder(&url)
+            .max_size(1)
+            .copy_threshold(copy)
+            .build()
+            .unwrap();
+        pool.execute("DROP TABLE IF EXISTS sizes", &[])
+            .await
+            .unwrap();
+        pool.execute("CREATE TABLE sizes (k int PRIMARY KEY, v text)", &[])
+            .await
+            .unwrap();
+        let data: Vec<(i32, String)> = (0..300).map(|k| (k, format!("v{k}"))).collect();
+        let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 2]> =
+            data.iter().map(|(k, v)| [k as _, v as _]).collect();
+        for r in pool
+            .execute_many("INSERT INTO sizes (k, v) VALUES ($1, $2)", &params)
+            .await
+            .unwrap()
+        {
+            assert_eq!(r.unwrap().rows_affected(), 1);
+        }
+        let stats = pool.stats();
+        assert_eq!(
+            (stats.statements, stats.bulk_statements),
+            (statements, bulk),
+            "copy threshold {copy:?}: {stats:?}"
+        );
+        let n: i64 = pool
+            .query_one("SELECT count(*) FROM sizes", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 300);
+        pool.close().await;
+    }
+}

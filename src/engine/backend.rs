@@ -271,6 +271,16 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// The backend's connections.
     fn connections(&self) -> &Self::Connections;
 
+    /// Whether a statement of `rows` rows of `shape` may have any row
+    /// count: where the backend's bulk path takes that many rows, it sends
+    /// no statement text of its own per row count, so a flush need not be
+    /// cut to the allowed sizes that keep prepared texts few. Rows that the
+    /// bulk path then refuses ([`uses_bulk`](Backend::uses_bulk) false) are
+    /// cut as usual.
+    fn any_size(&self, _shape: &Self::Shape, _rows: usize) -> bool {
+        false
+    }
+
     /// Whether [`execute`](Backend::execute) sends `rows` of `shape` by the
     /// backend's bulk path (counted in `Stats::bulk_statements`).
     fn uses_bulk(&self, _shape: &Self::Shape, _rows: &[Self::Row]) -> bool {

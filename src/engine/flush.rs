@@ -209,7 +209,9 @@ fn take_if_due<B: Backend>(
     } else {
         1
     };
-    let (taken, waited) = q.take(&mut st, statements);
+    let (taken, waited) = q.take(&mut st, statements, |n| {
+        engine.backend.any_size(&q.shape, n)
+    });
     // Rows left over (more than one statement's worth, or rows that came in
     // meanwhile) need flushers of their own.
     let needed = st.rows.len().div_ceil(q.cap_rows);
@@ -436,6 +438,14 @@ pub(super) async fn execute_rows<B: Backend>(
     let mut work: VecDeque<(usize, usize)> = VecDeque::new();
     let mut at = 0;
     for &chunk in chunks {
+        if engine.backend.any_size(&q.shape, chunk)
+            && engine.backend.uses_bulk(&q.shape, &rows[at..at + chunk])
+        {
+            // One bulk statement: no text per row count to keep to.
+            work.push_back((at, chunk));
+            at += chunk;
+            continue;
+        }
         for size in decompose(chunk, q.cap_rows) {
             work.push_back((at, size));
             at += size;

@@ -195,9 +195,16 @@ impl<B: Backend> ShapeQueue<B> {
     /// the live rows at most `cap_rows` / `cap_bytes` are taken per
     /// statement, rounded down to an allowed statement size so one flush is
     /// one statement each (the rest stays queued, in order, for the next
-    /// flush). A second statement is taken only from what is left once the
-    /// first is full.
-    pub(crate) fn take(&self, st: &mut State<B>, statements: usize) -> (Taken<B>, Vec<Instant>) {
+    /// flush) — unless `any_size` says a statement of that many rows needs
+    /// no text of its own (the backend's bulk path), which takes them all.
+    /// A second statement is taken only from what is left once the first
+    /// is full.
+    pub(crate) fn take(
+        &self,
+        st: &mut State<B>,
+        statements: usize,
+        any_size: impl Fn(usize) -> bool,
+    ) -> (Taken<B>, Vec<Instant>) {
         let mut taken = Taken {
             rows: Vec::new(),
             replies: Vec::new(),
@@ -207,7 +214,7 @@ impl<B: Backend> ShapeQueue<B> {
         };
         let mut waited = Vec::new();
         for _ in 0..statements.max(1) {
-            let full = self.take_one(st, &mut taken, &mut waited);
+            let full = self.take_one(st, &mut taken, &mut waited, &any_size);
             taken.full = full;
             if !full || st.rows.is_empty() {
                 break;
@@ -217,7 +224,13 @@ impl<B: Backend> ShapeQueue<B> {
     }
 
     /// One statement's rows for [`take`](Self::take); whether it is full.
-    fn take_one(&self, st: &mut State<B>, taken: &mut Taken<B>, waited: &mut Vec<Instant>) -> bool {
+    fn take_one(
+        &self,
+        st: &mut State<B>,
+        taken: &mut Taken<B>,
+        waited: &mut Vec<Instant>,
+        any_size: &impl Fn(usize) -> bool,
+    ) -> bool {
         let mut full = false;
         let mut bytes = 0usize;
         let mut kept: Vec<Pending<B>> = Vec::new();
@@ -236,7 +249,11 @@ impl<B: Backend> ShapeQueue<B> {
             bytes += p.bytes;
             kept.push(p);
         }
-        let size = statement_size(kept.len(), self.cap_rows);
+        let size = if any_size(kept.len()) {
+            kept.len()
+        } else {
+            statement_size(kept.len(), self.cap_rows)
+        };
         // Return the excess to the front of the queue, keeping order.
         for p in kept.drain(size..).rev() {
             st.rows.push_front(p);

@@ -288,6 +288,10 @@ impl Backend for MySql {
             && old.bulk == new.bulk
     }
 
+    fn any_size(&self, shape: &MyShape, rows: usize) -> bool {
+        shape.bulk && self.bulk_threshold.is_some_and(|min| rows >= min)
+    }
+
     fn uses_bulk(&self, shape: &MyShape, rows: &[MyRow]) -> bool {
         shape.bulk
             && self.bulk_threshold.is_some_and(|min| rows.len() >= min)

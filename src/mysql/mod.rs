@@ -50,6 +50,15 @@
 //! MySQL runs one statement at a time per connection (no pipelining), so
 //! concurrency comes from the pool's connections.
 //!
+//! **The bulk path.** On MariaDB a flush of a plain `INSERT` whose values
+//! are all bare `?` goes out as one bulk command (`COM_STMT_BULK_EXECUTE`:
+//! the one-row statement, its rows' values as an array), which MariaDB runs
+//! as one statement, all or nothing; see
+//! [`PoolBuilder::bulk_threshold`](crate::PoolBuilder::bulk_threshold) for
+//! exactly when (never where per-row ids are computed, never for rows that
+//! bind different kinds of value to one placeholder, never on a server
+//! that does not run the command). Outcomes are the multi-row INSERT's.
+//!
 //! # Per-row outcomes
 //!
 //! A plain INSERT's rows get 1 each. `INSERT IGNORE`, `REPLACE` and

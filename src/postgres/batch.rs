@@ -349,6 +349,10 @@ impl Backend for Postgres {
         (i32::MAX as usize) - 4096
     }
 
+    fn any_size(&self, shape: &PgShape, rows: usize) -> bool {
+        self.copies(shape, rows)
+    }
+
     fn uses_bulk(&self, shape: &PgShape, rows: &[PgRow]) -> bool {
         self.copies(shape, rows.len())
     }
