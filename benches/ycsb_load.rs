@@ -6,6 +6,9 @@
 //! cargo bench --bench ycsb_load -- --records 20000 --json /tmp/ycsb.json --plot /tmp/ycsb.svg
 //! cargo bench --bench ycsb_load -- --tasks 1 --modes coalesce,coalesce-peer
 //! cargo bench --bench ycsb_load -- --sweep --modes nobatch,copy
+//! cargo bench --bench ycsb_load -- --db mariadb --sweeps-only --sweep \
+//!     --sweep-modes batchrewrite,rewrite-peer,batch,load-data --records 20000
+//! cargo bench --bench ycsb_load -- --bulk-threshold off --modes batchrewrite,rewrite-peer
 //! cargo bench --bench ycsb_load -- --tasks-sweep 1,8,64,256,1024 --sweeps-only --plot /tmp/ycsb.svg
 //! cargo bench --bench ycsb_load -- --modes batchrewrite,rewrite-peer --repeat 3
 //! cargo bench --bench ycsb_load -- --db mariadb                     # MariaDB's seven modes
@@ -22,9 +25,9 @@
 //! it afterwards. See `--help`.
 //!
 //! Run by `cargo test --benches` (no `--bench` flag, no arguments), it only
-//! checks that it works: every mode of both databases on 500 rows and a
-//! tasks sweep of 1 and 4 tasks, and PostgreSQL's again with unnamed
-//! statements.
+//! checks that it works: every mode of both databases on 500 rows, a sweep
+//! of every sweep mode at 10 and 100 rows, a tasks sweep of 1 and 4 tasks,
+//! and PostgreSQL's again with unnamed statements.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -37,7 +40,7 @@ use batchpool::postgres::Statements;
 use clap::Parser;
 
 use ycsb::cli::{Args, Db};
-use ycsb::{Database, Report, ServerSetup, mysql::MysqlTarget, pg::PgTarget, report};
+use ycsb::{Database, Mode, Report, ServerSetup, mysql::MysqlTarget, pg::PgTarget, report};
 
 fn main() -> ExitCode {
     let mut args = Args::parse();
@@ -48,6 +51,16 @@ fn main() -> ExitCode {
         args.batch_size = 100;
         args.no_progress = true;
         args.tasks_sweep = Some(vec![1, 4]);
+        args.sweep = true;
+        args.sweep_sizes = vec![10, 100];
+        args.sweep_modes = [
+            Mode::Batchrewrite,
+            Mode::RewritePeer,
+            Mode::Batch,
+            Mode::Copy,
+            Mode::LoadData,
+        ]
+        .to_vec();
         args.sweep_min_records = 100;
         args.db = vec![Db::Postgresql, Db::Mariadb];
         ycsb::statements::self_check();
@@ -104,7 +117,7 @@ fn run(args: &Args) -> ycsb::Result<()> {
                 eprintln!("ycsb_load: wrote {}", path.display());
             }
         }
-        if let Some(path) = args.sweep_plot_path() {
+        if let Some(path) = args.sweep_plot_path().filter(|_| !report.sweep.is_empty()) {
             let path = path_for(&path);
             report::plot_sweep(&report, &path)?;
             eprintln!("ycsb_load: wrote {}", path.display());
@@ -176,6 +189,14 @@ fn run_db<D: Database, S>(
 ) -> ycsb::Result<Report> {
     let mut opts = args.options();
     opts.modes = args.modes_for(&D::MODES);
+    opts.sweep_modes = args.sweep_modes_for(&D::MODES);
+    if opts.sweep.is_some() && opts.sweep_modes.is_empty() {
+        eprintln!(
+            "ycsb_load: {} has none of --sweep-modes: no sweep there",
+            D::NAME
+        );
+        opts.sweep = None;
+    }
     opts.validate()?;
     let (server, url) = match given_url {
         Some(url) => (None, url.to_string()),
@@ -189,7 +210,7 @@ fn run_db<D: Database, S>(
         .build()?;
     let result = runtime.block_on(async {
         let mut db = D::create(&url).await?;
-        db.set_copy_threshold(opts.copy_threshold);
+        db.set_bulk_threshold(opts.bulk_threshold);
         if let Err(e) = db.set_statements(args.statements) {
             db.cleanup().await;
             return Err(e);

@@ -1,7 +1,7 @@
 //! Runs the `ycsb_load` bench's code path (benches/ycsb) for every mode on a
-//! few hundred rows against a real PostgreSQL (and `rewrite-peer` and the
-//! tasks sweep on a real MariaDB), so the bench cannot silently rot: counts,
-//! the report, JSON and SVG. No timing assertions.
+//! few hundred rows against a real PostgreSQL (and `rewrite-peer`, the sweep
+//! and the tasks sweep on a real MariaDB), so the bench cannot silently rot:
+//! counts, the report, JSON and SVG. No timing assertions.
 
 mod common;
 #[path = "../benches/ycsb/mod.rs"]
@@ -58,6 +58,12 @@ async fn every_mode_loads_verifies_and_reports() {
         repeat: 2,
         modes: Mode::ALL.to_vec(),
         sweep: Some(vec![1, 10, 1000]),
+        sweep_modes: vec![
+            Mode::Batchrewrite,
+            Mode::RewritePeer,
+            Mode::Batch,
+            Mode::Copy,
+        ],
         tasks_sweep: Some(vec![1, 4]),
         sweep_min_records: 50,
         sweep_rows_per_task: 20,
@@ -129,13 +135,25 @@ async fn every_mode_loads_verifies_and_reports() {
         5
     );
 
-    // The sweep: one point per size; size 1 is one statement per row.
-    let sizes: Vec<usize> = report.sweep.iter().map(|p| p.batch_size).collect();
-    assert_eq!(sizes, vec![1, 10, 1000]);
-    let first = report.sweep[0].batching.as_ref().unwrap();
-    assert_eq!(first.statements, records as u64);
-    let last = report.sweep[2].batching.as_ref().unwrap();
-    assert_eq!((last.batches, last.rows), (1, records as u64));
+    // The sweep: every mode at each size; batchrewrite at size 1 is one
+    // statement per row.
+    let sweep_modes = [
+        Mode::Batchrewrite,
+        Mode::RewritePeer,
+        Mode::Batch,
+        Mode::Copy,
+    ];
+    check_sweep(&report, &[1, 10, 1000], &sweep_modes, 2);
+    let br = |size: usize| {
+        let p = report
+            .sweep
+            .iter()
+            .find(|p| p.mode == Mode::Batchrewrite && p.batch_size == size);
+        p.and_then(|p| p.batching.clone())
+            .expect("batchrewrite counters")
+    };
+    assert_eq!(br(1).statements, records as u64);
+    assert_eq!((br(1000).batches, br(1000).rows), (1, records as u64));
 
     // The tasks sweep: per point max(50, 20 × tasks) rows, both modes.
     check_tasks_sweep(&report, &[(1, 50), (4, 80)], 2);
@@ -160,6 +178,10 @@ async fn every_mode_loads_verifies_and_reports() {
         "server:",
         "settings:",
         "--records 300",
+        "--sweep-modes batchrewrite,rewrite-peer,batch,copy",
+        "one binary COPY FROM STDIN per group",
+        "×br",
+        "batchpool bulk path: the library default (PoolBuilder::copy_threshold",
     ] {
         assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
     }
@@ -176,7 +198,13 @@ async fn every_mode_loads_verifies_and_reports() {
     assert_eq!(v["results"][3]["ratio_to_rewrite_peer"], 1.0);
     assert_eq!(v["results"][5]["mode"], "coalesce-peer");
     assert!(v["results"][4]["latency"]["p99_us"].as_u64().is_some());
-    assert_eq!(v["sweep"].as_array().map(Vec::len), Some(3));
+    assert_eq!(v["sweep"].as_array().map(Vec::len), Some(12));
+    assert_eq!(v["sweep"][0]["mode"], "batchrewrite");
+    assert_eq!(v["sweep"][0]["ratio_to_batchrewrite"], 1.0);
+    assert_eq!(v["sweep"][3]["mode"], "copy");
+    assert_eq!(v["sweep"][3]["batch_size"], 1);
+    assert_eq!(v["sweep"][11]["batch_size"], 1000);
+    assert_eq!(v["sweep"][11]["runs"].as_array().map(Vec::len), Some(2));
     assert_eq!(v["tasks_sweep"].as_array().map(Vec::len), Some(2));
     assert_eq!(v["tasks_sweep"][1]["tasks"], 4);
     assert_eq!(v["tasks_sweep"][1]["records"], 80);
@@ -193,8 +221,7 @@ async fn every_mode_loads_verifies_and_reports() {
     );
     let sweep_svg = dir.path().join("ycsb-sweep.svg");
     report::plot_sweep(&report, &sweep_svg).expect("plot sweep");
-    let body = std::fs::read_to_string(&sweep_svg).expect("read sweep svg");
-    assert!(body.starts_with("<svg") && body.contains("1,000"), "{body}");
+    check_sweep_svg(&sweep_svg, &sweep_modes);
     let tasks_svg = dir.path().join("ycsb-tasks.svg");
     report::plot_tasks(&report, &tasks_svg).expect("plot tasks sweep");
     check_tasks_svg(&tasks_svg);
@@ -239,6 +266,72 @@ fn check_tasks_sweep(report: &report::Report, expected: &[(usize, usize)], repea
     assert!(text.contains("rows/stmt"), "{text}");
 }
 
+/// The sweep of `report`: a point per size of `sizes` and mode of `modes`
+/// (sizes outer, modes inner), each run `repeat` times; ratios to
+/// batchrewrite at the same size; the text table has a line per size.
+fn check_sweep(report: &report::Report, sizes: &[usize], modes: &[Mode], repeat: usize) {
+    let got: Vec<(usize, Mode)> = report
+        .sweep
+        .iter()
+        .map(|p| (p.batch_size, p.mode))
+        .collect();
+    let expected: Vec<(usize, Mode)> = sizes
+        .iter()
+        .flat_map(|&s| modes.iter().map(move |&m| (s, m)))
+        .collect();
+    assert_eq!(got, expected);
+    for p in &report.sweep {
+        let at = format!("{}@{}", p.mode, p.batch_size);
+        assert_eq!(p.runs.len(), repeat, "{at}");
+        assert!(p.rows_per_sec > 0.0, "{at}");
+        assert_eq!(p.batching.is_some(), p.mode == Mode::Batchrewrite, "{at}");
+        let br = report
+            .sweep
+            .iter()
+            .find(|q| q.mode == Mode::Batchrewrite && q.batch_size == p.batch_size)
+            .map(|q| q.rows_per_sec);
+        assert_eq!(
+            p.ratio_to_batchrewrite,
+            br.map(|b| p.rows_per_sec / b),
+            "{at}"
+        );
+        if let Some(b) = &p.batching {
+            assert_eq!(b.rows, report.options.records as u64, "{at}");
+        }
+    }
+    let text = report::render_text(report);
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("size"))
+        .take(1 + sizes.len())
+        .collect();
+    assert_eq!(table.len(), 1 + sizes.len(), "{text}");
+    for m in modes {
+        assert!(table[0].contains(m.name()), "{m} not in {:?}", table[0]);
+    }
+    if modes.contains(&Mode::Batchrewrite) {
+        assert!(table[0].contains("statements") && table[0].contains("bulk"));
+    }
+    if repeat > 1 {
+        assert!(
+            text.contains(&format!("{}@{}", modes[0], sizes[0])),
+            "{text}"
+        );
+    }
+}
+
+/// The sweep SVG: a line per mode, sizes on the axis.
+fn check_sweep_svg(path: &std::path::Path, modes: &[Mode]) {
+    let body = std::fs::read_to_string(path).expect("read sweep svg");
+    assert!(body.starts_with("<svg"), "{body}");
+    for needle in ["rows per group", "rows/s"] {
+        assert!(body.contains(needle), "sweep svg lacks {needle:?}");
+    }
+    for m in modes {
+        assert!(body.contains(m.name()), "sweep svg lacks {m}");
+    }
+}
+
 /// The tasks-sweep SVG has both panels and both modes.
 fn check_tasks_svg(path: &std::path::Path) {
     let body = std::fs::read_to_string(path).expect("read tasks svg");
@@ -271,6 +364,7 @@ async fn rewrite_peer_is_one_statement_per_group_within_the_limits() {
         tasks: 1,
         pool_size: 1,
         max_in_flight: None,
+        bulk_group: None,
     };
     for mode in [None, Some(Statements::Unnamed)] {
         db.set_statements(mode).expect("statement mode");
@@ -287,12 +381,10 @@ async fn rewrite_peer_is_one_statement_per_group_within_the_limits() {
     db.cleanup().await;
 }
 
-/// `--copy-threshold` reaches batchpool's pool: `off` sends multi-row
-/// INSERTs only, a threshold of 2 sends every group of a plain shape as COPY.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn copy_threshold_reaches_batchpool() {
-    let url = common::pg_url();
-    let mut db = PgTarget::create(&url).await.expect("scratch database");
+/// `--bulk-threshold` reaches batchpool's pool on `db`: `off` sends
+/// multi-row INSERTs only, a threshold of 2 sends every group of a plain
+/// shape (4 groups of 25 rows) by the bulk path.
+async fn check_bulk_threshold<D: Database>(db: &mut D) {
     db.prepare().await.expect("create usertable");
     let data = std::sync::Arc::new(Dataset::generate(100, 100, 5).expect("rows"));
     let cfg = ycsb::LoadConfig {
@@ -300,9 +392,10 @@ async fn copy_threshold_reaches_batchpool() {
         tasks: 1,
         pool_size: 1,
         max_in_flight: None,
+        bulk_group: None,
     };
     for (threshold, bulk) in [(None, 0), (Some(2), 4)] {
-        db.set_copy_threshold(Some(threshold));
+        db.set_bulk_threshold(Some(threshold));
         db.reset().await.expect("truncate");
         let progress = ycsb::Progress::start(false, "batchrewrite", 100);
         let loaded = db
@@ -313,16 +406,96 @@ async fn copy_threshold_reaches_batchpool() {
         assert_eq!(
             (b.statements, b.bulk_statements),
             (4, bulk),
-            "{threshold:?}"
+            "{} {threshold:?}",
+            D::NAME
         );
-        ycsb::verify_count(&db, 100, "batchrewrite")
+        ycsb::verify_count(db, 100, "batchrewrite")
             .await
             .expect("100 rows");
     }
+}
+
+/// PostgreSQL: `--bulk-threshold` is `PoolBuilder::copy_threshold`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_threshold_reaches_batchpool() {
+    let url = common::pg_url();
+    let mut db = PgTarget::create(&url).await.expect("scratch database");
+    check_bulk_threshold(&mut db).await;
     db.cleanup().await;
 }
 
-/// MariaDB: `rewrite-peer` next to `batchrewrite`, and a tiny tasks sweep
+/// MariaDB: `--bulk-threshold` is `PoolBuilder::bulk_threshold`
+/// (COM_STMT_BULK_EXECUTE).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_bulk_threshold_reaches_batchpool() {
+    let url = common::mysql_url();
+    let mut db = MysqlTarget::create(&url).await.expect("scratch database");
+    check_bulk_threshold(&mut db).await;
+    db.cleanup().await;
+}
+
+/// The bulk mode in the sweep (`bulk_group`): one COPY per group, each its
+/// own transaction (the rows of a group share their `xmin`), named and
+/// unnamed; without a group, one COPY of every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_groups_are_one_statement_each() {
+    let url = common::pg_url();
+    let mut db = PgTarget::create(&url).await.expect("scratch database");
+    db.prepare().await.expect("create usertable");
+    let client = connect(db.config()).await;
+    let data = std::sync::Arc::new(Dataset::generate(100, 100, 11).expect("rows"));
+    for (statements, group, transactions) in [
+        (None, None, 1),
+        (None, Some(25), 4),
+        (None, Some(30), 4),
+        (Some(Statements::Unnamed), Some(25), 4),
+        (None, Some(1000), 1),
+    ] {
+        db.set_statements(statements).expect("statement mode");
+        let cfg = ycsb::LoadConfig {
+            batch_size: 7,
+            tasks: 1,
+            pool_size: 1,
+            max_in_flight: None,
+            bulk_group: group,
+        };
+        db.reset().await.expect("truncate");
+        let progress = ycsb::Progress::start(false, "copy", 100);
+        db.load(Mode::Copy, &data, cfg, &progress)
+            .await
+            .unwrap_or_else(|e| panic!("{group:?}: {}", ycsb::error_chain(&*e)));
+        assert_eq!(progress.count(), 100, "{group:?}");
+        ycsb::verify_count(&db, 100, "copy")
+            .await
+            .expect("100 rows");
+        let xids: i64 = client
+            .query_one("SELECT count(DISTINCT xmin::text) FROM usertable", &[])
+            .await
+            .expect("count transactions")
+            .get(0);
+        assert_eq!(xids, transactions, "{statements:?} {group:?}");
+    }
+    drop(client);
+    db.cleanup().await;
+}
+
+/// `SHOW GLOBAL STATUS` counter `name` on the server of `db`.
+async fn mysql_status(db: &MysqlTarget, name: &str) -> u64 {
+    use mysql_async::prelude::Queryable;
+    let mut conn = mysql_async::Conn::new(db.opts().clone())
+        .await
+        .expect("connect");
+    let row: Option<(String, u64)> = conn
+        .query_first(format!("SHOW GLOBAL STATUS LIKE '{name}'"))
+        .await
+        .expect("SHOW GLOBAL STATUS");
+    let _ = conn.disconnect().await;
+    row.expect("status counter").1
+}
+
+/// MariaDB: `rewrite-peer` next to `batchrewrite`, the sweep of every
+/// MariaDB sweep mode (`load-data` one statement per group: the server's
+/// LOAD DATA count goes up by one per group), and a tiny tasks sweep,
 /// repeated twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_rewrite_peer_and_tasks_sweep() {
@@ -340,27 +513,63 @@ async fn mariadb_rewrite_peer_and_tasks_sweep() {
         pool_size: 3,
         repeat: 2,
         modes: vec![Mode::Batchrewrite, Mode::RewritePeer],
+        sweep: Some(vec![10, 100]),
+        sweep_modes: vec![
+            Mode::Batchrewrite,
+            Mode::RewritePeer,
+            Mode::Batch,
+            Mode::LoadData,
+        ],
         tasks_sweep: Some(vec![1, 4]),
         sweep_min_records: 50,
         sweep_rows_per_task: 20,
         progress: false,
         ..Options::default()
     };
+    let loads = mysql_status(&db, "Com_load").await;
     let report = ycsb::run(&db, &opts, setup).await.expect("bench run");
+    // 300 rows in groups of 10, then of 100, twice: 2 × (30 + 3) LOAD DATA
+    // (exactly, unless another client shares the server: MYSQL_URL).
+    let loaded = mysql_status(&db, "Com_load").await - loads;
+    if std::env::var_os("MYSQL_URL").is_none() {
+        assert_eq!(loaded, 66);
+    } else {
+        assert!(loaded >= 66, "{loaded} LOAD DATA");
+    }
+    check_sweep(&report, &[10, 100], &opts.sweep_modes, 2);
+    // The default bulk threshold: batchrewrite's groups go out as bulk
+    // commands.
+    for p in report.sweep.iter().filter(|p| p.mode == Mode::Batchrewrite) {
+        let b = p.batching.as_ref().expect("counters");
+        assert_eq!(
+            b.bulk_statements,
+            300 / p.batch_size as u64,
+            "{}",
+            p.batch_size
+        );
+    }
     let modes: Vec<Mode> = report.results.iter().map(|r| r.mode).collect();
     assert_eq!(modes, vec![Mode::Batchrewrite, Mode::RewritePeer]);
     assert_eq!(report.results[1].ratio_to_rewrite_peer, Some(1.0));
     assert!(report.results[0].ratio_to_rewrite_peer.is_some());
     check_tasks_sweep(&report, &[(1, 50), (4, 80)], 2);
     let text = report::render_text(&report);
-    assert!(
-        text.contains("mariadb") && text.contains("×rewrite-peer"),
-        "{text}"
-    );
+    for needle in [
+        "mariadb",
+        "×rewrite-peer",
+        "one LOAD DATA LOCAL INFILE per group",
+        "exec_batch of the group",
+        "batchpool bulk path: the library default (PoolBuilder::bulk_threshold",
+    ] {
+        assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
+    }
     let dir = tempfile::tempdir().expect("temp dir");
     let svg = dir.path().join("tasks.svg");
     report::plot_tasks(&report, &svg).expect("plot tasks sweep");
     check_tasks_svg(&svg);
+    let svg = dir.path().join("sweep.svg");
+    report::plot_sweep(&report, &svg).expect("plot sweep");
+    check_sweep_svg(&svg, &opts.sweep_modes);
 
     // A 5-row group is one statement reporting 5 rows.
     db.reset().await.expect("truncate");
@@ -389,6 +598,7 @@ async fn a_wrong_count_fails_the_run() {
         tasks: 2,
         pool_size: 2,
         max_in_flight: None,
+        bulk_group: None,
     };
     let progress = ycsb::Progress::start(false, "copy", 20);
     db.load(Mode::Copy, &data, cfg, &progress)
@@ -524,18 +734,67 @@ fn command_line_and_options() {
     };
     assert!(nothing.validate().is_err());
 
-    let a = Args::try_parse_from(["ycsb_load", "--copy-threshold", "off"]).expect("parse");
-    assert_eq!(a.options().copy_threshold, Some(None));
-    let a = Args::try_parse_from(["ycsb_load", "--copy-threshold", "500"]).expect("parse");
-    assert_eq!(a.options().copy_threshold, Some(Some(500)));
+    let a = Args::try_parse_from(["ycsb_load", "--bulk-threshold", "off"]).expect("parse");
+    assert_eq!(a.options().bulk_threshold, Some(None));
+    let a = Args::try_parse_from(["ycsb_load", "--bulk-threshold", "500"]).expect("parse");
+    assert_eq!(a.options().bulk_threshold, Some(Some(500)));
+    // The old name still works.
+    let a = Args::try_parse_from(["ycsb_load", "--copy-threshold", "OFF"]).expect("parse");
+    assert_eq!(a.options().bulk_threshold, Some(None));
+    let a = Args::try_parse_from(["ycsb_load", "--copy-threshold", "64"]).expect("parse");
+    assert_eq!(a.options().bulk_threshold, Some(Some(64)));
     assert_eq!(
         Args::try_parse_from(["ycsb_load"])
             .unwrap()
             .options()
-            .copy_threshold,
+            .bulk_threshold,
         None
     );
+    assert!(Args::try_parse_from(["ycsb_load", "--bulk-threshold", "never"]).is_err());
     assert!(Args::try_parse_from(["ycsb_load", "--copy-threshold", "never"]).is_err());
+
+    // --sweep-modes: batchrewrite alone by default; each database runs the
+    // listed modes it has, each once.
+    let a = Args::try_parse_from(["ycsb_load", "--sweep"]).expect("parse");
+    assert_eq!(a.options().sweep_modes, vec![Mode::Batchrewrite]);
+    let a = Args::try_parse_from([
+        "ycsb_load",
+        "--sweep",
+        "--sweep-modes",
+        "load-data,batchrewrite,copy,rewrite-peer,batch,copy",
+    ])
+    .expect("parse");
+    let pg = a.sweep_modes_for(&<PgTarget as Database>::MODES);
+    assert_eq!(
+        pg,
+        vec![
+            Mode::Batchrewrite,
+            Mode::Copy,
+            Mode::RewritePeer,
+            Mode::Batch
+        ]
+    );
+    let my = a.sweep_modes_for(&<MysqlTarget as Database>::MODES);
+    assert_eq!(
+        my,
+        vec![
+            Mode::LoadData,
+            Mode::Batchrewrite,
+            Mode::RewritePeer,
+            Mode::Batch
+        ]
+    );
+    let o = Options {
+        sweep_modes: pg,
+        ..a.options()
+    };
+    o.validate().expect("every mode sweeps");
+    assert!(Args::try_parse_from(["ycsb_load", "--sweep-modes", "bogus"]).is_err());
+    for m in ["nobatch", "coalesce", "coalesce-peer"] {
+        let a = Args::try_parse_from(["ycsb_load", "--sweep", "--sweep-modes", m]).expect("parse");
+        let err = a.options().validate().expect_err(m);
+        assert!(err.to_string().contains("--sweep-modes"), "{err}");
+    }
 
     let bad = Options {
         tasks: 0,

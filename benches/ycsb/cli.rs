@@ -85,26 +85,48 @@ pub struct Args {
     /// onto the server's Unix socket. Implied by --tls.
     #[arg(long)]
     pub mysql_tcp: bool,
-    /// PostgreSQL: batchpool's `PoolBuilder::copy_threshold` for
-    /// `batchrewrite` and `coalesce`: the fewest rows of a plain statement
-    /// sent as binary COPY, or `off` (multi-row INSERTs only, what
-    /// `rewrite-peer` sends). Default: the library's.
-    #[arg(long, value_name = "ROWS|off", value_parser = parse_threshold)]
-    pub copy_threshold: Option<Threshold>,
+    /// batchpool's bulk path for `batchrewrite` and `coalesce`, on both
+    /// databases: the fewest rows of a plain INSERT statement sent by the
+    /// bulk path (PostgreSQL `PoolBuilder::copy_threshold`: binary COPY;
+    /// MariaDB `PoolBuilder::bulk_threshold`: COM_STMT_BULK_EXECUTE), or
+    /// `off` (multi-row INSERTs only, what `rewrite-peer` sends). Default:
+    /// the library's. `--copy-threshold` is an alias.
+    #[arg(
+        long,
+        alias = "copy-threshold",
+        value_name = "ROWS|off",
+        value_parser = parse_threshold
+    )]
+    pub bulk_threshold: Option<Threshold>,
     /// Write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Draw rows/s per mode as an SVG bar chart to this file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
-    /// After the modes, run batchrewrite at each of --sweep-sizes.
+    /// After the modes, run each of --sweep-modes at each of --sweep-sizes.
     #[arg(long)]
     pub sweep: bool,
-    /// Batch sizes of the sweep.
+    /// Group sizes of the sweep (rows per execute_many, per batch, per
+    /// statement).
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 10, 100, 1000, 10000])]
     pub sweep_sizes: Vec<usize>,
-    /// SVG bar chart of the sweep (default: the --plot file name with
-    /// `-sweep` before `.svg`).
+    /// Modes of the sweep, comma separated, run at each size: of `batch`,
+    /// `batchrewrite`, `rewrite-peer` and the bulk mode (`copy` on
+    /// PostgreSQL, `load-data` on MariaDB), those the database has. The
+    /// bulk mode sends one statement per group of that many rows (one COPY
+    /// FROM STDIN, one LOAD DATA LOCAL INFILE), one after the other on one
+    /// connection, as the others send their groups.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_values_t = vec![Mode::Batchrewrite],
+        value_name = "MODES"
+    )]
+    pub sweep_modes: Vec<Mode>,
+    /// SVG of the sweep, rows/s against group size, one line per mode
+    /// (default: the --plot file name with `-sweep` before `.svg`).
     #[arg(long, value_name = "FILE.svg")]
     pub sweep_plot: Option<PathBuf>,
     /// Run `coalesce` and `coalesce-peer` at each of these task counts
@@ -146,7 +168,7 @@ pub struct Args {
     pub bench: bool,
 }
 
-/// `--copy-threshold`: a row count, or `off` (`None`).
+/// `--bulk-threshold`: a row count, or `off` (`None`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Threshold(pub Option<usize>);
 
@@ -195,6 +217,19 @@ impl Args {
         }
     }
 
+    /// The sweep's modes on a database offering `supported`: the
+    /// `--sweep-modes` it has, each once, in the given order. (A mode the
+    /// sweep cannot run stays, for [`Options::validate`] to name it.)
+    pub fn sweep_modes_for(&self, supported: &[Mode]) -> Vec<Mode> {
+        let mut modes = Vec::new();
+        for &m in &self.sweep_modes {
+            if supported.contains(&m) && !modes.contains(&m) {
+                modes.push(m);
+            }
+        }
+        modes
+    }
+
     /// The run's options.
     pub fn options(&self) -> Options {
         Options {
@@ -210,8 +245,9 @@ impl Args {
                 self.modes.clone()
             },
             sweep: self.sweep.then(|| self.sweep_sizes.clone()),
+            sweep_modes: self.sweep_modes.clone(),
             tasks_sweep: self.tasks_sweep.clone(),
-            copy_threshold: self.copy_threshold.map(|t| t.0),
+            bulk_threshold: self.bulk_threshold.map(|t| t.0),
             sweep_min_records: self.sweep_min_records,
             sweep_rows_per_task: self.sweep_rows_per_task,
             field_len: super::workload::FIELD_LEN,

@@ -91,10 +91,11 @@ pub enum Mode {
     /// The same tasks and pool size on plain deadpool-postgres with cached
     /// prepared statements.
     CoalescePeer,
-    /// Binary COPY in one stream: the physical limit.
+    /// Binary COPY in one stream: the physical limit (in `--sweep`, one
+    /// COPY per group).
     Copy,
     /// MariaDB `LOAD DATA LOCAL INFILE` streamed from memory in one
-    /// statement: MariaDB's bulk limit.
+    /// statement: MariaDB's bulk limit (in `--sweep`, one per group).
     LoadData,
 }
 
@@ -128,6 +129,17 @@ impl Mode {
     pub fn has_latency(self) -> bool {
         matches!(self, Mode::Coalesce | Mode::CoalescePeer)
     }
+
+    /// Whether `--sweep` can run it: the modes that send the rows in groups
+    /// of a size, one group after the other on one connection (the bulk
+    /// modes one statement per group in the sweep, see
+    /// [`LoadConfig::bulk_group`]).
+    pub fn sweeps(self) -> bool {
+        matches!(
+            self,
+            Mode::Batch | Mode::Batchrewrite | Mode::RewritePeer | Mode::Copy | Mode::LoadData
+        )
+    }
 }
 
 impl std::fmt::Display for Mode {
@@ -153,8 +165,11 @@ pub struct Options {
     pub repeat: usize,
     /// Modes, in the order of the first repeat.
     pub modes: Vec<Mode>,
-    /// `batchrewrite` batch sizes for the sweep (`None`: no sweep).
+    /// Group sizes of the sweep (`None`: no sweep).
     pub sweep: Option<Vec<usize>>,
+    /// Modes the sweep runs at each size, in this order (each one
+    /// [`Mode::sweeps`]); default `batchrewrite` alone.
+    pub sweep_modes: Vec<Mode>,
     /// Task counts of the `coalesce` vs `coalesce-peer` sweep (`None`: no
     /// tasks sweep).
     pub tasks_sweep: Option<Vec<usize>>,
@@ -163,10 +178,12 @@ pub struct Options {
     pub sweep_min_records: usize,
     /// Rows per task a tasks-sweep point loads above the minimum.
     pub sweep_rows_per_task: usize,
-    /// PostgreSQL: `PoolBuilder::copy_threshold` of batchpool's pools
-    /// (`None`: the library default; `Some(None)`: COPY off), applied by
-    /// [`Database::set_copy_threshold`].
-    pub copy_threshold: Option<Option<usize>>,
+    /// batchpool's bulk path in its pools: PostgreSQL
+    /// `PoolBuilder::copy_threshold` (binary COPY), MariaDB
+    /// `PoolBuilder::bulk_threshold` (COM_STMT_BULK_EXECUTE); `None`: the
+    /// library default; `Some(None)`: off. Applied by
+    /// [`Database::set_bulk_threshold`].
+    pub bulk_threshold: Option<Option<usize>>,
     /// Bytes per field (YCSB's `fieldlength`, 100).
     pub field_len: usize,
     /// Seed of the field generator, so runs load the same bytes.
@@ -187,10 +204,11 @@ impl Default for Options {
             repeat: 1,
             modes: Mode::ALL.to_vec(),
             sweep: None,
+            sweep_modes: vec![Mode::Batchrewrite],
             tasks_sweep: None,
             sweep_min_records: 20_000,
             sweep_rows_per_task: 100,
-            copy_threshold: None,
+            bulk_threshold: None,
             field_len: workload::FIELD_LEN,
             seed: 0x5eed_1cb5,
             progress: true,
@@ -220,6 +238,15 @@ impl Options {
         if let Some(sizes) = &self.sweep {
             if sizes.is_empty() || sizes.contains(&0) {
                 return Err(fail("--sweep-sizes must be a list of sizes of at least 1"));
+            }
+            if self.sweep_modes.is_empty() {
+                return Err(fail("--sweep-modes: no mode to sweep"));
+            }
+            if let Some(m) = self.sweep_modes.iter().find(|m| !m.sweeps()) {
+                return Err(fail(format!(
+                    "--sweep-modes: {m} sends no groups of a size; the sweep runs \
+                     batch, batchrewrite, rewrite-peer, copy and load-data"
+                )));
             }
         }
         if let Some(tasks) = &self.tasks_sweep {
@@ -263,6 +290,10 @@ pub struct LoadConfig {
     pub pool_size: usize,
     /// `BatchConfig::max_in_flight` for `coalesce` (`None`: the default).
     pub max_in_flight: Option<usize>,
+    /// The bulk mode (`copy`, `load-data`): `None` loads every row in one
+    /// stream (one statement); `Some(n)` sends one statement per group of
+    /// `n` rows, one after the other on one connection (the sweep only).
+    pub bulk_group: Option<usize>,
 }
 
 impl LoadConfig {
@@ -338,10 +369,11 @@ pub trait Database: Sized {
     fn set_statements(&mut self, _flag: Option<Statements>) -> Result<()> {
         Ok(())
     }
-    /// Applies `--copy-threshold` to batchpool's pools (`None`: not given,
-    /// the library default; `Some(None)`: COPY off). Only PostgreSQL has a
-    /// COPY path; the others ignore it.
-    fn set_copy_threshold(&mut self, _rows: Option<Option<usize>>) {}
+    /// Applies `--bulk-threshold` to batchpool's pools (`None`: not given,
+    /// the library default; `Some(None)`: the bulk path off): PostgreSQL's
+    /// `PoolBuilder::copy_threshold`, MariaDB's
+    /// `PoolBuilder::bulk_threshold`.
+    fn set_bulk_threshold(&mut self, rows: Option<Option<usize>>);
     /// The statement mode of the run, for the report; `None` where the
     /// database has no such mode.
     fn statements(&self) -> Option<StatementMode> {
@@ -354,8 +386,15 @@ pub trait Database: Sized {
     fn batch_pool(&self, size: usize, batching: BatchConfig) -> Result<impl modes::Batchpool>;
     /// The plain pool of `coalesce-peer`, `size` connections, not opened yet.
     fn peer_pool(&self, size: usize) -> Result<impl modes::RowWriter>;
-    /// Its bulk path ([`BULK`](Database::BULK)): loads and times `data`.
-    async fn bulk(&self, data: &Arc<Dataset>, progress: &Progress) -> Result<Loaded>;
+    /// Its bulk path ([`BULK`](Database::BULK)): loads and times `data`, in
+    /// one stream (`group` `None`) or one statement per `group` rows, one
+    /// after the other on one connection; checks each statement's count.
+    async fn bulk(
+        &self,
+        data: &Arc<Dataset>,
+        group: Option<usize>,
+        progress: &Progress,
+    ) -> Result<Loaded>;
 
     /// Server version and write-relevant settings.
     async fn describe(&self) -> Result<ServerInfo> {
@@ -416,7 +455,7 @@ pub trait Database: Sized {
                 pool.open(size).await?;
                 modes::concurrent(pool, data, cfg.tasks, progress).await
             }
-            Mode::Copy | Mode::LoadData => self.bulk(data, progress).await,
+            Mode::Copy | Mode::LoadData => self.bulk(data, cfg.bulk_group, progress).await,
         }
     }
 }
@@ -651,7 +690,11 @@ async fn repeated<K: Copy + PartialEq>(
 /// run with an error.
 pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Result<Report> {
     opts.validate()?;
-    for m in &opts.modes {
+    let sweep_modes = opts
+        .sweep
+        .as_ref()
+        .map_or(&[][..], |_| &opts.sweep_modes[..]);
+    for m in opts.modes.iter().chain(sweep_modes) {
         if !D::MODES.contains(m) {
             return Err(fail(format!("{} has no mode {m}", D::NAME)));
         }
@@ -667,6 +710,7 @@ pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Res
         tasks: opts.tasks,
         pool_size: opts.pool_size,
         max_in_flight: opts.max_in_flight,
+        bulk_group: None,
     };
     let runs = repeated(&opts.modes, opts.repeat, async |mode, r| {
         let label = if opts.repeat > 1 {
@@ -685,18 +729,29 @@ pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Res
 
     let mut sweep = Vec::new();
     if let Some(sizes) = &opts.sweep {
-        let points = repeated(sizes, opts.repeat, async |size, _| {
-            let label = format!("batchrewrite@{size}");
+        // Every mode at each size, sizes in order (the whole list reversed
+        // on every other repeat); the bulk mode one statement per group.
+        let points: Vec<(usize, Mode)> = sizes
+            .iter()
+            .flat_map(|&size| opts.sweep_modes.iter().map(move |&m| (size, m)))
+            .collect();
+        let runs = repeated(&points, opts.repeat, async |(size, mode), r| {
+            let label = if opts.repeat > 1 {
+                format!("{mode}@{size} ({}/{})", r + 1, opts.repeat)
+            } else {
+                format!("{mode}@{size}")
+            };
             let cfg = LoadConfig {
                 batch_size: size,
+                bulk_group: Some(size),
                 ..cfg
             };
-            run_one(db, Mode::Batchrewrite, &data, cfg, opts, label).await
+            run_one(db, mode, &data, cfg, opts, label).await
         })
         .await?;
-        sweep = points
+        sweep = runs
             .into_iter()
-            .map(|(size, runs)| SweepPoint::from_runs(size, runs))
+            .map(|((size, mode), runs)| SweepPoint::from_runs(mode, size, runs))
             .collect();
         report::fill_sweep_ratios(&mut sweep);
     }

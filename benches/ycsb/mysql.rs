@@ -69,6 +69,9 @@ fn push_field(out: &mut Vec<u8>, s: &str) {
     }
 }
 
+/// Rows per chunk of the LOAD DATA file as it streams.
+const TSV_CHUNK: usize = 1024;
+
 /// The LOAD DATA file for `rows`: one line per record.
 fn tsv_chunk(rows: &[Record]) -> Bytes {
     let mut out = Vec::with_capacity(rows.len() * (FIELD_COUNT + 1) * 110);
@@ -95,6 +98,9 @@ pub struct MysqlTarget {
     dbname: String,
     /// Connection to the scratch database (schema, TRUNCATE, count).
     admin: tokio::sync::Mutex<Conn>,
+    /// `--bulk-threshold` for batchpool's pools
+    /// (`PoolBuilder::bulk_threshold`; `None`: library default).
+    bulk_threshold: Option<Option<usize>>,
 }
 
 impl MysqlTarget {
@@ -144,7 +150,12 @@ impl Database for MysqlTarget {
             opts,
             dbname,
             admin: tokio::sync::Mutex::new(admin),
+            bulk_threshold: None,
         })
+    }
+
+    fn set_bulk_threshold(&mut self, rows: Option<Option<usize>>) {
+        self.bulk_threshold = rows;
     }
 
     fn address(&self) -> String {
@@ -215,7 +226,10 @@ impl Database for MysqlTarget {
     }
 
     fn batch_pool(&self, size: usize, batching: BatchConfig) -> Result<impl Batchpool> {
-        let builder = batchpool::mysql::Pool::from_opts(self.opts.clone());
+        let mut builder = batchpool::mysql::Pool::from_opts(self.opts.clone());
+        if let Some(rows) = self.bulk_threshold {
+            builder = builder.bulk_threshold(rows);
+        }
         Ok(builder.max_size(size).batching(batching).build()?)
     }
 
@@ -234,36 +248,62 @@ impl Database for MysqlTarget {
         Ok(mysql_async::Pool::new(opts))
     }
 
-    /// `LOAD DATA LOCAL INFILE` streamed from memory in one statement.
-    async fn bulk(&self, data: &Arc<Dataset>, progress: &Progress) -> Result<Loaded> {
+    /// `LOAD DATA LOCAL INFILE` streamed from memory: in one statement,
+    /// or (the sweep) one statement per `group` rows, one after the other
+    /// on one connection.
+    async fn bulk(
+        &self,
+        data: &Arc<Dataset>,
+        group: Option<usize>,
+        progress: &Progress,
+    ) -> Result<Loaded> {
         let mut conn = Conn::new(self.opts.clone()).await?;
+        let group = group.unwrap_or(data.len()).max(1);
         let started = Instant::now();
-        // The file is encoded while it streams, 1024 rows a chunk (the
-        // clock includes encoding, as COPY's does).
-        let rows = data.clone();
-        let done = progress.counter();
-        conn.set_infile_handler(async move {
-            let chunks = futures_util::stream::iter(0..rows.len().div_ceil(1024)).map(move |i| {
-                let end = ((i + 1) * 1024).min(rows.len());
-                let chunk = tsv_chunk(&rows.rows[i * 1024..end]);
-                done.fetch_add((end - i * 1024) as u64, Ordering::Relaxed);
-                Ok(chunk)
-            });
-            Ok(chunks.boxed())
-        });
-        conn.query_drop(load_data_sql()).await?;
-        let n = conn.affected_rows();
-        let warnings = conn.get_warnings();
+        let mut result = Ok(());
+        for start in (0..data.len()).step_by(group) {
+            let rows = start..(start + group).min(data.len());
+            result = load_data(&mut conn, data, rows, progress).await;
+            if result.is_err() {
+                break;
+            }
+        }
         let elapsed = started.elapsed();
         let _ = conn.disconnect().await;
-        if n != data.len() as u64 || warnings != 0 {
-            return Err(fail(format!(
-                "LOAD DATA reported {n} rows and {warnings} warnings, expected {} and 0",
-                data.len()
-            )));
-        }
-        Ok(Loaded::plain(elapsed))
+        result.map(|()| Loaded::plain(elapsed))
     }
+}
+
+/// One `LOAD DATA LOCAL INFILE` of `data.rows[rows]` on `conn`, the file
+/// encoded while it streams, [`TSV_CHUNK`] rows a chunk (the clock includes
+/// encoding, as COPY's does); fails unless it reports exactly those rows and
+/// no warnings.
+async fn load_data(
+    conn: &mut Conn,
+    data: &Arc<Dataset>,
+    rows: std::ops::Range<usize>,
+    progress: &Progress,
+) -> Result<()> {
+    let (expected, last) = (rows.len() as u64, rows.end);
+    let (data, done) = (data.clone(), progress.counter());
+    conn.set_infile_handler(async move {
+        let chunks = futures_util::stream::iter(rows.step_by(TSV_CHUNK)).map(move |start| {
+            let end = (start + TSV_CHUNK).min(last);
+            let chunk = tsv_chunk(&data.rows[start..end]);
+            done.fetch_add((end - start) as u64, Ordering::Relaxed);
+            Ok(chunk)
+        });
+        Ok(chunks.boxed())
+    });
+    conn.query_drop(load_data_sql()).await?;
+    let n = conn.affected_rows();
+    let warnings = conn.get_warnings();
+    if n != expected || warnings != 0 {
+        return Err(fail(format!(
+            "LOAD DATA reported {n} rows and {warnings} warnings, expected {expected} and 0"
+        )));
+    }
+    Ok(())
 }
 
 /// `nobatch`, `batch` (`exec_batch`) and `rewrite-peer` run on one bare

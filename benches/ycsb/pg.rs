@@ -112,8 +112,9 @@ pub struct PgTarget {
     /// The peers' TLS connector: the one batchpool builds for the same
     /// settings (unused under `sslmode=disable`).
     connector: MakeRustlsConnect,
-    /// `--copy-threshold` for batchpool's pools (`None`: library default).
-    copy_threshold: Option<Option<usize>>,
+    /// `--bulk-threshold` for batchpool's pools (`PoolBuilder::copy_threshold`;
+    /// `None`: library default).
+    bulk_threshold: Option<Option<usize>>,
 }
 
 impl PgTarget {
@@ -199,12 +200,12 @@ impl Database for PgTarget {
             pooler,
             tls,
             connector,
-            copy_threshold: None,
+            bulk_threshold: None,
         })
     }
 
-    fn set_copy_threshold(&mut self, rows: Option<Option<usize>>) {
-        self.copy_threshold = rows;
+    fn set_bulk_threshold(&mut self, rows: Option<Option<usize>>) {
+        self.bulk_threshold = rows;
     }
 
     fn set_statements(&mut self, flag: Option<Statements>) -> Result<()> {
@@ -312,7 +313,7 @@ impl Database for PgTarget {
         if let Some(root) = self.tls.root_cert() {
             builder = builder.ssl_root_cert(root);
         }
-        if let Some(rows) = self.copy_threshold {
+        if let Some(rows) = self.bulk_threshold {
             builder = builder.copy_threshold(rows);
         }
         Ok(builder.max_size(size).batching(batching).build()?)
@@ -325,41 +326,61 @@ impl Database for PgTarget {
         })
     }
 
-    /// Binary COPY in one stream. tokio-postgres prepares the COPY as a
-    /// named statement first (a round trip of its own), so in unnamed mode
-    /// it runs inside `BEGIN` ... `COMMIT`: a transaction-mode pooler keeps
-    /// the one server connection from the prepare to the statement's
-    /// close, and none is left behind on the server.
-    async fn bulk(&self, data: &Arc<Dataset>, progress: &Progress) -> Result<Loaded> {
+    /// Binary COPY: in one stream, or (the sweep) one COPY per `group`
+    /// rows, one after the other on one connection, each its own autocommit
+    /// statement. tokio-postgres prepares a COPY before running it (a
+    /// round trip of its own): in named mode the statement is prepared once
+    /// (cached, as the other peers' statements); in unnamed mode each COPY
+    /// runs inside `BEGIN` ... `COMMIT` with its own prepare, so a
+    /// transaction-mode pooler keeps the one server connection from the
+    /// prepare to the statement's close, and none is left behind on the
+    /// server.
+    async fn bulk(
+        &self,
+        data: &Arc<Dataset>,
+        group: Option<usize>,
+        progress: &Progress,
+    ) -> Result<Loaded> {
         let client = self.plain_pool(1)?.get().await?;
         let unnamed = self.peers_unnamed();
         let types = types();
+        let sql = copy_sql();
+        let group = group.unwrap_or(data.len()).max(1);
         let started = Instant::now();
-        if unnamed {
-            client.batch_execute("BEGIN").await?;
-        }
-        let sink = client.copy_in(&copy_sql()).await?;
-        let writer = tokio_postgres::binary_copy::BinaryCopyInWriter::new(sink, &types);
-        let mut writer = std::pin::pin!(writer);
-        for (i, r) in data.rows.iter().enumerate() {
-            writer.as_mut().write(&params(r)).await?;
-            if i % 1024 == 1023 {
-                progress.add(1024);
+        let stmt = if unnamed {
+            None
+        } else {
+            Some(client.prepare_cached(&sql).await?)
+        };
+        for rows in data.rows.chunks(group) {
+            if unnamed {
+                client.batch_execute("BEGIN").await?;
+            }
+            let sink = match &stmt {
+                Some(stmt) => client.copy_in(stmt).await?,
+                None => client.copy_in(&sql).await?,
+            };
+            let writer = tokio_postgres::binary_copy::BinaryCopyInWriter::new(sink, &types);
+            let mut writer = std::pin::pin!(writer);
+            for (i, r) in rows.iter().enumerate() {
+                writer.as_mut().write(&params(r)).await?;
+                if i % 1024 == 1023 {
+                    progress.add(1024);
+                }
+            }
+            let n = writer.finish().await?;
+            if unnamed {
+                client.batch_execute("COMMIT").await?;
+            }
+            progress.add(rows.len() as u64 % 1024);
+            if n != rows.len() as u64 {
+                return Err(fail(format!(
+                    "COPY reported {n} rows, expected {}",
+                    rows.len()
+                )));
             }
         }
-        let n = writer.finish().await?;
-        if unnamed {
-            client.batch_execute("COMMIT").await?;
-        }
-        let elapsed = started.elapsed();
-        progress.add(data.len() as u64 % 1024);
-        if n != data.len() as u64 {
-            return Err(fail(format!(
-                "COPY reported {n} rows, expected {}",
-                data.len()
-            )));
-        }
-        Ok(Loaded::plain(elapsed))
+        Ok(Loaded::plain(started.elapsed()))
     }
 }
 

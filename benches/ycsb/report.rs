@@ -1,6 +1,7 @@
 //! What a run measured, and its three renderings: the seed-style text table
-//! (stdout), JSON (`--json`) and SVG charts (`--plot`, `--sweep-plot`: bars;
-//! `--tasks-plot`: rows/s and p99 against tasks).
+//! (stdout), JSON (`--json`) and SVG charts (`--plot`: bars; `--sweep-plot`:
+//! rows/s against group size per mode; `--tasks-plot`: rows/s and p99
+//! against tasks).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -26,7 +27,8 @@ pub struct Report {
     pub build: String,
     /// One entry per mode, in the order of `--modes`.
     pub results: Vec<ModeResult>,
-    /// `batchrewrite` by batch size (`--sweep`), else empty.
+    /// `--sweep`: one point per (size, mode), sizes in order, at each size
+    /// the modes in `--sweep-modes` order; else empty.
     pub sweep: Vec<SweepPoint>,
     /// `coalesce` vs `coalesce-peer` by task count (`--tasks-sweep`), else
     /// empty.
@@ -193,42 +195,81 @@ pub fn fill_ratios(results: &mut [ModeResult], base: Mode, bulk: Mode) {
     }
 }
 
-/// `batchrewrite` at one batch size (`--sweep`).
+/// One mode at one group size (`--sweep`).
 #[derive(Clone, Debug, Serialize)]
 pub struct SweepPoint {
-    /// Rows per `execute_many` call.
+    /// The mode.
+    pub mode: Mode,
+    /// Rows per group: per `execute_many` call (`batchrewrite`), per batch
+    /// (`batch`), per multi-row INSERT (`rewrite-peer`), per COPY or LOAD
+    /// DATA statement (the bulk mode).
     pub batch_size: usize,
     /// Rows/s of the median run.
     pub rows_per_sec: f64,
-    /// `rows_per_sec` over the first size's.
+    /// `rows_per_sec` over the same mode's at the first size.
     pub ratio_to_first: f64,
-    /// Batching counters of the median run.
+    /// `rows_per_sec` over `batchrewrite`'s at the same size (when it ran).
+    pub ratio_to_batchrewrite: Option<f64>,
+    /// Batching counters of the median run (`batchrewrite`).
     pub batching: Option<Batching>,
-    /// Every run.
+    /// Every run, in the order they ran.
     pub runs: Vec<ModeRun>,
 }
 
 impl SweepPoint {
-    /// Summarises the runs of one batch size (at least one).
-    pub fn from_runs(batch_size: usize, runs: Vec<ModeRun>) -> SweepPoint {
+    /// Summarises the runs of one mode at one size (at least one).
+    pub fn from_runs(mode: Mode, batch_size: usize, runs: Vec<ModeRun>) -> SweepPoint {
         let m = runs[median_index(&runs)].clone();
         SweepPoint {
+            mode,
             batch_size,
             rows_per_sec: m.rows_per_sec,
             ratio_to_first: 1.0,
+            ratio_to_batchrewrite: None,
             batching: m.batching,
             runs,
         }
     }
 }
 
-/// Sets each point's ratio to the first point.
+/// Sets each point's ratios: to the same mode's first point, and to
+/// `batchrewrite`'s point of the same size.
 pub fn fill_sweep_ratios(points: &mut [SweepPoint]) {
-    if let Some(first) = points.first().map(|p| p.rows_per_sec) {
-        for p in points.iter_mut() {
+    let all = points.to_vec();
+    let rate = |mode: Mode, size: Option<usize>| {
+        all.iter()
+            .find(|p| p.mode == mode && size.is_none_or(|s| p.batch_size == s))
+            .map(|p| p.rows_per_sec)
+    };
+    for p in points.iter_mut() {
+        if let Some(first) = rate(p.mode, None) {
             p.ratio_to_first = p.rows_per_sec / first;
         }
+        p.ratio_to_batchrewrite =
+            rate(Mode::Batchrewrite, Some(p.batch_size)).map(|b| p.rows_per_sec / b);
     }
+}
+
+/// The sweep's modes, in the order they ran at each size.
+pub fn sweep_modes(points: &[SweepPoint]) -> Vec<Mode> {
+    let mut modes = Vec::new();
+    for p in points {
+        if !modes.contains(&p.mode) {
+            modes.push(p.mode);
+        }
+    }
+    modes
+}
+
+/// The sweep's sizes, in order.
+pub fn sweep_sizes(points: &[SweepPoint]) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    for p in points {
+        if !sizes.contains(&p.batch_size) {
+            sizes.push(p.batch_size);
+        }
+    }
+    sizes
 }
 
 /// `coalesce` and `coalesce-peer` at one task count (`--tasks-sweep`).
@@ -510,27 +551,7 @@ pub fn render_text(r: &Report) -> String {
     }
 
     if !r.sweep.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nsweep: batchrewrite (execute_many, 1 connection) by batch size\n"
-        );
-        let _ = writeln!(
-            out,
-            "{:>10}{:>11}{:>10}{:>12}{:>16}",
-            "batch", "rows/s", "×first", "statements", "rows/statement"
-        );
-        for p in &r.sweep {
-            let b = p.batching.as_ref();
-            let _ = writeln!(
-                out,
-                "{:>10}{:>11}{:>10}{:>12}{:>16}",
-                thousands(p.batch_size as f64),
-                thousands(p.rows_per_sec),
-                ratio(Some(p.ratio_to_first)),
-                opt_u64(b.map(|b| b.statements)),
-                b.map_or_else(|| "-".into(), |b| format!("{:.1}", b.rows_per_statement)),
-            );
-        }
+        render_sweep(&mut out, r, mariadb);
     }
 
     if !r.tasks_sweep.is_empty() {
@@ -664,7 +685,12 @@ pub fn render_text(r: &Report) -> String {
         },
         o.sweep.as_ref().map_or_else(String::new, |s| {
             let s: Vec<String> = s.iter().map(usize::to_string).collect();
-            format!(" --sweep-sizes {}", s.join(","))
+            let m: Vec<&str> = o.sweep_modes.iter().map(|m| m.name()).collect();
+            format!(
+                " --sweep-sizes {} --sweep-modes {}",
+                s.join(","),
+                m.join(",")
+            )
         }),
         o.tasks_sweep.as_ref().map_or_else(String::new, |t| {
             let t: Vec<String> = t.iter().map(usize::to_string).collect();
@@ -680,17 +706,22 @@ pub fn render_text(r: &Report) -> String {
             .as_ref()
             .map_or_else(String::new, |s| format!(" --statements {}", s.mode)),
     );
-    if !mariadb {
-        let _ = writeln!(
-            out,
-            "          batchpool COPY path: {}",
-            match o.copy_threshold {
-                None => "the library default (PoolBuilder::copy_threshold)".to_string(),
-                Some(None) => "off (--copy-threshold off: multi-row INSERTs only)".to_string(),
-                Some(Some(n)) => format!("--copy-threshold {n} rows"),
+    let (builder, path) = if mariadb {
+        ("bulk_threshold", "COM_STMT_BULK_EXECUTE")
+    } else {
+        ("copy_threshold", "binary COPY")
+    };
+    let _ = writeln!(
+        out,
+        "          batchpool bulk path: {}",
+        match o.bulk_threshold {
+            None => format!("the library default (PoolBuilder::{builder}: {path})"),
+            Some(None) => "off (--bulk-threshold off: multi-row INSERTs only)".to_string(),
+            Some(Some(n)) => {
+                format!("--bulk-threshold {n} rows (PoolBuilder::{builder}: {path})")
             }
-        );
-    }
+        }
+    );
     let _ = writeln!(
         out,
         "          keys \"user\"+fnvhash64(index) (YCSB hashed order); fields printable ASCII, seed {:#x}, generated untimed ({:.2} s)",
@@ -709,7 +740,7 @@ pub fn render_text(r: &Report) -> String {
     if mariadb {
         let _ = writeln!(
             out,
-            "          peers: mysql_async 0.37, prepared statements cached; batch = exec_batch (COM_STMT_BULK_EXECUTE on MariaDB); rewrite-peer = the multi-row INSERT built by hand, prepared once per row count; coalesce-peer = mysql_async::Pool, no reset on return; load = LOAD DATA LOCAL INFILE streamed from memory"
+            "          peers: mysql_async 0.37, prepared statements cached; batch = exec_batch (COM_STMT_BULK_EXECUTE on MariaDB); rewrite-peer = the multi-row INSERT built by hand, prepared once per row count; coalesce-peer = mysql_async::Pool, no reset on return; load-data = LOAD DATA LOCAL INFILE streamed from memory in one statement (the sweep: one per group)"
         );
     } else {
         let unnamed = r
@@ -719,7 +750,7 @@ pub fn render_text(r: &Report) -> String {
             .is_some_and(|s| s.sent == "unnamed");
         let _ = writeln!(
             out,
-            "          peers: deadpool-postgres 0.14 / tokio-postgres 0.7, {}; rewrite-peer = the multi-row INSERT built by hand{}; copy = binary COPY FROM STDIN in one stream{}",
+            "          peers: deadpool-postgres 0.14 / tokio-postgres 0.7, {}; rewrite-peer = the multi-row INSERT built by hand{}; copy = binary COPY FROM STDIN in one stream{} (the sweep: one per group)",
             if unnamed {
                 "unnamed statements (execute_typed, one Parse/Bind/Execute per row)"
             } else {
@@ -738,6 +769,94 @@ pub fn render_text(r: &Report) -> String {
         );
     }
     out
+}
+
+/// What a mode sends per group in the sweep, for the legend.
+fn sweep_legend(mode: Mode, mariadb: bool) -> &'static str {
+    match mode {
+        Mode::Batchrewrite => "batchpool execute_many of the group (max_rows = size)",
+        Mode::RewritePeer => "the group as one hand-built multi-row INSERT, prepared once per size",
+        Mode::Batch if mariadb => "exec_batch of the group (one COM_STMT_BULK_EXECUTE)",
+        Mode::Batch => "the group's single-row INSERTs pipelined, each its own statement",
+        Mode::Copy => "one binary COPY FROM STDIN per group",
+        Mode::LoadData => "one LOAD DATA LOCAL INFILE per group",
+        _ => "-",
+    }
+}
+
+/// The sweep's table: one line per size, a rows/s column per mode (and its
+/// ratio to `batchrewrite` at that size when `batchrewrite` ran), then
+/// `batchrewrite`'s statements, bulk statements and rows per statement.
+fn render_sweep(out: &mut String, r: &Report, mariadb: bool) {
+    let modes = sweep_modes(&r.sweep);
+    let br = modes.contains(&Mode::Batchrewrite);
+    let _ = writeln!(
+        out,
+        "\nsweep: rows/s by group size (--sweep-sizes), one connection, each group sent after the previous one's reply{}",
+        if r.options.repeat > 1 {
+            format!(", median of {} runs per point", r.options.repeat)
+        } else {
+            String::new()
+        }
+    );
+    for &m in &modes {
+        let _ = writeln!(out, "  {:<14}{}", m.name(), sweep_legend(m, mariadb));
+    }
+    if br {
+        let _ = writeln!(
+            out,
+            "  ×br = rows/s over batchrewrite's at the same size; statements, bulk (of them, sent by batchpool's bulk path: {}), rows/stmt: batchrewrite's",
+            if mariadb { "bulk command" } else { "COPY" }
+        );
+    }
+    out.push('\n');
+    let width = |m: Mode| m.name().len().max(9) + 2;
+    let mut head = format!("{:>8}", "size");
+    for &m in &modes {
+        let _ = write!(head, "{:>w$}", m.name(), w = width(m));
+        if br && m != Mode::Batchrewrite {
+            let _ = write!(head, "{:>7}", "×br");
+        }
+    }
+    if br {
+        let _ = write!(head, "{:>12}{:>8}{:>11}", "statements", "bulk", "rows/stmt");
+    }
+    let _ = writeln!(out, "{head}");
+    for size in sweep_sizes(&r.sweep) {
+        let at = |m: Mode| r.sweep.iter().find(|p| p.mode == m && p.batch_size == size);
+        let mut line = format!("{:>8}", thousands(size as f64));
+        for &m in &modes {
+            let p = at(m);
+            let rate = p.map_or_else(|| "-".into(), |p| thousands(p.rows_per_sec));
+            let _ = write!(line, "{rate:>w$}", w = width(m));
+            if br && m != Mode::Batchrewrite {
+                let _ = write!(
+                    line,
+                    "{:>7}",
+                    ratio(p.and_then(|p| p.ratio_to_batchrewrite))
+                );
+            }
+        }
+        if br {
+            let b = at(Mode::Batchrewrite).and_then(|p| p.batching.as_ref());
+            let _ = write!(
+                line,
+                "{:>12}{:>8}{:>11}",
+                opt_u64(b.map(|b| b.statements)),
+                opt_u64(b.map(|b| b.bulk_statements)),
+                b.map_or_else(|| "-".into(), |b| format!("{:.1}", b.rows_per_statement)),
+            );
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    if r.options.repeat > 1 {
+        let _ = writeln!(out, "\nall runs (rows/s, in run order):");
+        for p in &r.sweep {
+            let all: Vec<String> = p.runs.iter().map(|x| thousands(x.rows_per_sec)).collect();
+            let label = format!("{}@{}", p.mode, p.batch_size);
+            let _ = writeln!(out, "  {label:<20}{}", all.join("  "));
+        }
+    }
 }
 
 /// Writes the report as pretty JSON.
@@ -763,19 +882,90 @@ pub fn plot_modes(r: &Report, path: &Path) -> Result<()> {
     plot_bars(path, &title, "mode", &bars)
 }
 
-/// Bars of rows/s per `batchrewrite` batch size.
+/// A line colour per mode of the sweep chart.
+fn mode_color(mode: Mode) -> plotters::style::RGBColor {
+    use plotters::style::RGBColor;
+    match mode {
+        Mode::Batchrewrite => RGBColor(31, 119, 180),
+        Mode::RewritePeer => RGBColor(255, 127, 14),
+        Mode::Batch => RGBColor(44, 160, 44),
+        Mode::Copy | Mode::LoadData => RGBColor(214, 39, 40),
+        Mode::Nobatch => RGBColor(148, 103, 189),
+        Mode::Coalesce => RGBColor(140, 86, 75),
+        Mode::CoalescePeer => RGBColor(227, 119, 194),
+    }
+}
+
+/// The sweep as an SVG: rows/s (log scale) against group size (log
+/// scale), one line per mode.
 pub fn plot_sweep(r: &Report, path: &Path) -> Result<()> {
-    let bars: Vec<(String, f64)> = r
-        .sweep
-        .iter()
-        .map(|p| (thousands(p.batch_size as f64), p.rows_per_sec))
-        .collect();
-    let title = format!(
-        "batchrewrite by batch size, {} records, {} — rows/s",
-        thousands(r.options.records as f64),
-        r.server.database
+    use plotters::prelude::*;
+    let points = &r.sweep;
+    if points.is_empty() {
+        return Err(fail("no sweep to plot"));
+    }
+    let size = |p: &SweepPoint| p.batch_size as f64;
+    let x_lo = points.iter().map(size).fold(f64::MAX, f64::min) / 1.5;
+    let x_hi = points.iter().map(size).fold(0.0, f64::max) * 1.5;
+    let rate = |p: &SweepPoint| p.rows_per_sec.max(1.0);
+    // From a power of ten, so the lowest line has a labelled tick under it.
+    let y_lo = 10f64.powf(
+        (points.iter().map(rate).fold(f64::MAX, f64::min) / 1.2)
+            .log10()
+            .floor(),
     );
-    plot_bars(path, &title, "batch size (rows per execute_many)", &bars)
+    let y_hi = points.iter().map(rate).fold(0.0, f64::max) * 1.5;
+    let title = format!(
+        "{} — rows/s by group size, {} records{}",
+        r.server.database,
+        thousands(r.options.records as f64),
+        if r.options.repeat > 1 {
+            format!(", median of {}", r.options.repeat)
+        } else {
+            String::new()
+        }
+    );
+    let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (960, 560)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(&title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(90)
+            .build_cartesian_2d((x_lo..x_hi).log_scale(), (y_lo..y_hi).log_scale())?;
+        chart
+            .configure_mesh()
+            .x_label_formatter(&|v| thousands(*v))
+            .y_label_formatter(&|v| thousands(*v))
+            .x_desc("rows per group (log scale)")
+            .y_desc("rows/s (log scale)")
+            .draw()?;
+        for mode in sweep_modes(points) {
+            let color = mode_color(mode);
+            let line: Vec<(f64, f64)> = points
+                .iter()
+                .filter(|p| p.mode == mode)
+                .map(|p| (size(p), rate(p)))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
+                .label(mode.name())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart.draw_series(line.iter().map(|&xy| Circle::new(xy, 4, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| fail(format!("cannot draw {}: {e}", path.display())))
 }
 
 /// One mode's figures of a tasks-sweep point.
