@@ -28,7 +28,17 @@
 //!     `.../flusher_execute_packet_1000_rows`: those and the
 //!     COM_STMT_EXECUTE packet mysql_async then serializes from them
 //!     (mysql_common's builder, as mysql_async calls it);
-//!   - `mysql_bulk_*`: the MariaDB bulk path's groups, added with it.
+//!   - MariaDB's bulk path (COM_STMT_BULK_EXECUTE; the caller's side is
+//!     `mysql_rewrite/caller_encode_1000_rows`, the same `encode`):
+//!     `mysql_bulk/flusher_bulk_fits_1000_rows`: the check the engine makes
+//!     before each bulk statement (every value's kind compared, the
+//!     command's size added up, against a 16 MiB packet);
+//!     `.../flusher_bulk_params_1000_rows`: the command's parameter sets
+//!     collected (one `Params` per row, values cloned);
+//!     `.../flusher_bulk_packet_1000_rows`: those and the
+//!     COM_STMT_BULK_EXECUTE packet mysql_async then builds and serializes
+//!     from them (mysql_common's `ComStmtBulkExecuteRequestBuilder`, as
+//!     mysql_async's `exec_batch` calls it).
 //!
 //! The per-row hooks come from the crate's `bench` feature
 //! (`batchpool::bench`, not a stable API).
@@ -246,8 +256,76 @@ fn mysql_rewrite(c: &mut Criterion) {
     group.finish();
 }
 
-// mysql_bulk_*: the MariaDB bulk path's groups (caller's and flusher's
-// task, 1000 rows) go here, and into `criterion_group!` below.
+/// The packet limit of the bulk groups: MariaDB's default
+/// `max_allowed_packet` (16 MiB), which 1000 YCSB rows fit.
+const BULK_PACKET: usize = 16 << 20;
 
-criterion_group!(engine, classify_and_batch, pg_paths, mysql_rewrite);
+/// Builds and serializes the COM_STMT_BULK_EXECUTE commands of `params` into
+/// `buf` as mysql_async's `exec_batch` does (`ExecBulkRoutine`: a builder for
+/// the statement under the packet limit, its commands written one after the
+/// other); returns how many commands it made.
+fn bulk_packets(params: Vec<mysql_async::Params>, buf: &mut Vec<u8>) -> usize {
+    use mysql_common::packets::ComStmtBulkExecuteRequestBuilder;
+    use mysql_common::proto::MySerialize;
+
+    let mut builder = ComStmtBulkExecuteRequestBuilder::new(1, BULK_PACKET).with_named_params(None);
+    let mut commands = 0;
+    for command in builder.build_params_iter(params) {
+        command.expect("a bulk command of the rows").serialize(buf);
+        commands += 1;
+    }
+    commands
+}
+
+/// MariaDB's bulk path: the flusher's check, the bulk command's parameter
+/// sets, and the driver's COM_STMT_BULK_EXECUTE packet for the same 1000
+/// rows as `mysql_rewrite` (the caller's side is the same `encode`).
+fn mysql_bulk(c: &mut Criterion) {
+    use mysql_async::{Params, Value};
+
+    let rows = ycsb_rows(ROWS);
+    let given: Vec<Params> = rows
+        .iter()
+        .map(|r| Params::Positional(r.iter().map(|s| Value::from(s.as_str())).collect()))
+        .collect();
+    let shape = bench::mysql_shape(YCSB_INSERT_MYSQL).expect("a batchable shape");
+    let encoded = bench::mysql_encode(&shape, given);
+    assert_eq!(encoded.len(), ROWS);
+    assert!(
+        encoded.bulk_fits(&shape, BULK_PACKET),
+        "1000 YCSB rows fit one bulk command"
+    );
+    let mut buf = Vec::new();
+    assert_eq!(
+        bulk_packets(encoded.bulk_params(), &mut buf),
+        1,
+        "one COM_STMT_BULK_EXECUTE, as the engine sends it"
+    );
+
+    let mut group = c.benchmark_group("mysql_bulk");
+    group.throughput(Throughput::Elements(ROWS as u64));
+    group.bench_function("flusher_bulk_fits_1000_rows", |b| {
+        b.iter(|| black_box(black_box(&encoded).bulk_fits(&shape, BULK_PACKET)))
+    });
+    group.bench_function("flusher_bulk_params_1000_rows", |b| {
+        b.iter(|| black_box(black_box(&encoded).bulk_params()).len())
+    });
+    group.bench_function("flusher_bulk_packet_1000_rows", |b| {
+        b.iter(|| {
+            buf.clear();
+            let params = black_box(&encoded).bulk_params();
+            black_box(bulk_packets(params, &mut buf));
+            black_box(buf.len())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    engine,
+    classify_and_batch,
+    pg_paths,
+    mysql_rewrite,
+    mysql_bulk
+);
 criterion_main!(engine);
