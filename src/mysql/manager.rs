@@ -237,6 +237,16 @@ impl managed::Manager for Manager {
                 "a statement on this connection was left unanswered",
             ));
         }
+        if !wrapper.lent
+            && metrics.last_used() < IDLE_PING
+            && wrapper.last_ok_packet().is_some()
+            && !self.hooks.has_pre_recycle()
+            && !wrapper.broken
+            && !wrapper.is_disconnected()
+        {
+            // Used a moment ago and nothing to run: only its last status.
+            return autocommit_outside_transaction(wrapper);
+        }
         // The check talks to the server: if it does not finish within
         // `recycle_timeout`, deadpool drops the connection still marked,
         // and it is closed at once.
@@ -285,19 +295,24 @@ impl Manager {
             .pre_recycle(wrapper)
             .await
             .map_err(|e| RecycleError::Backend(mysql_async::Error::Other(Box::new(e))))?;
-        // Rows written on this connection must commit on their own.
-        let flags = wrapper.last_ok_packet().map(|ok| ok.status_flags());
-        match flags {
-            Some(f)
-                if f.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT)
-                    && !f.contains(StatusFlags::SERVER_STATUS_IN_TRANS) =>
-            {
-                Ok(())
-            }
-            _ => Err(RecycleError::message(
-                "connection is inside a transaction or has autocommit off",
-            )),
+        autocommit_outside_transaction(wrapper)
+    }
+}
+
+/// Rows written on a connection must commit on their own: its last status
+/// must say autocommit, outside a transaction.
+fn autocommit_outside_transaction(conn: &Conn) -> RecycleResult<mysql_async::Error> {
+    let flags = conn.last_ok_packet().map(|ok| ok.status_flags());
+    match flags {
+        Some(f)
+            if f.contains(StatusFlags::SERVER_STATUS_AUTOCOMMIT)
+                && !f.contains(StatusFlags::SERVER_STATUS_IN_TRANS) =>
+        {
+            Ok(())
         }
+        _ => Err(RecycleError::message(
+            "connection is inside a transaction or has autocommit off",
+        )),
     }
 }
 

@@ -70,6 +70,11 @@ impl<C> Hooks<C> {
         run(&self.post_create, "post_create", conn).await
     }
 
+    /// Whether any `pre_recycle` hook was added.
+    pub(crate) fn has_pre_recycle(&self) -> bool {
+        !self.pre_recycle.is_empty()
+    }
+
     /// Runs the `pre_recycle` hooks, in the order they were added.
     pub(crate) async fn pre_recycle(&self, conn: &mut C) -> Result<(), HookFailed> {
         run(&self.pre_recycle, "pre_recycle", conn).await

@@ -109,6 +109,10 @@ impl managed::Manager for Manager {
                 "a statement on this connection was left unanswered",
             ));
         }
+        if !client.lent && !self.hooks.has_pre_recycle() {
+            // The pool's own connection, nothing to run: no round trip.
+            return Ok(());
+        }
         // Marked busy meanwhile: past `recycle_timeout` deadpool drops it,
         // and a busy connection is closed at once.
         client.busy = true;
