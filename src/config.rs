@@ -62,6 +62,12 @@ pub struct BatchConfig {
     /// again, in the background. Default 1 s. A statement that fails because
     /// its table changed under it is re-learned at once.
     pub relearn_after: Duration,
+    /// Two statements on the wire at once where the backend can (PostgreSQL):
+    /// a flush that finds more than one statement's worth queued sends the
+    /// second before the first is answered, and `execute_many` keeps its
+    /// next statement on the wire. Default `true`; `false` sends one
+    /// statement at a time.
+    pub pipeline: bool,
 }
 
 impl Default for BatchConfig {
@@ -76,6 +82,7 @@ impl Default for BatchConfig {
             max_in_flight: None,
             enabled: true,
             relearn_after: Duration::from_secs(1),
+            pipeline: true,
         }
     }
 }
@@ -116,6 +123,8 @@ impl BatchConfig {
         enabled: (bool),
         /// Sets [`relearn_after`](BatchConfig::relearn_after).
         relearn_after: (Duration),
+        /// Sets [`pipeline`](BatchConfig::pipeline).
+        pipeline: (bool),
     }
 
     pub(crate) fn validate(&self) -> Result<(), Error> {

@@ -90,6 +90,8 @@ pub struct PoolConfig {
     /// [`BatchConfig::relearn_after`].
     #[serde(with = "humantime_serde")]
     pub batch_relearn_after: Option<Duration>,
+    /// [`BatchConfig::pipeline`].
+    pub batch_pipeline: Option<bool>,
 }
 
 /// [`QueueFull`] as written in a config: `"wait"` or `"reject"`.
@@ -184,6 +186,7 @@ impl PoolConfig {
             batch_cache_capacity => cache_capacity,
             batch_enabled => enabled,
             batch_relearn_after => relearn_after,
+            batch_pipeline => pipeline,
         }
         if let Some(d) = self.batch_max_delay {
             b.max_delay = Some(d);

@@ -258,16 +258,26 @@ macro_rules! oracle_tests {
             let tally = run_cases(concat!($prefix, "::oracle_random_bursts"), cases, true).await;
             // A backend that pipelines must have been checked with pairs on
             // the wire (the cases with a small statement cap).
+            // With every path on (the default; see `plain_paths`), the
+            // pairs and the bulk path (COPY, MariaDB's bulk command, on for
+            // half the cases) must have been checked too; with the plain
+            // path alone, neither may have been used.
+            let plain = common::backend::plain_paths();
             assert!(
-                !$pipelines || tally.pipelined > 0,
+                plain || !$pipelines || tally.pipelined > 0,
                 "no statement was pipelined: the pairs went unchecked"
             );
-            // Half the cases allow the bulk path (COPY, MariaDB's bulk
-            // command): it must have been checked too.
             assert!(
-                tally.bulk > 0,
+                plain || tally.bulk > 0,
                 "no statement went out by the bulk path: it went unchecked"
             );
+            if plain {
+                assert_eq!(
+                    (tally.pipelined, tally.bulk),
+                    (0, 0),
+                    "BATCHPOOL_TEST_PATHS=plain, but pairs or bulk statements were sent"
+                );
+            }
         }
 
         /// The oracle checks itself: the first random cases with coalescing

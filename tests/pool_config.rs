@@ -40,6 +40,7 @@ fn every_setting_reads_from_environment_variables() {
             ("SVC_DB_BATCH_MAX_IN_FLIGHT", "3"),
             ("SVC_DB_BATCH_ENABLED", "false"),
             ("SVC_DB_BATCH_RELEARN_AFTER", "10s"),
+            ("SVC_DB_BATCH_PIPELINE", "false"),
             ("OTHER_VARIABLE", "ignored"),
         ]),
     )
@@ -59,6 +60,7 @@ fn every_setting_reads_from_environment_variables() {
     assert_eq!(b.max_in_flight, Some(3));
     assert!(!b.enabled);
     assert_eq!(b.relearn_after, Duration::from_secs(10));
+    assert!(!b.pipeline);
 
     // No secret in Debug, of the config or of the builder made from it.
     let shown = format!("{config:?}");

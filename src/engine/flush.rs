@@ -204,11 +204,7 @@ fn take_if_due<B: Backend>(
         }
     }
     st.waiting -= 1;
-    let statements = if engine.backend.pipelines(&q.shape, None, None) {
-        2
-    } else {
-        1
-    };
+    let statements = if engine.pipelines(&q.shape) { 2 } else { 1 };
     let (taken, waited) = q.take(&mut st, statements, |n| {
         engine.backend.any_size(&q.shape, n)
     });
@@ -451,7 +447,7 @@ pub(super) async fn execute_rows<B: Backend>(
             at += size;
         }
     }
-    let mut pairing = pipeline != Pipeline::Off && engine.backend.pipelines(&q.shape, None, None);
+    let mut pairing = pipeline != Pipeline::Off && engine.pipelines(&q.shape);
     while let Some(first) = work.pop_front() {
         let second = match work.front() {
             Some(&(_, len))
@@ -668,11 +664,7 @@ pub(super) async fn direct<B: Backend>(
     let mut results = Vec::with_capacity(rows.len());
     // Two statements' worth at a time where the backend pipelines: the
     // second is on the wire while the first runs.
-    let per_round = if engine.backend.pipelines(&q.shape, None, None) {
-        2
-    } else {
-        1
-    };
+    let per_round = if engine.pipelines(&q.shape) { 2 } else { 1 };
     let mut start = 0;
     while start < rows.len() {
         // Up to `per_round` flushes' worth: each within the statement

@@ -384,6 +384,12 @@ impl<B: Backend> Engine<B> {
         tokio::spawn(flush::flusher(self.clone(), q, work));
     }
 
+    /// Whether statements of `shape` go out two at a time (the backend
+    /// pipelines it, and [`BatchConfig::pipeline`] is on).
+    pub(crate) fn pipelines(&self, shape: &B::Shape) -> bool {
+        self.config.pipeline && self.backend.pipelines(shape, None, None)
+    }
+
     /// Waits for a flush slot (`max_in_flight`); `None` when unlimited.
     pub(crate) async fn flush_slot(&self) -> Option<OwnedSemaphorePermit> {
         self.flush_slots.clone()?.acquire_owned().await.ok()

@@ -1565,6 +1565,39 @@ async fn submit_many_keeps_two_statements_on_the_wire() {
     h.assert_no_leaks().await;
 }
 
+/// `BatchConfig::pipeline(false)`: a backend that pipelines still gets one
+/// statement at a time, each answered before the next is sent.
+#[tokio::test(start_paused = true)]
+async fn pipeline_off_sends_one_statement_at_a_time() {
+    let mem = Mem::new(1);
+    mem.pipelined.store(true, SeqCst);
+    let h = H::with(mem, config().max_rows(2).pipeline(false)).await;
+    let rows = [1, 2, 3, 4, 5];
+    let mut many = h.submit_many(&rows);
+    assert!(poll(&mut many).is_pending());
+    settle().await;
+    assert_eq!(
+        h.mem().log(),
+        [vec![1, 2]],
+        "only the first statement is on the wire"
+    );
+    for sent in 2..=3 {
+        assert!(h.mem().release_next());
+        settle().await;
+        assert_eq!(h.mem().log().len(), sent);
+    }
+    assert!(h.mem().release_next());
+    h.drain().await;
+    let Poll::Ready(Ok(out)) = poll(&mut many) else {
+        panic!("submit_many did not finish");
+    };
+    for (v, r) in rows.into_iter().zip(out) {
+        assert_ok_own(v, r);
+    }
+    assert_eq!(h.stats().pipelined_statements, 0);
+    h.assert_no_leaks().await;
+}
+
 /// `submit_many` of `rows` on a pipelining pool of 2-row statements, all
 /// gates open: each row's result and the statements received.
 async fn many_pipelined(rows: &[i64]) -> (Vec<Result<i64, Error>>, Vec<Vec<i64>>, H) {

@@ -21,6 +21,57 @@ use std::net::SocketAddr;
 
 use batchpool::{BatchConfig, Error, PoolBuilder, Stats};
 
+/// `BATCHPOOL_TEST_PATHS=plain`: every pool the harness builds sends
+/// multi-row INSERTs only — no COPY, no MariaDB bulk command, no pipelined
+/// statements — so the shared suites check the plain path alone (the
+/// default, unset, uses the library's defaults: every path on).
+pub fn plain_paths() -> bool {
+    matches!(
+        std::env::var("BATCHPOOL_TEST_PATHS")
+            .as_deref()
+            .map(str::trim),
+        Ok("plain")
+    )
+}
+
+/// A harness pool's batching: `config`, without pipelining under
+/// [`plain_paths`].
+pub fn paths_config(config: BatchConfig) -> BatchConfig {
+    if plain_paths() {
+        config.pipeline(false)
+    } else {
+        config
+    }
+}
+
+/// A harness pool's builder: the bulk path off under [`plain_paths`].
+pub trait Paths: Sized {
+    /// This builder, with the bulk path off under [`plain_paths`].
+    fn paths(self) -> Self;
+}
+
+#[cfg(feature = "postgres")]
+impl Paths for PoolBuilder<batchpool::postgres::Postgres> {
+    fn paths(self) -> Self {
+        if plain_paths() {
+            self.copy_threshold(None)
+        } else {
+            self
+        }
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl Paths for PoolBuilder<batchpool::mysql::MySql> {
+    fn paths(self) -> Self {
+        if plain_paths() {
+            self.bulk_threshold(None)
+        } else {
+            self
+        }
+    }
+}
+
 /// A parameter value of a shared test, bound natively by each backend
 /// (`i32`/`i64`/`f64`/`bool`/`String`, or a text NULL).
 #[derive(Clone, Debug, PartialEq)]
@@ -506,7 +557,8 @@ macro_rules! same_pool_api {
         fn pool(url: &str, config: BatchConfig, max_size: usize) -> Pool {
             Pool::builder(url)
                 .max_size(max_size)
-                .batching(config)
+                .batching(paths_config(config))
+                .paths()
                 .build()
                 .expect("build pool")
         }
@@ -763,7 +815,8 @@ mod pg {
         fn pool_via(url: &str, proxy: SocketAddr, config: BatchConfig, max_size: usize) -> Pool {
             R::builder(url, Some(proxy))
                 .max_size(max_size)
-                .batching(config)
+                .batching(paths_config(config))
+                .paths()
                 .build()
                 .expect("build pool")
         }
@@ -775,9 +828,14 @@ mod pg {
             max_size: usize,
             tune: impl FnOnce(PoolBuilder<Self::Db>) -> PoolBuilder<Self::Db>,
         ) -> Pool {
-            tune(R::builder(url, proxy).max_size(max_size).batching(config))
-                .build()
-                .expect("build pool")
+            tune(
+                R::builder(url, proxy)
+                    .max_size(max_size)
+                    .batching(paths_config(config))
+                    .paths(),
+            )
+            .build()
+            .expect("build pool")
         }
 
         fn upstream(url: &str) -> SocketAddr {
@@ -997,7 +1055,8 @@ mod my {
                 .tcp_port(proxy.port());
             Pool::from_opts(via)
                 .max_size(max_size)
-                .batching(config)
+                .batching(paths_config(config))
+                .paths()
                 .build()
                 .expect("build pool")
         }
@@ -1017,9 +1076,14 @@ mod my {
                 ),
                 None => Pool::builder(url),
             };
-            tune(builder.max_size(max_size).batching(config))
-                .build()
-                .expect("build pool")
+            tune(
+                builder
+                    .max_size(max_size)
+                    .batching(paths_config(config))
+                    .paths(),
+            )
+            .build()
+            .expect("build pool")
         }
 
         async fn tx_execute_commit(pool: &Pool, sql: &str, p: &[Val]) -> Result<Outcome, Error> {

@@ -409,11 +409,11 @@ pub async fn run(url: &str, client: &Client, case: &Case, prefix: &str) -> Verdi
 
     let pool = Pool::builder(url)
         .max_size(case.pool_size)
-        .batching(
+        .batching(super::common::backend::paths_config(
             BatchConfig::default()
                 .enabled(case.coalesce)
                 .max_rows(max_rows(case)),
-        )
+        ))
         .copy_threshold(copy_threshold(case))
         .build()
         .expect("build pool");
@@ -511,6 +511,9 @@ fn max_rows(case: &Case) -> usize {
 /// shape as COPY, the other half never use COPY: both paths meet the plain
 /// driver.
 fn copy_threshold(case: &Case) -> Option<usize> {
+    if super::common::backend::plain_paths() {
+        return None;
+    }
     let hash = case.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
