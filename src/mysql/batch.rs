@@ -389,16 +389,15 @@ impl Backend for MySql {
 }
 
 impl MySql {
-    /// Runs `rows` as one multi-row statement.
-    async fn statement(
-        &self,
+    /// The prepared statement of `rows` rows of `shape` (from the
+    /// connection's cache), on a connection still open: nothing was sent
+    /// if this fails.
+    async fn ready(
         conn: &mut Client,
         shape: &MyShape,
-        rows: &[MyRow],
-    ) -> ChunkResult<Outcome> {
-        let n = rows.len();
-        let sql = shape.text(n);
-        let stmt = match conn.prep(&*sql).await {
+        rows: usize,
+    ) -> Result<mysql_async::Statement, ChunkError<Outcome>> {
+        let stmt = match conn.prep(&*shape.text(rows)).await {
             Ok(stmt) => stmt,
             Err(e) => {
                 conn.note_error(&e);
@@ -408,6 +407,18 @@ impl MySql {
         if conn.is_disconnected() {
             return Err(ChunkError::Statement(Error::closed_before_send()));
         }
+        Ok(stmt)
+    }
+
+    /// Runs `rows` as one multi-row statement.
+    async fn statement(
+        &self,
+        conn: &mut Client,
+        shape: &MyShape,
+        rows: &[MyRow],
+    ) -> ChunkResult<Outcome> {
+        let n = rows.len();
+        let stmt = Self::ready(conn, shape, n).await?;
         if usize::from(stmt.num_params()) != n * shape.params {
             return Err(ChunkError::Statement(Error::new(
                 Kind::Params,
@@ -530,22 +541,33 @@ impl MySql {
     /// probe is a bulk `DO ?` of two rows, which a server that runs bulk
     /// commands refuses before running anything (1295: `DO` cannot be
     /// bulk-executed), and which any other server runs as two harmless
-    /// `DO`s.
+    /// `DO`s. A server (or a proxy) that refuses the probe some other way
+    /// gets the multi-row INSERT; only a lost connection fails the learning
+    /// (and the next learning asks again).
     async fn bulk_server(&self, conn: &mut Client) -> Result<bool, Error> {
         self.bulk_server
             .get_or_try_init(|| async {
-                let stmt = conn.prep("DO ?").await.map_err(|e| {
-                    conn.note_error(&e);
-                    unsent_error(e)
-                })?;
+                let stmt = match conn.prep("DO ?").await {
+                    Ok(stmt) => stmt,
+                    Err(mysql_async::Error::Server(_)) => return Ok(false),
+                    Err(e) => {
+                        conn.note_error(&e);
+                        return Err(unsent_error(e));
+                    }
+                };
                 let probe = conn.exec_batch(&stmt, [(1u8,), (2u8,)]).await;
                 let _ = conn.close(stmt).await;
                 match probe {
-                    Err(mysql_async::Error::Server(e)) if e.code == 1295 => Ok(true),
                     Ok(()) => Ok(false),
                     Err(e) => {
                         conn.note_error(&e);
-                        Err(sent_error(e))
+                        match e {
+                            // The session ended (killed, shutdown): ask
+                            // again on another connection.
+                            _ if conn.broken => Err(sent_error(e)),
+                            mysql_async::Error::Server(se) => Ok(se.code == 1295),
+                            e => Err(sent_error(e)),
+                        }
                     }
                 }
             })
@@ -564,17 +586,7 @@ impl MySql {
         rows: &[MyRow],
     ) -> ChunkResult<Outcome> {
         let n = rows.len();
-        let sql = shape.text(1);
-        let stmt = match conn.prep(&*sql).await {
-            Ok(stmt) => stmt,
-            Err(e) => {
-                conn.note_error(&e);
-                return Err(ChunkError::Statement(unsent_error(e)));
-            }
-        };
-        if conn.is_disconnected() {
-            return Err(ChunkError::Statement(Error::closed_before_send()));
-        }
+        let stmt = Self::ready(conn, shape, 1).await?;
         if usize::from(stmt.num_params()) != shape.params {
             // Not what the shape was learned as: the multi-row INSERT
             // (which checks its own statement).
