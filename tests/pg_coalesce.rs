@@ -697,3 +697,59 @@ async fn copy_statements_take_any_row_count() {
         pool.close().await;
     }
 }
+
+/// COPY's rows commit when its Sync is processed, after the server already
+/// sent COPY's CommandComplete: a deferred constraint that fails at that
+/// commit must fail the rows, not leave them acknowledged and rolled back.
+/// Every caller gets what its single-row INSERT gets (the duplicate its own
+/// 23505, the others a count of 1), with COPY and without, and exactly the
+/// acknowledged rows are stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_rows_fail_with_a_deferred_constraint_checked_at_commit() {
+    let url = common::pg_fresh_db().await;
+    for (t, copy) in [("deferred_copy", Some(2)), ("deferred_insert", None)] {
+        let pool = Pool::builder(&url)
+            .max_size(1)
+            .copy_threshold(copy)
+            .build()
+            .unwrap();
+        pool.execute(
+            &format!(
+                "CREATE TABLE {t} (k int UNIQUE DEFERRABLE INITIALLY DEFERRED, v text NOT NULL)"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+        pool.execute(&format!("INSERT INTO {t} (k, v) VALUES (5, 'old')"), &[])
+            .await
+            .unwrap();
+        let data: Vec<(i32, String)> = (0..100).map(|k| (k, format!("v{k}"))).collect();
+        let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 2]> =
+            data.iter().map(|(k, v)| [k as _, v as _]).collect();
+        let sql = format!("INSERT INTO {t} (k, v) VALUES ($1, $2)");
+        let out = pool.execute_many(&sql, &params).await.unwrap();
+        for (k, r) in out.iter().enumerate() {
+            match r {
+                Ok(o) => {
+                    assert_ne!(k, 5, "{t}: the duplicate was acknowledged");
+                    assert_eq!(o.rows_affected(), 1);
+                }
+                Err(e) => {
+                    assert_eq!(k, 5, "{t}: row {k} failed: {e}");
+                    assert_eq!(e.code(), Some("23505"), "{t}: {e}");
+                }
+            }
+        }
+        let n: i64 = pool
+            .query_one(&format!("SELECT count(*) FROM {t}"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 100, "{t}: 99 acknowledged rows and the old one");
+        if copy.is_some() {
+            assert!(pool.stats().bulk_statements > 0, "{t}: COPY was not used");
+        }
+        pool.close().await;
+    }
+}

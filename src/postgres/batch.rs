@@ -229,17 +229,40 @@ impl Postgres {
                 })
             }
             Ready::Copy(stmt, copy) => {
+                // COPY's rows commit when the server reaches the Sync after
+                // its data, which it answers after COPY's CommandComplete;
+                // the driver's sink stops reading at CommandComplete, so a
+                // commit that fails (a deferred constraint) or never happens
+                // (the session ends) would go unseen. In an explicit
+                // transaction the COMMIT's own answer is the statement's.
+                // BEGIN goes out ahead of the COPY and COMMIT right behind its
+                // data: no round trip is added.
                 let data = copy.data(rows);
-                let sink = match conn.copy_in::<_, bytes::Bytes>(stmt).await {
-                    Ok(sink) => sink,
-                    Err(e) => {
+                let (begun, sink) = futures_util::future::join(
+                    conn.batch_execute("BEGIN"),
+                    conn.copy_in::<_, bytes::Bytes>(stmt),
+                )
+                .await;
+                let sink = match (begun, sink) {
+                    (Ok(()), Ok(sink)) => sink,
+                    (Err(e), _) | (_, Err(e)) => {
                         conn.retire();
                         return Err(e);
                     }
                 };
                 futures_util::pin_mut!(sink);
-                futures_util::SinkExt::send(&mut sink, data).await?;
-                sink.finish().await.map(Written::Count)
+                if let Err(e) = futures_util::SinkExt::send(&mut sink, data).await {
+                    // The sink, dropped unfinished, ends the COPY with
+                    // CopyFail: the transaction would stay open, aborted.
+                    conn.retire();
+                    return Err(e);
+                }
+                let (copied, committed) =
+                    futures_util::future::join(sink.finish(), conn.batch_execute("COMMIT"))
+                        .await;
+                // A COPY that failed was rolled back by that COMMIT.
+                let n = copied?;
+                committed.map(|()| Written::Count(n))
             }
         }
     }
