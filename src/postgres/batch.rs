@@ -258,8 +258,7 @@ impl Postgres {
                     return Err(e);
                 }
                 let (copied, committed) =
-                    futures_util::future::join(sink.finish(), conn.batch_execute("COMMIT"))
-                        .await;
+                    futures_util::future::join(sink.finish(), conn.batch_execute("COMMIT")).await;
                 // A COPY that failed was rolled back by that COMMIT.
                 let n = copied?;
                 committed.map(|()| Written::Count(n))
