@@ -213,6 +213,7 @@ pub fn ddl(case: &Case, t: &str) -> Vec<String> {
             None => {}
         }
         d.push_str(match c.key {
+            KeyKind::Unique if c.deferred => " UNIQUE DEFERRABLE INITIALLY DEFERRED",
             KeyKind::Unique => " UNIQUE",
             KeyKind::Primary => " PRIMARY KEY",
             KeyKind::No => "",
