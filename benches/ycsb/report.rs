@@ -883,6 +883,27 @@ pub fn plot_modes(r: &Report, path: &Path) -> Result<()> {
 }
 
 /// A line colour per mode of the sweep chart.
+/// One labelled line with a dot at each point, on a chart of `f64` pairs.
+fn draw_line<DB, CT>(
+    chart: &mut plotters::chart::ChartContext<'_, DB, CT>,
+    label: &str,
+    color: plotters::style::RGBColor,
+    line: &[(f64, f64)],
+) -> std::result::Result<(), Box<dyn std::error::Error>>
+where
+    DB: plotters::prelude::DrawingBackend,
+    DB::ErrorType: 'static,
+    CT: plotters::coord::CoordTranslate<From = (f64, f64)>,
+{
+    use plotters::prelude::*;
+    chart
+        .draw_series(LineSeries::new(line.to_vec(), color.stroke_width(2)))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    chart.draw_series(line.iter().map(|&xy| Circle::new(xy, 4, color.filled())))?;
+    Ok(())
+}
+
 fn mode_color(mode: Mode) -> plotters::style::RGBColor {
     use plotters::style::RGBColor;
     match mode {
@@ -948,13 +969,7 @@ pub fn plot_sweep(r: &Report, path: &Path) -> Result<()> {
                 .filter(|p| p.mode == mode)
                 .map(|p| (size(p), rate(p)))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
-                .label(mode.name())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart.draw_series(line.iter().map(|&xy| Circle::new(xy, 4, color.filled())))?;
+            draw_line(&mut chart, mode.name(), color, &line)?;
         }
         chart
             .configure_series_labels()
@@ -1027,13 +1042,7 @@ pub fn plot_tasks(r: &Report, path: &Path) -> Result<()> {
                 .iter()
                 .map(|p| (tasks(p), side(p).rows_per_sec))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart.draw_series(line.iter().map(|&xy| Circle::new(xy, 4, color.filled())))?;
+            draw_line(&mut chart, name, color, &line)?;
         }
         chart
             .configure_series_labels()
@@ -1063,13 +1072,7 @@ pub fn plot_tasks(r: &Report, path: &Path) -> Result<()> {
                 .iter()
                 .map(|p| (tasks(p), ms(side(p).p99_us)))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart.draw_series(line.iter().map(|&xy| Circle::new(xy, 4, color.filled())))?;
+            draw_line(&mut chart, name, color, &line)?;
         }
         chart
             .configure_series_labels()
