@@ -82,8 +82,9 @@
 //!   row is never sent; dropped after, the statement is finished anyway (the
 //!   outcome is discarded). Either way no queue slot or connection leaks,
 //!   and no connection goes back to the pool with a statement unanswered.
-//! * **Bounded waits:** `wait_timeout` bounds a call's wait for a queue slot
-//!   and a connection end to end; `statement_timeout` (default 30 s) bounds
+//! * **Bounded waits:** `wait_timeout` bounds a call's wait for its text to
+//!   be learned, a queue slot and a connection end to end (a row not sent by
+//!   then fails with a timeout and is never sent); `statement_timeout` (default 30 s) bounds
 //!   every statement, on the server and, 1 s later, in the pool (then the
 //!   outcome is unknown and the connection is closed).
 //! * **Close:** [`Pool::close`] returns only after every call accepted

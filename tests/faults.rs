@@ -27,6 +27,7 @@ both! {
         black_holed_statement_is_bounded_by_the_deadline,
         dropped_fast_path_caller_does_not_hand_its_stall_to_the_next,
         wait_timeout_bounds_every_queued_row,
+        wait_timeout_bounds_rows_behind_statements_of_their_shape,
         close_waits_for_every_accepted_row,
         close_timeout_reports_work_still_running,
         stats_are_exact_under_cancellation,
@@ -446,6 +447,154 @@ async fn wait_timeout_bounds_every_queued_row<B: TestBackend>() {
         CALLERS as u64,
         "{stats:?}"
     );
+    B::close(&pool).await;
+}
+
+/// A pool of 8 that has been serving, `wait_timeout(1 s)`, natural
+/// batching: another session locks the table, and 300 ms into the lock
+/// 2,000 callers each insert one row, half of them with a text the pool
+/// knows, half with one it has yet to learn (which on PostgreSQL takes a
+/// statement that waits for the lock too). Whatever holds a row (no
+/// connection free, a flusher balancing against the statements on the
+/// wire, a statement of its own flush ahead of it, its text being learned),
+/// a row not sent within its wait fails with a timeout and is never sent:
+/// one wait after the last call (plus a margin) nothing is queued, every
+/// timeout came within the margin of its wait, every row stored had been
+/// sent by then, and (MariaDB) its statement began on the server within its
+/// caller's wait.
+async fn wait_timeout_bounds_rows_behind_statements_of_their_shape<B: TestBackend>() {
+    const CALLERS: usize = 2000;
+    let wait = Duration::from_secs(1);
+    // A row's timeout is a timer in the pool's runtime, and a statement's
+    // start a clock read on the server: on a loaded 2-core machine either
+    // may come late by a good part of a second. The lock is held until the
+    // checks are done, so a row not bounded by its wait is still queued
+    // then, or stored with a statement that began after the lock went,
+    // however large this margin is.
+    let margin = Duration::from_millis(2500);
+    // MariaDB runs one command per connection as it arrives, so a
+    // statement's start time is when it was sent. PostgreSQL's is when the
+    // session got to it: a statement pipelined behind another, or behind
+    // its own Parse waiting for the lock, starts after the lock, though it
+    // was sent in time (there the pool's own count of rows sent is the
+    // check).
+    let (url, mut admin) = fresh::<B>(&[B::pick(
+        "CREATE TABLE wq (k INT PRIMARY KEY, v INT NOT NULL)",
+        "CREATE TABLE wq (k INT PRIMARY KEY, v INT NOT NULL, \
+         at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
+    )])
+    .await;
+    let pool = B::pool_with(&url, None, BatchConfig::default(), 8, |b| {
+        b.wait_timeout(wait)
+            .statement_timeout(Duration::from_secs(60))
+    });
+    let known = B::sql("INSERT INTO wq (k, v) VALUES (?, ?)");
+    let new = B::sql("INSERT INTO wq (v, k) VALUES (?, ?)");
+    assert_coalesced::<B>(&pool, &known).await;
+    // Serving: connections open, the text learned.
+    let mut warm = Vec::new();
+    for k in 0..64 {
+        let (pool, sql) = (pool.clone(), known.clone());
+        warm.push(tokio::spawn(async move {
+            B::execute(&pool, &sql, &vals![-1 - k, 0]).await
+        }));
+    }
+    for w in warm {
+        w.await.unwrap().expect("a row before the lock");
+    }
+    lock_table::<B>(&mut admin, "wq").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut calls = Vec::new();
+    let started = Instant::now();
+    for k in 0..CALLERS as i32 {
+        let (pool, sql) = (pool.clone(), if k % 2 == 0 { &known } else { &new }.clone());
+        calls.push(tokio::spawn(async move {
+            let (at, start) = (std::time::SystemTime::now(), Instant::now());
+            let r = B::execute(&pool, &sql, &vals![k, k]).await;
+            (k, at, start.elapsed(), r.map(|o| o.rows_affected()))
+        }));
+    }
+    let last_call = started.elapsed();
+    tokio::time::sleep(wait + margin).await;
+    let under_lock = B::stats(&pool);
+    unlock_table::<B>(&mut admin).await;
+    let mut results = Vec::new();
+    for c in calls {
+        results.push(c.await.unwrap());
+    }
+    let (mut acked, mut timed_out, mut bad) = (Vec::new(), 0, Vec::new());
+    let mut late = Duration::ZERO;
+    for (k, at, elapsed, r) in &results {
+        match r {
+            Ok(1) => acked.push((*k, *at)),
+            Err(e) if e.is_timeout() && !e.is_outcome_unknown() => {
+                timed_out += 1;
+                late = late.max(elapsed.saturating_sub(wait));
+            }
+            other => bad.push(format!("{k}: {other:?}")),
+        }
+    }
+    let report = format!(
+        "calls made in {last_call:?}; {:?} after: {} rows queued, {} sent, {} in flight; \
+         then {timed_out} timed out (at most {late:?} past their wait), {} acknowledged",
+        wait + margin,
+        under_lock.queued,
+        under_lock.rows,
+        under_lock.in_flight,
+        acked.len()
+    );
+    eprintln!("{}: {report}", B::NAME);
+    assert!(
+        bad.is_empty(),
+        "unexpected outcomes: {:?} ({report})",
+        &bad[..bad.len().min(5)]
+    );
+    assert_eq!(
+        under_lock.queued, 0,
+        "rows queued past their wait: {report}"
+    );
+    assert!(late <= margin, "timeouts past wait_timeout: {report}");
+    // The 64 rows before the lock, and every row acknowledged: all sent
+    // while the lock was held, none after it.
+    assert!(
+        64 + acked.len() as u64 <= under_lock.rows,
+        "rows sent after their wait: {report}"
+    );
+
+    settle::<B>(&pool).await;
+    let present: HashSet<i32> = keys::<B>(&mut admin, "wq")
+        .await
+        .into_iter()
+        .filter(|k| *k >= 0)
+        .collect();
+    let acked_keys: HashSet<i32> = acked.iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        present, acked_keys,
+        "the table holds exactly the acknowledged rows"
+    );
+    if !B::IS_PG {
+        let epoch = "SELECT k, CAST(UNIX_TIMESTAMP(at) * 1000000 AS SIGNED) FROM wq WHERE k >= 0";
+        let began: std::collections::HashMap<i32, u128> = B::admin_rows(&mut admin, epoch)
+            .await
+            .expect("read rows")
+            .into_iter()
+            .map(|r| {
+                let k = r[0].as_deref().expect("k").parse().expect("an INT");
+                (k, r[1].as_deref().expect("at").parse().expect("micros"))
+            })
+            .collect();
+        for (k, at) in acked {
+            let called = at
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros();
+            let after = Duration::from_micros(began[&k].saturating_sub(called) as u64);
+            assert!(
+                after <= wait + margin,
+                "row {k}'s statement began {after:?} after its call ({report})"
+            );
+        }
+    }
     B::close(&pool).await;
 }
 

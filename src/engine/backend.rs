@@ -154,7 +154,18 @@ where
     async fn checkout(&self, deadline: Option<Instant>) -> Result<Lease<Self>, Error> {
         let mut timeouts = self.timeouts();
         timeouts.wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        match self.timeout_get(&timeouts).await {
+        let get = self.timeout_get(&timeouts);
+        // deadpool's wait timeout covers the wait for a free slot; opening
+        // or checking a connection has limits of its own (`create_timeout`,
+        // `recycle_timeout`). The caller's deadline bounds all of it.
+        let got = match deadline {
+            None => get.await,
+            Some(d) => match tokio::time::timeout_at(d, get).await {
+                Ok(got) => got,
+                Err(_) => return Err(Error::wait_timeout()),
+            },
+        };
+        match got {
             Ok(conn) => Ok(Lease::new(conn)),
             Err(deadpool::managed::PoolError::Timeout(deadpool::managed::TimeoutType::Wait)) => {
                 Err(Error::wait_timeout())

@@ -10,7 +10,7 @@ use tracing::Instrument;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::backend::{Conn, Lease, exchange};
-use super::queue::{ShapeQueue, Taken, decompose};
+use super::queue::{Claim, ShapeQueue, Taken, decompose};
 use super::{Backend, ChunkError, Connections, Detached, Engine, Work};
 use crate::error::Error;
 use crate::stats::FlushReason;
@@ -28,7 +28,7 @@ pub(super) async fn flusher<B: Backend>(
     _work: Work,
 ) {
     let mut reason;
-    let (_slot, conn, taken, waited) = loop {
+    let (_slot, conn, mut taken, waited) = loop {
         reason = FlushReason::Natural;
         if let Some(delay) = engine.config.max_delay {
             reason = wait_for_deadline(&engine, &q, delay).await;
@@ -52,6 +52,7 @@ pub(super) async fn flusher<B: Backend>(
     };
     engine.release(taken.rows.len() + taken.cancelled);
     engine.counters.cancelled(taken.cancelled);
+    engine.expired(std::mem::take(&mut taken.expired));
     if taken.rows.is_empty() {
         return;
     }
@@ -83,8 +84,11 @@ pub(super) async fn flusher<B: Backend>(
                 &engine,
                 &q,
                 &mut conn,
-                &taken.rows,
-                &taken.chunks,
+                Rows {
+                    rows: &taken.rows,
+                    chunks: &taken.chunks,
+                    claims: &taken.claims,
+                },
                 Pipeline::Independent,
             )
             .instrument(span)
@@ -144,9 +148,10 @@ async fn acquire<B: Backend>(
 /// Natural batching under load: holds a flusher that has its connection
 /// until taking the queue is [`balanced`](ShapeQueue::balanced) with the
 /// flushes of the shape on the wire — at the latest until one of them ends
-/// (its callers then queue their next rows), a queued row's deadline comes,
-/// or the pool closes. No timer of its own: the wait is at most what is
-/// left of a statement on the wire.
+/// (its callers then queue their next rows), [`BALANCE_MARGIN`] before a
+/// queued row's deadline (so a row behind a free connection is sent, not
+/// timed out), or the pool closes. No timer of its own: the wait is at most
+/// what is left of a statement on the wire.
 async fn balance<B: Backend>(engine: &Engine<B>, q: &ShapeQueue<B>) {
     loop {
         let done = q.done.notified();
@@ -165,7 +170,7 @@ async fn balance<B: Backend>(engine: &Engine<B>, q: &ShapeQueue<B>) {
             // `enqueue` wakes us once the queue is balanced.
             st.balancing = true;
         }
-        let expiry = q.next_expiry();
+        let expiry = q.next_expiry().map(|at| at - BALANCE_MARGIN);
         tokio::select! {
             () = &mut done => {}
             () = &mut closing => return,
@@ -173,6 +178,12 @@ async fn balance<B: Backend>(engine: &Engine<B>, q: &ShapeQueue<B>) {
         }
     }
 }
+
+/// How long before a queued row's deadline a flusher holding a connection
+/// stops balancing and sends it: the flusher must take the row before the
+/// caller's own timer fails it (see [`Claim`]), on a runtime that may be
+/// late to wake it.
+const BALANCE_MARGIN: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Sleeps until `at`, or forever.
 async fn sleep_until(at: Option<Instant>) {
@@ -205,7 +216,7 @@ fn take_if_due<B: Backend>(
     }
     st.waiting -= 1;
     let statements = if engine.pipelines(&q.shape) { 2 } else { 1 };
-    let (taken, waited) = q.take(&mut st, statements, |n| {
+    let (taken, waited) = q.take(&mut st, statements, Instant::now(), |n| {
         engine.backend.any_size(&q.shape, n)
     });
     // Rows left over (more than one statement's worth, or rows that came in
@@ -266,12 +277,27 @@ pub(super) async fn inline<B: Backend>(
     q: &Arc<ShapeQueue<B>>,
     work: &Work,
     row: B::Row,
+    deadline: Option<Instant>,
 ) -> Result<Result<B::Output, Error>, B::Row> {
     let slot = match engine.try_flush_slot() {
         Ok(slot) => slot,
         Err(()) => return Err(row),
     };
-    let Some(mut conn) = engine.backend.connections().try_checkout().await else {
+    // A free slot may mean opening a connection, which has its own limit
+    // (`create_timeout`): the row's deadline bounds it.
+    let checkout = engine.backend.connections().try_checkout();
+    let conn = match deadline {
+        None => checkout.await,
+        Some(d) => match tokio::time::timeout_at(d, checkout).await {
+            Ok(conn) => conn,
+            Err(_) => {
+                engine.counters.unsent(1);
+                engine.counters.failed(1);
+                return Ok(Err(Error::wait_timeout()));
+            }
+        },
+    };
+    let Some(mut conn) = conn else {
         return Err(row);
     };
     let (engine, q) = (engine.clone(), q.clone());
@@ -290,8 +316,11 @@ pub(super) async fn inline<B: Backend>(
             &engine,
             &q,
             &mut conn,
-            std::slice::from_ref(&row),
-            &[1],
+            Rows {
+                rows: std::slice::from_ref(&row),
+                chunks: &[1],
+                claims: &[],
+            },
             Pipeline::Off,
         )
         .instrument(span)
@@ -400,9 +429,24 @@ struct Isolation {
     healed: bool,
 }
 
+/// The rows of one [`execute_rows`] call.
+pub(super) struct Rows<'a, R> {
+    pub(super) rows: &'a [R],
+    /// The lengths of the rows' consecutive groups, each within the
+    /// statement limits.
+    pub(super) chunks: &'a [usize],
+    /// Each row's [`Claim`] (queued rows with a deadline), or empty (rows
+    /// that are sent whenever their turn comes: an explicit batch, the idle
+    /// fast path).
+    pub(super) claims: &'a [Option<Arc<Claim>>],
+}
+
 /// Runs `rows` as consecutive statements on one connection, in order:
 /// `chunks` are the lengths of its consecutive groups, each within the
-/// statement limits, each cut into allowed statement sizes. A statement that
+/// statement limits, each cut into allowed statement sizes. Each row is
+/// claimed ([`Claim::send`]) as its first statement goes out: a row whose
+/// caller's deadline won (it waited behind an earlier statement of the
+/// flush) fails unsent with a wait timeout, as it would have in the queue. A statement that
 /// fails with an error that may belong to a row is split in halves (each
 /// cut into allowed sizes) and re-run; nothing of a failed statement
 /// committed, so every row ends up written exactly once or failed with its
@@ -418,12 +462,16 @@ pub(super) async fn execute_rows<B: Backend>(
     engine: &Engine<B>,
     q: &ShapeQueue<B>,
     conn: &mut Conn<B>,
-    rows: &[B::Row],
-    chunks: &[usize],
+    Rows {
+        rows,
+        chunks,
+        claims,
+    }: Rows<'_, B::Row>,
     pipeline: Pipeline,
 ) -> Vec<Result<B::Output, Error>> {
     let n = rows.len();
     debug_assert_eq!(chunks.iter().sum::<usize>(), n);
+    debug_assert!(claims.is_empty() || claims.len() == n);
     let mut results: Vec<Option<Result<B::Output, Error>>> = (0..n).map(|_| None).collect();
     let mut iso = Isolation {
         splits: 0,
@@ -434,24 +482,38 @@ pub(super) async fn execute_rows<B: Backend>(
     let mut work: VecDeque<(usize, usize)> = VecDeque::new();
     let mut at = 0;
     for &chunk in chunks {
-        if engine.backend.any_size(&q.shape, chunk)
-            && engine.backend.uses_bulk(&q.shape, &rows[at..at + chunk])
-        {
-            // One bulk statement: no text per row count to keep to.
-            work.push_back((at, chunk));
-            at += chunk;
-            continue;
-        }
-        for size in decompose(chunk, q.cap_rows) {
-            work.push_back((at, size));
-            at += size;
-        }
+        work.extend(statements_of(engine, q, rows, at, chunk));
+        at += chunk;
     }
+    // Rows from here on have not been sent yet. Re-runs (isolation, a
+    // stale or not-run statement) go to the front of `work` and hold rows
+    // before it; rows after it are sent in order.
+    let mut unsent_from = 0;
     let mut pairing = pipeline != Pipeline::Off && engine.pipelines(&q.shape);
     while let Some(first) = work.pop_front() {
+        if first.0 >= unsent_from && !claims.is_empty() {
+            // Rows not sent yet: each is claimed now, or its caller's
+            // deadline has won.
+            let live = claim(engine, q, rows, claims, first, &mut results);
+            if live.len() != 1 || live[0] != first {
+                engine
+                    .counters
+                    .not_sent(first.1 - live.iter().map(|p| p.1).sum::<usize>());
+                for piece in live.into_iter().rev() {
+                    work.push_front(piece);
+                }
+                // The pieces of the claimed rows are sent as they are.
+                unsent_from = first.0 + first.1;
+                continue;
+            }
+        }
         let second = match work.front() {
-            Some(&(_, len))
-                if pairing && engine.backend.pipelines(&q.shape, Some(first.1), Some(len)) =>
+            Some(&(start, len))
+                if pairing
+                    && engine.backend.pipelines(&q.shape, Some(first.1), Some(len))
+                    && (start < unsent_from
+                        || claims.is_empty()
+                        || claim_all(&claims[start..start + len])) =>
             {
                 work.pop_front()
             }
@@ -459,6 +521,7 @@ pub(super) async fn execute_rows<B: Backend>(
         };
         let sent_pieces: Vec<(usize, usize)> = std::iter::once(first).chain(second).collect();
         for &(start, len) in &sent_pieces {
+            unsent_from = unsent_from.max(start + len);
             // Counted as it is sent: the inline path runs in the caller's
             // task, and a caller dropped mid-statement must not hide a
             // statement whose rows `Stats::rows` already counts.
@@ -541,6 +604,78 @@ pub(super) async fn execute_rows<B: Backend>(
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(Error::lost())))
         .collect()
+}
+
+/// The statements that send `len` rows from `start`: one bulk statement
+/// where the backend takes them so (no text per row count to keep to), else
+/// allowed statement sizes.
+fn statements_of<B: Backend>(
+    engine: &Engine<B>,
+    q: &ShapeQueue<B>,
+    rows: &[B::Row],
+    start: usize,
+    len: usize,
+) -> Vec<(usize, usize)> {
+    if engine.backend.any_size(&q.shape, len)
+        && engine
+            .backend
+            .uses_bulk(&q.shape, &rows[start..start + len])
+    {
+        return vec![(start, len)];
+    }
+    let mut at = start;
+    decompose(len, q.cap_rows)
+        .into_iter()
+        .map(|size| {
+            let piece = (at, size);
+            at += size;
+            piece
+        })
+        .collect()
+}
+
+/// Claims the rows of `piece` (none of them sent yet) for sending. A row
+/// whose caller's deadline won fails unsent with a wait timeout; the pieces
+/// that carry the rows left are returned (`piece` itself when every row was
+/// claimed).
+fn claim<B: Backend>(
+    engine: &Engine<B>,
+    q: &ShapeQueue<B>,
+    rows: &[B::Row],
+    claims: &[Option<Arc<Claim>>],
+    (start, len): (usize, usize),
+    results: &mut [Option<Result<B::Output, Error>>],
+) -> Vec<(usize, usize)> {
+    let mut live = Vec::new();
+    let mut run = start;
+    for i in start..start + len {
+        if claims[i].as_deref().is_none_or(Claim::send) {
+            continue;
+        }
+        results[i] = Some(Err(Error::wait_timeout()));
+        if i > run {
+            live.extend(statements_of(engine, q, rows, run, i - run));
+        }
+        run = i + 1;
+    }
+    if run == start {
+        return vec![(start, len)];
+    }
+    if run < start + len {
+        live.extend(statements_of(engine, q, rows, run, start + len - run));
+    }
+    live
+}
+
+/// Claims every row of a statement that is to join another on the wire;
+/// `false` (nothing claimed for good: the rows claimed go with the
+/// statement anyway, see below) if a row's deadline won, and the statement
+/// is then left to be claimed again on its own.
+fn claim_all(claims: &[Option<Arc<Claim>>]) -> bool {
+    // Claiming in order and stopping at the first refusal: the rows claimed
+    // before it are sent in this statement's place when it comes up again
+    // (their claim holds), so no row claimed is ever left unsent.
+    claims.iter().all(|c| c.as_deref().is_none_or(Claim::send))
 }
 
 /// Records what one statement of [`execute_rows`] gave for its rows
@@ -702,8 +837,11 @@ pub(super) async fn direct<B: Backend>(
             &engine,
             &q,
             &mut conn,
-            &rows[start..end],
-            &chunks,
+            Rows {
+                rows: &rows[start..end],
+                chunks: &chunks,
+                claims: &[],
+            },
             Pipeline::InOrder,
         )
         .instrument(span)

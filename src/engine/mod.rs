@@ -21,8 +21,10 @@ use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, Shared};
 use lru::LruCache;
-use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
 pub(crate) use self::backend::{Backend, ChunkError, ChunkResult, Connections, Wire, exchange};
@@ -36,8 +38,22 @@ use crate::error::Error;
 use crate::explain::NotCoalesced;
 use crate::stats::{Counters, Stats};
 
-/// The route of a text being learned, shared by its concurrent callers.
-type Learning<B> = Arc<OnceCell<Route<B>>>;
+/// A text being learned in a task of its own, awaited by its concurrent
+/// callers, each for as long as its own wait allows.
+struct Learning<B: Backend> {
+    /// Tells learnings of one text apart.
+    id: u64,
+    answer: Shared<BoxFuture<'static, Result<Route<B>, Error>>>,
+}
+
+impl<B: Backend> Clone for Learning<B> {
+    fn clone(&self) -> Self {
+        Learning {
+            id: self.id,
+            answer: self.answer.clone(),
+        }
+    }
+}
 
 /// The coalescing engine of one pool.
 pub(crate) struct Engine<B: Backend> {
@@ -48,6 +64,8 @@ pub(crate) struct Engine<B: Backend> {
     routes: Routes<B>,
     /// Texts being learned right now, shared by their concurrent callers.
     learning: std::sync::Mutex<HashMap<Box<str>, Learning<B>>>,
+    /// The id of the next [`Learning`].
+    learnings: std::sync::atomic::AtomicU64,
     /// Statement kinds of the texts run inside transactions and groups
     /// (bounded like `routes`).
     kinds: std::sync::Mutex<LruCache<Box<str>, StatementKind>>,
@@ -76,6 +94,7 @@ impl<B: Backend> Engine<B> {
             )),
             routes: Routes::new(cache, config.relearn_after),
             learning: std::sync::Mutex::default(),
+            learnings: std::sync::atomic::AtomicU64::new(0),
             kinds: std::sync::Mutex::new(LruCache::new(cache)),
             config,
             limits,
@@ -148,31 +167,71 @@ impl<B: Backend> Engine<B> {
     }
 
     /// [`route`](Engine::route) of a text not cached.
+    ///
+    /// Callers of a new text arrive together: the first starts learning it
+    /// in a task of its own (one statement on one connection), the others
+    /// wait for that answer. Each waits no longer than its own `deadline`
+    /// (then it fails with a wait timeout: nothing of its row was sent),
+    /// and a learning cut short by its caller's going does not leave a
+    /// statement half-answered on a connection. A failure is not shared: a
+    /// waiter whose learning another caller started asks again itself.
     async fn route_new(
         self: &Arc<Self>,
         sql: &str,
         deadline: Option<Instant>,
     ) -> Result<Route<B>, Error> {
-        // Callers of a new text arrive together: one of them asks the
-        // server, the others wait for its answer (a failure is not shared:
-        // the next waiter asks again).
-        let cell = {
-            let mut learning = self.learning.lock().unwrap_or_else(|p| p.into_inner());
-            learning.entry(sql.into()).or_default().clone()
-        };
-        let learned = cell
-            .get_or_try_init(|| async {
-                self.learn(sql, deadline)
+        loop {
+            let (learning, mine) = {
+                let mut map = self.learning.lock().unwrap_or_else(|p| p.into_inner());
+                match map.get(sql) {
+                    Some(l) => (l.clone(), false),
+                    None => {
+                        let l = self.start_learning(sql, deadline);
+                        map.insert(sql.into(), l.clone());
+                        (l, true)
+                    }
+                }
+            };
+            let answer = match deadline {
+                None => learning.answer.await,
+                Some(d) => tokio::time::timeout_at(d, learning.answer)
                     .await
-                    .map(|r| self.routes.put_first(sql, r))
-            })
-            .await
-            .cloned();
-        let mut learning = self.learning.lock().unwrap_or_else(|p| p.into_inner());
-        if learning.get(sql).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-            learning.remove(sql);
+                    .map_err(|_| Error::wait_timeout())?,
+            };
+            match answer {
+                Err(_) if !mine => continue,
+                answer => return answer,
+            }
         }
-        learned
+    }
+
+    /// Learns `sql` in a task of its own, connection wait bounded by
+    /// `deadline`; the task caches the route and ends the text's entry in
+    /// `learning`. Counted as work, so `close()` waits for its statement.
+    fn start_learning(self: &Arc<Self>, sql: &str, deadline: Option<Instant>) -> Learning<B> {
+        let id = self
+            .learnings
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (engine, sql, work) = (self.clone(), Box::<str>::from(sql), self.tracker.more());
+        let task = tokio::spawn(async move {
+            let learned = engine
+                .learn(&sql, deadline)
+                .await
+                .map(|r| engine.routes.put_first(&sql, r));
+            let mut map = engine.learning.lock().unwrap_or_else(|p| p.into_inner());
+            if map.get(&sql).is_some_and(|l| l.id == id) {
+                map.remove(&sql);
+            }
+            drop(work);
+            learned
+        });
+        Learning {
+            id,
+            answer: task
+                .map(|joined| joined.unwrap_or_else(|_| Err(Error::lost())))
+                .boxed()
+                .shared(),
+        }
     }
 
     /// Marks the route of `sql` stale (its table changed under a prepared
@@ -295,7 +354,7 @@ impl<B: Backend> Engine<B> {
         // that comes free takes it with the rows queued meanwhile rather
         // than carrying it alone.
         let row = if self.config.max_delay.is_none() && q.is_unloaded() {
-            match flush::inline(self, q, &work, row).await {
+            match flush::inline(self, q, &work, row, deadline).await {
                 Ok(result) => return result,
                 Err(row) => row,
             }
@@ -307,10 +366,11 @@ impl<B: Backend> Engine<B> {
             Some(slot) if Arc::ptr_eq(slot.semaphore(), &self.permits) => slot.forget(),
             _ => self.reserve(1, deadline).await?,
         }
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         // Timed batching holds a row back on purpose: that is not waiting
         // for a connection.
         let deadline = deadline.map(|d| d + self.config.max_delay.unwrap_or_default());
+        let claim = deadline.map(|_| Arc::new(queue::Claim::default()));
         self.enqueue(
             q,
             Pending {
@@ -319,10 +379,28 @@ impl<B: Backend> Engine<B> {
                 reply: tx,
                 queued_at: Instant::now(),
                 deadline,
+                claim: claim.clone(),
                 _work: work,
             },
         );
-        rx.await.unwrap_or_else(|_| Err(Error::lost()))
+        let lost = |_| Err(Error::lost());
+        let (Some(deadline), Some(claim)) = (deadline, claim) else {
+            return rx.await.unwrap_or_else(lost);
+        };
+        // The caller keeps its own deadline, whatever holds its row: not
+        // sent by then, it never will be (the flusher that takes it fails it
+        // and counts it).
+        tokio::select! {
+            biased;
+            answer = &mut rx => answer.unwrap_or_else(lost),
+            () = tokio::time::sleep_until(deadline) => {
+                if claim.expire() {
+                    Err(Error::wait_timeout())
+                } else {
+                    rx.await.unwrap_or_else(lost)
+                }
+            }
+        }
     }
 
     /// The queue slots (one permit per queued row), for callers that
@@ -403,20 +481,27 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Fails rows whose wait for a connection timed out: nothing of them was
-    /// sent.
-    fn expired(&self, rows: Vec<Pending<B>>) {
+    /// Fails rows taken out of the queue because their wait for a
+    /// connection timed out: nothing of them was sent. Gives their queue
+    /// slots back.
+    fn expired(&self, rows: Vec<queue::Expired<B>>) {
         if rows.is_empty() {
             return;
         }
         self.release(rows.len());
         let (mut cancelled, mut failed) = (0, 0);
-        for p in rows {
-            if p.reply.is_closed() {
+        for (reply, claim) in rows {
+            // A caller that went before its deadline cancelled its row; one
+            // that heard its timeout (its claim expired) did not.
+            let heard = claim.as_deref().is_some_and(queue::Claim::is_expired);
+            if reply.is_closed() && !heard {
                 cancelled += 1;
             } else {
+                if let Some(claim) = claim {
+                    claim.expire();
+                }
                 failed += 1;
-                let _ = p.reply.send(Err(Error::wait_timeout()));
+                let _ = reply.send(Err(Error::wait_timeout()));
             }
         }
         self.counters.cancelled(cancelled);

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
@@ -17,6 +17,64 @@ use crate::error::Error;
 /// The reply channel of one queued row.
 pub(crate) type Reply<B> = oneshot::Sender<Result<<B as Backend>::Output, Error>>;
 
+/// Who decides the fate of a row with a deadline: its caller, whose
+/// deadline passed first ([`expire`](Claim::expire): the row is never
+/// sent, and the caller hears a wait timeout at once), or the flusher
+/// about to send it ([`send`](Claim::send): the caller waits for the
+/// statement's answer). Exactly one of the two wins, so a caller told "not
+/// sent" is never wrong, whatever kept its row from going out (no
+/// connection, a flush balancing against the statements on the wire, an
+/// earlier statement of its own flush).
+#[derive(Debug, Default)]
+pub(crate) struct Claim(AtomicU8);
+
+impl Claim {
+    const WAITING: u8 = 0;
+    const SENT: u8 = 1;
+    const EXPIRED: u8 = 2;
+
+    /// The row's deadline passed: `true` if it will never be sent (now or
+    /// already so decided), `false` if a flusher sent it first.
+    pub(crate) fn expire(&self) -> bool {
+        match self.0.compare_exchange(
+            Self::WAITING,
+            Self::EXPIRED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => true,
+            Err(state) => state == Self::EXPIRED,
+        }
+    }
+
+    /// The row is about to be sent: `false` if its deadline won first.
+    pub(crate) fn send(&self) -> bool {
+        match self.0.compare_exchange(
+            Self::WAITING,
+            Self::SENT,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => true,
+            Err(state) => state == Self::SENT,
+        }
+    }
+
+    /// Whether the row's deadline won.
+    pub(crate) fn is_expired(&self) -> bool {
+        self.0.load(Ordering::Acquire) == Self::EXPIRED
+    }
+}
+
+/// Whether a queued row with `claim` and `deadline` has timed out by `now`.
+fn timed_out(claim: Option<&Claim>, deadline: Option<Instant>, now: Instant) -> bool {
+    claim.is_some_and(Claim::is_expired) || deadline.is_some_and(|d| d <= now)
+}
+
+/// A row taken out of the queue because its deadline passed (see
+/// `Engine::expired`).
+pub(crate) type Expired<B> = (Reply<B>, Option<Arc<Claim>>);
+
 /// A caller's row waiting in a queue.
 pub(crate) struct Pending<B: Backend> {
     pub(crate) row: B::Row,
@@ -27,6 +85,8 @@ pub(crate) struct Pending<B: Backend> {
     /// When the row stops waiting for a connection and fails unsent
     /// (`wait_timeout` from its call's start).
     pub(crate) deadline: Option<Instant>,
+    /// Set with `deadline`: whether the row was sent or timed out.
+    pub(crate) claim: Option<Arc<Claim>>,
     /// The call's guard, until a flusher takes the row (see
     /// `Engine::submit`).
     pub(crate) _work: Work,
@@ -73,6 +133,13 @@ pub(crate) struct Taken<B: Backend> {
     /// Rows of each statement, in order (see [`ShapeQueue::take`]).
     pub(crate) chunks: Vec<usize>,
     pub(crate) replies: Vec<Reply<B>>,
+    /// Each row's [`Claim`], if it has a deadline: a row taken but not yet
+    /// sent when its deadline passes (it waits behind another statement of
+    /// its flush) fails unsent all the same.
+    pub(crate) claims: Vec<Option<Arc<Claim>>>,
+    /// Rows whose deadline had passed when the flush took them: they fail
+    /// unsent.
+    pub(crate) expired: Vec<Expired<B>>,
     pub(crate) cancelled: usize,
     pub(crate) full: bool,
 }
@@ -164,15 +231,16 @@ impl<B: Backend> ShapeQueue<B> {
     /// Takes the rows whose deadline has passed out of the queue. Also
     /// decides whether the calling flusher (one of `waiting`) is still
     /// needed for what is left; if not, it is counted out (`true`).
-    pub(crate) fn expire(&self, now: Instant) -> (Vec<Pending<B>>, bool) {
+    pub(crate) fn expire(&self, now: Instant) -> (Vec<Expired<B>>, bool) {
         let mut st = self.lock();
         let mut expired = Vec::new();
-        if st.rows.iter().any(|p| p.deadline.is_some_and(|d| d <= now)) {
+        let is_out = |p: &Pending<B>| timed_out(p.claim.as_deref(), p.deadline, now);
+        if st.rows.iter().any(is_out) {
             let rows = std::mem::take(&mut st.rows);
             for p in rows {
-                if p.deadline.is_some_and(|d| d <= now) {
+                if is_out(&p) {
                     st.bytes -= p.bytes;
-                    expired.push(p);
+                    expired.push((p.reply, p.claim));
                 } else {
                     st.rows.push_back(p);
                 }
@@ -191,7 +259,9 @@ impl<B: Backend> ShapeQueue<B> {
     }
 
     /// Takes the rows of the next `statements` statements (1, or 2 when the
-    /// backend pipelines): rows whose caller is gone are dropped unsent; of
+    /// backend pipelines): rows whose caller is gone are dropped unsent,
+    /// rows whose deadline has passed by `now` are taken out to fail unsent
+    /// ([`Taken::expired`]), whatever kept them queued until now; of
     /// the live rows at most `cap_rows` / `cap_bytes` are taken per
     /// statement, rounded down to an allowed statement size so one flush is
     /// one statement each (the rest stays queued, in order, for the next
@@ -203,18 +273,21 @@ impl<B: Backend> ShapeQueue<B> {
         &self,
         st: &mut State<B>,
         statements: usize,
+        now: Instant,
         any_size: impl Fn(usize) -> bool,
     ) -> (Taken<B>, Vec<Instant>) {
         let mut taken = Taken {
             rows: Vec::new(),
             replies: Vec::new(),
+            claims: Vec::new(),
+            expired: Vec::new(),
             chunks: Vec::with_capacity(statements),
             cancelled: 0,
             full: false,
         };
         let mut waited = Vec::new();
         for _ in 0..statements.max(1) {
-            let full = self.take_one(st, &mut taken, &mut waited, &any_size);
+            let full = self.take_one(st, &mut taken, &mut waited, now, &any_size);
             taken.full = full;
             if !full || st.rows.is_empty() {
                 break;
@@ -229,12 +302,19 @@ impl<B: Backend> ShapeQueue<B> {
         st: &mut State<B>,
         taken: &mut Taken<B>,
         waited: &mut Vec<Instant>,
+        now: Instant,
         any_size: &impl Fn(usize) -> bool,
     ) -> bool {
         let mut full = false;
         let mut bytes = 0usize;
         let mut kept: Vec<Pending<B>> = Vec::new();
         while let Some(p) = st.rows.pop_front() {
+            // Timed out first: a caller that heard its timeout has gone too.
+            if timed_out(p.claim.as_deref(), p.deadline, now) {
+                st.bytes -= p.bytes;
+                taken.expired.push((p.reply, p.claim));
+                continue;
+            }
             if p.reply.is_closed() {
                 st.bytes -= p.bytes;
                 taken.cancelled += 1;
@@ -263,11 +343,13 @@ impl<B: Backend> ShapeQueue<B> {
         }
         taken.rows.reserve(size);
         taken.replies.reserve(size);
+        taken.claims.reserve(size);
         for p in kept {
             st.bytes -= p.bytes;
             waited.push(p.queued_at);
             taken.rows.push(p.row);
             taken.replies.push(p.reply);
+            taken.claims.push(p.claim);
         }
         full
     }

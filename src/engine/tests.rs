@@ -72,8 +72,15 @@ struct Mem {
     one_by_one: AtomicBool,
     /// The backend pipelines pairs of statements (as PostgreSQL does).
     pipelined: AtomicBool,
+    /// Any row count is one statement's worth (`Backend::any_size`), but
+    /// no rows go by the bulk path: a flush of a size not allowed for a
+    /// multi-row text goes out as several statements, one after another
+    /// (as MariaDB's rows that the bulk command refuses do).
+    any_size: AtomicBool,
     /// Shapes prepared (route learned or re-learned).
     prepared: AtomicUsize,
+    /// While set, learning a shape waits for the test to notify it.
+    prepare_gate: Mutex<Option<Arc<Notify>>>,
     /// Connections closed because they were dropped with a request
     /// unanswered.
     discarded: Arc<AtomicUsize>,
@@ -134,7 +141,9 @@ impl Mem {
             stale_once: AtomicBool::new(false),
             one_by_one: AtomicBool::new(false),
             pipelined: AtomicBool::new(false),
+            any_size: AtomicBool::new(false),
             prepared: AtomicUsize::new(0),
+            prepare_gate: Mutex::default(),
             discarded: Arc::default(),
             server: Mutex::default(),
         }
@@ -302,8 +311,16 @@ impl Backend for Mem {
         _sql: &str,
         _shape: Arc<InsertShape>,
     ) -> Result<Result<(), NotCoalesced>, Error> {
+        let gate = self.prepare_gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
         self.prepared.fetch_add(1, SeqCst);
         Ok(Ok(()))
+    }
+
+    fn any_size(&self, _shape: &(), _rows: usize) -> bool {
+        self.any_size.load(SeqCst)
     }
 
     fn connections(&self) -> &Mem {
@@ -1049,10 +1066,11 @@ async fn a_balancing_flusher_sends_at_the_rows_deadline() {
     let lone = h.queue_all(&[7]);
     settle().await;
     assert_eq!(h.mem().log().len(), 1, "row 7 waits for balance");
-    tokio::time::sleep_until(start + Duration::from_secs(1)).await;
-    settle().await;
-    // At its wait deadline the row is sent, not failed: a connection was
-    // free all along.
+    tokio::time::sleep_until(start + Duration::from_millis(979)).await;
+    assert_eq!(h.mem().log().len(), 1, "row 7 still waits for balance");
+    tokio::time::sleep_until(start + Duration::from_millis(981)).await;
+    // Shortly before its wait deadline the row is sent, not failed: a
+    // connection was free all along.
     assert_eq!(h.mem().log()[1], [7]);
     h.drain().await;
     assert_all_own(first.into_iter().chain(lone));
@@ -1761,6 +1779,88 @@ async fn wait_timeout_bounds_every_queued_row_not_one_statement() {
     let last = h.spawn(7);
     settle().await;
     assert_ok_own(7, finished(last).await);
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_row_behind_an_earlier_statement_of_its_flush_times_out_unsent() {
+    // Seven rows go as one flush of two statements, 6 then 1 (no bulk
+    // path for them); the first is stuck past the last row's deadline. The
+    // row that waits behind it fails at its own deadline, and is never
+    // sent, not even once the first statement is answered.
+    let mem = Mem::new(1);
+    mem.any_size.store(true, SeqCst);
+    let h = H::limited(mem, config(), limits(Some(1), None)).await;
+    let hold = h.mem().hold_all();
+    let start = Instant::now();
+    let callers: Vec<_> = (1..=7).map(|v| (v, h.spawn(v))).collect();
+    settle().await;
+    drop(hold);
+    settle().await;
+    assert_eq!(h.mem().log(), [vec![1, 2, 3, 4, 5, 6]]);
+    tokio::time::sleep_until(start + Duration::from_secs(1)).await;
+    settle().await;
+    let (_, last) = &callers[6];
+    assert!(last.is_finished(), "row 7 has its outcome at its deadline");
+    h.mem().open_gates();
+    settle().await;
+    for (v, task) in callers {
+        let out = finished(task).await;
+        if v < 7 {
+            assert_ok_own(v, out);
+        } else {
+            let e = out.expect_err("row 7 waited past its deadline");
+            assert!(e.is_timeout() && !e.is_outcome_unknown(), "{e}");
+        }
+    }
+    assert_eq!(h.mem().times_sent(7), 0, "{:?}", h.mem().log());
+    let st = h.stats();
+    assert_eq!(
+        (st.rows, st.rows_unsent, st.rows_failed),
+        (6, 1, 1),
+        "{st:?}"
+    );
+    h.assert_no_leaks().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_waiting_for_its_text_to_be_learned_times_out_at_its_deadline() {
+    // Learning a new text takes a statement on the server (stuck here, as
+    // behind a table lock). Its callers wait no longer than their own wait;
+    // the learning goes on, and once done the text is coalesced as usual.
+    let h = H::limited(Mem::new(2), config(), limits(Some(1), None)).await;
+    let gate = Arc::new(Notify::new());
+    *h.mem().prepare_gate.lock().unwrap() = Some(gate.clone());
+    let other = "INSERT INTO u (v) VALUES ($1)";
+    let route = |e: Arc<Engine<Mem>>| async move {
+        let _work = e.enter()?;
+        let deadline = e.wait_deadline();
+        e.route(other, deadline).await.map(|r| r.explain())
+    };
+    let start = Instant::now();
+    let callers: Vec<_> = (0..3).map(|_| tokio::spawn(route(h.e.clone()))).collect();
+    tokio::time::sleep_until(start + Duration::from_millis(999)).await;
+    assert!(callers.iter().all(|c| !c.is_finished()));
+    tokio::time::sleep_until(start + Duration::from_secs(1)).await;
+    settle().await;
+    for c in callers {
+        let e = finished(c).await.expect_err("learning is stuck");
+        assert!(e.is_timeout() && !e.is_outcome_unknown(), "{e}");
+    }
+    let prepared = h.mem().prepared.load(SeqCst);
+    *h.mem().prepare_gate.lock().unwrap() = None;
+    gate.notify_one();
+    settle().await;
+    assert_eq!(h.mem().prepared.load(SeqCst), prepared + 1, "learned once");
+    let later = tokio::spawn(route(h.e.clone()));
+    settle().await;
+    let later = finished(later).await;
+    assert!(later.expect("learned").is_coalesced());
+    assert_eq!(
+        h.mem().prepared.load(SeqCst),
+        prepared + 1,
+        "from the cache"
+    );
     h.assert_no_leaks().await;
 }
 

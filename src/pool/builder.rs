@@ -64,11 +64,15 @@ impl<B: Backend> PoolBuilder<B> {
         self
     }
 
-    /// Longest time a call may wait for a queue slot and a connection,
-    /// counted end to end from the call's start (default: unbounded). A
-    /// coalesced row still queued when its time is up fails with an error
-    /// for which [`Error::is_timeout`](crate::Error::is_timeout) is true,
-    /// and nothing of it was sent; rows already sent are bounded by
+    /// Longest time a call may wait before its statement is sent: for its
+    /// SQL text to be learned, a queue slot, a connection (opening one
+    /// included), counted end to end from the call's start (default:
+    /// unbounded). A coalesced row not sent when its time is up fails then,
+    /// with an error for which [`Error::is_timeout`](crate::Error::is_timeout)
+    /// is true and [`is_outcome_unknown`](crate::Error::is_outcome_unknown)
+    /// false, and is never sent afterwards — whatever held it: no connection
+    /// free, a flush waiting to take more rows, an earlier statement of its
+    /// own flush. Rows already sent are bounded by
     /// [`statement_timeout`](PoolBuilder::statement_timeout) instead.
     pub fn wait_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
         self.settings.wait_timeout = d.into();
