@@ -213,6 +213,24 @@ async fn client_returned_inside_a_transaction_is_not_reused_in_it() {
     drop(client);
     pool.execute(insert, &[&5i32]).await.unwrap();
     assert_eq!(keys(&other, "t").await, vec![2, 4, 5]);
+
+    // A query of the transaction given up on while the server still runs
+    // it: the reset waits for its answer, then rolls the transaction back.
+    let client = pool.get().await.unwrap();
+    client
+        .batch_execute("BEGIN; INSERT INTO t VALUES (6)")
+        .await
+        .unwrap();
+    let slow = client.batch_execute("SELECT pg_sleep(0.5)");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), slow)
+            .await
+            .is_err(),
+        "given up on before its answer"
+    );
+    drop(client);
+    pool.execute(insert, &[&7i32]).await.unwrap();
+    assert_eq!(keys(&other, "t").await, vec![2, 4, 5, 7]);
 }
 
 /// A listener on two channels receives what another session sends (with
