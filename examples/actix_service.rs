@@ -7,9 +7,10 @@
 //!     cargo run --example actix_service
 //! ```
 //!
-//! Errors map to statuses as in the axum example: duplicate key → 409,
-//! overloaded/unavailable → 503, outcome unknown → 500 saying so, bad
-//! parameters → 400, anything else → 500. The table, the JSON shapes, the
+//! Errors map to statuses as in the axum example: outcome unknown → 500
+//! saying so (never 503), duplicate key → 409, nothing done and safe to
+//! retry → 503, bad input → 400 / 422, anything else → 500; the server's
+//! message is logged, not sent. The table, the JSON shapes, the
 //! database calls and that mapping are `common/mod.rs`, shared with
 //! `axum_service.rs`.
 

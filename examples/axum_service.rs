@@ -11,10 +11,13 @@
 //! curl -s localhost:3000/events/1                     # 200 {"id":1,"key":"order-1","data":"hello"}
 //! ```
 //!
-//! Errors map to statuses: a duplicate `key` (unique violation) → 409, a
-//! full queue or an unavailable pool → 503, a write whose outcome is unknown
-//! (connection lost after sending) → 500 saying so, bad parameters → 400,
-//! anything else → 500. The table, the JSON shapes, the database calls and
+//! Errors map to statuses: a write whose outcome is unknown (its answer
+//! missed the deadline or the connection was lost after sending; it may be
+//! stored) → 500 saying so and never 503, a duplicate `key` (unique
+//! violation) → 409, nothing done and safe to retry (full queue, no
+//! connection in time, server cancelled it) → 503, bad input → 400 / 422,
+//! anything else → 500. Bodies never carry the server's message: it is
+//! logged. The table, the JSON shapes, the database calls and
 //! that mapping are `common/mod.rs`, shared with `actix_service.rs`.
 
 #[path = "common/mod.rs"]

@@ -13,6 +13,7 @@ mod axum_service;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use batchpool::BatchConfig;
 use batchpool::postgres::Pool;
@@ -48,6 +49,8 @@ pg_and_bouncer! {
         actix_service_concurrent_posts,
         axum_service_maps_overload_to_503,
         axum_service_maps_outcome_unknown_to_500,
+        axum_service_answers_a_write_cut_by_the_deadline_as_outcome_unknown,
+        axum_service_keeps_server_text_out_of_answers,
     ],
 }
 
@@ -317,5 +320,101 @@ async fn axum_service_maps_outcome_unknown_to_500<B: TestBackend<Pool = Pool>>()
         body["error"].as_str().unwrap().contains("outcome unknown"),
         "{body}"
     );
+    server.abort();
+}
+
+/// A write whose answer misses the pool's statement deadline may have
+/// committed: the service must say the outcome is unknown (500), never
+/// "busy, retry later" (503), which would make a client store it twice.
+async fn axum_service_answers_a_write_cut_by_the_deadline_as_outcome_unknown<
+    B: TestBackend<Pool = Pool>,
+>() {
+    let url = B::fresh_db().await;
+    let proxy = common::proxy::Proxy::start(B::upstream(&url)).await;
+    // An explicit limit: the pool waits for an answer at most this plus its
+    // grace period, then fails the write as outcome unknown.
+    let pool = B::pool_with(&url, Some(proxy.addr()), BatchConfig::default(), 1, |b| {
+        b.statement_timeout(Duration::from_secs(1))
+    });
+    pool.execute(axum_service::SCHEMA, &[]).await.unwrap();
+    let (base, server) = serve_axum(pool.clone()).await;
+    assert_eq!(post(&base, "warm").await.0, 201);
+
+    // The INSERT reaches the server and commits; its answer is held past
+    // the deadline.
+    proxy.hold_replies(true);
+    let (status, body) = post(&base, "in-doubt").await;
+    proxy.hold_replies(false);
+    assert_ne!(status, 503, "{body}");
+    assert_eq!(status, 500, "{body}");
+    let message = body["error"].as_str().unwrap();
+    assert!(message.contains("outcome unknown"), "{body}");
+    assert!(message.contains("check before retrying"), "{body}");
+    assert!(!message.contains("retry later"), "{body}");
+    // The pool's own text (the deadline in ms) stays in the log.
+    assert!(!message.contains(" ms)"), "{body}");
+
+    // And it had been stored: a retry on "retry later" would have been a
+    // second write.
+    let direct = B::pool(&url, BatchConfig::default(), 1);
+    let patience = Patience::new("the cut INSERT to be visible");
+    loop {
+        let rows = direct
+            .query("SELECT 1 FROM events WHERE key = 'in-doubt'", &[])
+            .await
+            .unwrap();
+        if !rows.is_empty() {
+            break;
+        }
+        patience.wait().await;
+    }
+    server.abort();
+}
+
+/// The server's messages (values, table and constraint names) go to the
+/// log, not to HTTP clients: a rejected value, a broken rule and an
+/// unexpected error each answer with their class only.
+async fn axum_service_keeps_server_text_out_of_answers<B: TestBackend<Pool = Pool>>() {
+    let pool = pool::<B>(1).await;
+    let (base, server) = serve_axum(pool.clone()).await;
+    let http = client();
+    let post_event = |key: &str, data: &str| {
+        http.post(format!("{base}/events"))
+            .json(&NewEvent {
+                key: key.into(),
+                data: data.into(),
+            })
+            .send()
+    };
+
+    // A NUL byte: the server refuses the value (22021).
+    let resp = post_event("nul", "a\u{0}b").await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    let message = body["error"].as_str().unwrap();
+    assert!(message.contains("22021"), "{body}");
+    assert!(!message.contains("byte sequence"), "{body}");
+
+    // A CHECK rule with a telling name: 422, its name not given away.
+    pool.execute(
+        "ALTER TABLE events ADD CONSTRAINT secret_rule_name CHECK (length(data) < 5)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let resp = post_event("long", "far too long").await.unwrap();
+    assert_eq!(resp.status(), 422);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    let message = body["error"].as_str().unwrap();
+    assert!(message.contains("23514"), "{body}");
+    assert!(!message.contains("secret_rule_name"), "{body}");
+    assert!(!message.contains("violates"), "{body}");
+
+    // Anything else: 500 with no detail.
+    pool.execute("DROP TABLE events", &[]).await.unwrap();
+    let resp = http.get(format!("{base}/events/1")).send().await.unwrap();
+    assert_eq!(resp.status(), 500);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "internal error", "{body}");
     server.abort();
 }

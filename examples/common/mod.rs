@@ -15,10 +15,13 @@ pub const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS events (
     data text NOT NULL
 )";
 
-/// What a service's `main` starts from: a pool of 8 on `PG_URL` (default:
-/// the local server as `postgres`) with the table created, and the address
-/// to listen on, `BIND` (default `127.0.0.1:3000`).
+/// What a service's `main` starts from: logging to stderr, a pool of 8 on
+/// `PG_URL` (default: the local server as `postgres`) with the table
+/// created, and the address to listen on, `BIND` (default
+/// `127.0.0.1:3000`).
 pub async fn start() -> Result<(Pool, String), Box<dyn std::error::Error>> {
+    // Where database errors are told in full (see `From<batchpool::Error>`).
+    let _ = tracing_subscriber::fmt().try_init();
     let url = std::env::var("PG_URL")
         .unwrap_or_else(|_| "postgresql://postgres@127.0.0.1:5432/postgres".into());
     let bind = std::env::var("BIND").unwrap_or_else(|_| "127.0.0.1:3000".into());
@@ -97,7 +100,14 @@ pub enum ApiError {
 }
 
 impl From<batchpool::Error> for ApiError {
+    /// Logs the error in full (the server's message, SQLSTATE, detail): the
+    /// HTTP answer carries only what [`status_of`] lets through.
     fn from(e: batchpool::Error) -> Self {
+        if status_of(&e).0 >= 500 {
+            tracing::error!(error = %e, outcome_unknown = e.is_outcome_unknown(), "database call failed");
+        } else {
+            tracing::info!(error = %e, "database call refused the request");
+        }
         ApiError::Db(e)
     }
 }
@@ -119,39 +129,56 @@ impl std::fmt::Display for ApiError {
     }
 }
 
-/// The HTTP status code and message for a batchpool error: a duplicate key
-/// (unique violation) → 409 Conflict, a full queue or an unavailable pool →
-/// 503 Service Unavailable, a write whose outcome is unknown (connection
-/// lost after sending) → 500 saying so, bad input (wrong parameters, a
-/// value the server rejects: SQLSTATE class 22, or another integrity rule of
-/// class 23) → 400 / 422 with the server's message, anything else → 500 with
-/// the server's message (its `Display` carries the SQLSTATE, message and
-/// detail).
+/// The HTTP status code and message for a batchpool error. The order
+/// matters: whether the write may have happened is decided before anything
+/// else, so an answer never invites a retry of a write that may have been
+/// stored.
+///
+/// * A write whose outcome is unknown (its answer did not come within the
+///   statement deadline, or the connection was lost after it was sent: it
+///   may have committed) → 500, saying the outcome is unknown and must be
+///   checked (`GET` it, or POST the same key again: the unique key turns a
+///   stored one into a 409) before anything is retried. Never 503: that
+///   says "retry later", which for a table without an idempotency key
+///   would store the row twice.
+/// * A duplicate key (unique violation) → 409 Conflict.
+/// * Nothing was done and sending it again is safe ([`is_retryable`]: a
+///   full queue, no connection in time, the server cancelling it, a
+///   deadlock) or the pool is shutting down → 503 Service Unavailable.
+/// * Bad input (wrong parameters, a value the server rejects: SQLSTATE
+///   class 22) → 400; another integrity rule (class 23) → 422.
+/// * Anything else → 500.
+///
+/// The body names the class of failure and, for 400 / 422, the SQLSTATE:
+/// never the server's message, which can hold table and constraint names
+/// or values (it goes to the log instead, see `From<batchpool::Error>`).
+///
+/// [`is_retryable`]: batchpool::Error::is_retryable
 pub fn status_of(e: &batchpool::Error) -> (u16, String) {
-    if e.code() == Some("23505") {
-        (409, "an event with this key already exists".into())
-    } else if e.is_overloaded() || e.is_timeout() || e.is_closed() {
-        (
-            503,
-            format!("the database is busy or unavailable, retry later: {e}"),
-        )
-    } else if e.is_outcome_unknown() {
+    if e.is_outcome_unknown() {
         (
             500,
-            "outcome unknown: the connection was lost after the write was sent; \
-             it may or may not have been stored, check before retrying"
+            "outcome unknown: the write was sent and its answer did not arrive (deadline \
+             passed or connection lost); it may or may not have been stored: check before \
+             retrying"
                 .into(),
         )
-    } else if e.is_params() || e.code().is_some_and(|c| c.starts_with("22")) {
-        // The server's own message ("invalid byte sequence...") is the useful part.
-        let detail = e
-            .as_db_error()
-            .map_or_else(|| e.to_string(), |db| db.message().to_string());
-        (400, format!("invalid input: {detail}"))
-    } else if e.code().is_some_and(|c| c.starts_with("23")) {
+    } else if e.code() == Some("23505") {
+        (409, "an event with this key already exists".into())
+    } else if e.is_retryable() || e.is_closed() {
+        // Certainly not stored (nothing sent, or the server rolled it back).
+        (
+            503,
+            "the database is busy or unavailable; nothing was stored, retry later".into(),
+        )
+    } else if e.is_params() {
+        (400, "invalid input".into())
+    } else if let Some(code) = e.code().filter(|c| c.starts_with("22")) {
+        (400, format!("invalid input (SQLSTATE {code})"))
+    } else if let Some(code) = e.code().filter(|c| c.starts_with("23")) {
         // A check, not-null or foreign-key rule: the request's data broke it.
-        (422, format!("rejected by the database: {e}"))
+        (422, format!("rejected by the database (SQLSTATE {code})"))
     } else {
-        (500, format!("database error: {e}"))
+        (500, "internal error".into())
     }
 }

@@ -136,7 +136,7 @@ impl<B: Backend> Pool<B> {
         result
     }
 
-    #[cfg(feature = "tower")]
+    #[cfg(any(feature = "tower", feature = "postgres"))]
     pub(crate) fn engine(&self) -> &Arc<Engine<B>> {
         &self.engine
     }

@@ -8,8 +8,8 @@ use super::driver::PgConfig;
 use super::encode::PgArgs;
 use super::statements::Statements;
 use super::tls::{SslMode, TlsConfig};
-use super::{Client, Outcome, Params, Pool, PoolBuilder, Transaction};
-use crate::error::{AtomicError, Error};
+use super::{Client, Listener, Outcome, Params, Pool, PoolBuilder, Transaction};
+use crate::error::{AtomicError, Error, Kind};
 use crate::pool::HookFuture;
 
 impl Pool {
@@ -121,9 +121,14 @@ impl Pool {
         self.atomic_args(statements).await
     }
 
-    /// A pooled connection, for anything batchpool does not wrap
-    /// (savepoints, COPY, LISTEN). It is never used for coalesced rows while
-    /// you hold it. When it comes back its session is reset before the pool
+    /// A pooled connection, for anything batchpool does not wrap: it derefs
+    /// (also mutably) to [`tokio_postgres::Client`], so `transaction()`,
+    /// `build_transaction()`, savepoints (`transaction()` or `savepoint()`
+    /// on a transaction), COPY, and any function that takes
+    /// `&mut tokio_postgres::Client` (a migration tool) work on it. It is
+    /// never used for coalesced rows while you hold it. To receive
+    /// notifications use [`listen`](Pool::listen): the pool's connections
+    /// do not deliver them. When it comes back its session is reset before the pool
     /// uses it again (within `recycle_timeout`; a connection that does not
     /// answer is closed): an open transaction is rolled back, and settings
     /// (`search_path`, role, ...), cursors, `LISTEN`s, advisory locks,
@@ -133,6 +138,43 @@ impl Pool {
     /// rolled back: the session belongs to the pooler.
     pub async fn get(&self) -> Result<Client, Error> {
         self.lend().await
+    }
+
+    /// A [`Listener`] on a connection of its own, listening to `channels`
+    /// (none: call [`Listener::listen`] later): a stream of the
+    /// notifications sent to them (`NOTIFY`, `pg_notify`). The connection
+    /// is opened within `create_timeout`, as the pool's are, and `LISTEN`
+    /// is answered within the statement deadline; a hook or `LISTEN` that
+    /// fails fails the call.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: batchpool::postgres::Pool) -> Result<(), batchpool::Error> {
+    /// use futures_util::StreamExt;
+    ///
+    /// let mut listener = pool.listen(&["orders", "refunds"]).await?;
+    /// pool.execute("SELECT pg_notify('orders', $1)", &[&"42"]).await?;
+    /// let notification = listener.next().await.expect("a listener's stream ends with an error")?;
+    /// assert_eq!((notification.channel(), notification.payload()), ("orders", "42"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn listen(&self, channels: &[&str]) -> Result<Listener, Error> {
+        let engine = self.engine();
+        let _work = engine.enter()?;
+        let connections = crate::engine::Backend::connections(&engine.backend);
+        let open = connections.manager().open_listener();
+        let (client, received, io) = match connections.timeouts().create {
+            None => open.await,
+            Some(limit) => tokio::time::timeout(limit, open).await.map_err(|_| {
+                Error::new(
+                    Kind::Timeout,
+                    "the listener's connection was not opened within create_timeout",
+                )
+            })?,
+        }
+        .map_err(|e| {
+            Error::with_source(Kind::Connect, "could not open the listener's connection", e)
+        })?;
+        Listener::new(client, received, io, engine.limits.answer(), channels).await
     }
 }
 

@@ -10,6 +10,8 @@ use async_trait::async_trait;
 use tokio_postgres::Socket;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 
+use super::listen::{Received, forward};
+
 /// Opens a connection and drives it on a spawned task.
 #[async_trait]
 pub(crate) trait Connect: Send + Sync {
@@ -17,6 +19,20 @@ pub(crate) trait Connect: Send + Sync {
         &self,
         config: &tokio_postgres::Config,
     ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>;
+
+    /// Like `connect`, with the connection's notifications forwarded to the
+    /// returned receiver (a [`Listener`](super::Listener)'s connection).
+    async fn connect_listening(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> Result<
+        (
+            tokio_postgres::Client,
+            tokio::sync::mpsc::UnboundedReceiver<Received>,
+            tokio::task::JoinHandle<()>,
+        ),
+        tokio_postgres::Error,
+    >;
 }
 
 /// Any tokio-postgres TLS connector (`NoTls`, tokio-postgres-rustls,
@@ -42,6 +58,22 @@ where
             }
         });
         Ok((client, io))
+    }
+
+    async fn connect_listening(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> Result<
+        (
+            tokio_postgres::Client,
+            tokio::sync::mpsc::UnboundedReceiver<Received>,
+            tokio::task::JoinHandle<()>,
+        ),
+        tokio_postgres::Error,
+    > {
+        let (client, connection) = config.connect(self.0.clone()).await?;
+        let (received, io) = forward(connection);
+        Ok((client, received, io))
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
-use std::ops::Deref;
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -212,6 +212,33 @@ impl Manager {
     }
 }
 
+impl Manager {
+    /// A connection of its own for a [`Listener`](super::Listener), opened
+    /// as the pool's are (connection string, TLS connector, TCP settings,
+    /// `post_create` hooks), with its notifications forwarded.
+    pub(crate) async fn open_listener(
+        &self,
+    ) -> Result<
+        (
+            tokio_postgres::Client,
+            tokio::sync::mpsc::UnboundedReceiver<super::listen::Received>,
+            tokio::task::JoinHandle<()>,
+        ),
+        ConnectError,
+    > {
+        let (mut client, received, io) = self
+            .connector
+            .connect
+            .connect_listening(&self.config)
+            .await?;
+        if let Err(e) = Box::pin(self.hooks.post_create(&mut client)).await {
+            io.abort();
+            return Err(e.into());
+        }
+        Ok((client, received, io))
+    }
+}
+
 /// A pooled connection: derefs to [`tokio_postgres::Client`], plus a bounded
 /// per-connection cache of prepared statements.
 pub struct ClientWrapper {
@@ -276,6 +303,21 @@ impl Deref for ClientWrapper {
     type Target = tokio_postgres::Client;
     fn deref(&self) -> &tokio_postgres::Client {
         &self.client
+    }
+}
+
+/// `&mut` access, for what tokio-postgres takes by `&mut Client`:
+/// [`transaction`](tokio_postgres::Client::transaction),
+/// [`build_transaction`](tokio_postgres::Client::build_transaction) and,
+/// through a transaction, savepoints. The pool needs nothing of the
+/// client's own state to stay as it is: a lent connection is reset when it
+/// comes back (an open transaction rolled back), and one that does not
+/// answer is closed. The one thing not to do is to replace the client with
+/// another connection (`*client = other`): the pool's cached statements
+/// belong to the connection it opened.
+impl DerefMut for ClientWrapper {
+    fn deref_mut(&mut self) -> &mut tokio_postgres::Client {
+        &mut self.client
     }
 }
 

@@ -87,6 +87,64 @@
 //! its own deadline still applies. Connections from [`Pool::get`] are the
 //! driver's own: use `query_typed` / `execute_typed` on them.
 
+//! # Your own connection: transactions, savepoints, migrations
+//!
+//! [`Pool::get`] lends one of the pool's connections as a [`Client`], which
+//! derefs, also mutably, to [`tokio_postgres::Client`]: `transaction()`,
+//! `build_transaction()` (isolation level, read-only, deferrable),
+//! savepoints (`transaction()` or `savepoint(name)` on a transaction), COPY,
+//! and tools that take `&mut tokio_postgres::Client` (schema migrations)
+//! work as on a plain tokio-postgres connection:
+//!
+//! ```no_run
+//! # async fn demo(pool: batchpool::postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
+//! async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
+//!     let mut tx = client.transaction().await?;
+//!     tx.batch_execute("CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY)").await?;
+//!     let savepoint = tx.savepoint("optional").await?;
+//!     if savepoint.batch_execute("CREATE EXTENSION pg_trgm").await.is_err() {
+//!         savepoint.rollback().await?;
+//!     } else {
+//!         savepoint.commit().await?;
+//!     }
+//!     tx.commit().await
+//! }
+//!
+//! let mut client = pool.get().await?;
+//! migrate(&mut client).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! No coalesced row runs on a lent connection until it is back and reset
+//! (see [`Pool::get`]): a transaction left open on it (a forgotten
+//! `tokio_postgres::Transaction`, a bare `BEGIN`) is rolled back first, and
+//! a connection that does not answer the reset is closed.
+
+//! # LISTEN / NOTIFY
+//!
+//! tokio-postgres delivers a notification only to whoever polls the
+//! connection for it, which the pool's connections are not. A [`Listener`]
+//! ([`Pool::listen`]) is a connection of its own, opened as the pool's
+//! are (TLS, TCP keepalive, `post_create` hooks), that does: it is a
+//! `Stream` of [`tokio_postgres::Notification`]s (channel, payload, the
+//! sender's process id), with [`Listener::listen`], [`Listener::unlisten`]
+//! and [`Listener::unlisten_all`]. It does not reconnect: a lost connection
+//! ends the stream with an error (notifications sent meanwhile would be
+//! missed, so the application decides how to catch up). It needs a session
+//! of its own on the server, so not through a pooler in transaction mode.
+//!
+//! ```no_run
+//! # async fn demo(pool: batchpool::postgres::Pool) -> Result<(), batchpool::Error> {
+//! use futures_util::StreamExt;
+//!
+//! let mut listener = pool.listen(&["orders"]).await?;
+//! while let Some(notification) = listener.next().await {
+//!     let notification = notification?; // the connection was lost
+//!     println!("order {}", notification.payload());
+//! }
+//! # Ok(()) }
+//! ```
+
 //! # TLS
 //!
 //! With the `rustls` feature (on by default) connections use TLS as libpq's
@@ -125,6 +183,7 @@ mod copy;
 mod driver;
 mod encode;
 mod errors;
+mod listen;
 mod manager;
 mod pipeline;
 mod pooler;
@@ -142,6 +201,7 @@ pub(crate) use self::encode::PgArgs;
 pub use self::encode::PgValue;
 #[cfg(feature = "bench")]
 pub(crate) use self::encode::{PgRow, Raw, encode};
+pub use self::listen::Listener;
 pub use self::manager::{ClientWrapper, Manager};
 pub use self::pooler::behind_pooler;
 pub use self::statements::Statements;
@@ -178,8 +238,10 @@ pub type Transaction = crate::pool::Transaction<Postgres>;
 /// What one caller's statement did (see [`crate::Outcome`]).
 pub type Outcome = crate::outcome::Outcome<tokio_postgres::Row>;
 
-/// A pooled connection, from [`Pool::get`]: derefs to
-/// [`tokio_postgres::Client`] and goes back to the pool when dropped.
+/// A pooled connection, from [`Pool::get`]: derefs (also mutably) to
+/// [`tokio_postgres::Client`], so `&mut client` goes wherever a
+/// `&mut tokio_postgres::Client` is taken, and goes back to the pool when
+/// dropped.
 pub type Client = deadpool::managed::Object<Manager>;
 
 /// Connection pool status (sizes), from deadpool.
