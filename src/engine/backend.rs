@@ -265,6 +265,23 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         shape: Arc<InsertShape>,
     ) -> impl Future<Output = Result<Result<Self::Shape, NotCoalesced>, Error>> + Send + 'a;
 
+    /// A fingerprint of everything [`prepare_shape`](Backend::prepare_shape)
+    /// reads about `shape`'s table and the functions its VALUES call (one
+    /// cheap catalog query): while it stays the same, learning a text on that
+    /// table again would give the same answer, so the engine checks this
+    /// every `relearn_after` and learns a text again only when it changed.
+    /// It depends on the table and the functions called only (texts on one
+    /// table share it). `None`: the backend cannot tell (every check then
+    /// learns the text again).
+    fn fingerprint<'a>(
+        &'a self,
+        conn: &'a mut Conn<Self>,
+        shape: &'a InsertShape,
+    ) -> impl Future<Output = Result<Option<String>, Error>> + Send + 'a {
+        let _ = (conn, shape);
+        async { Ok(None) }
+    }
+
     /// Where connections come from (the deadpool pool).
     type Connections: Connections;
 
