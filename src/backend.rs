@@ -107,9 +107,9 @@ pub(crate) trait Driver:
     >
 {
     /// The deadpool manager of this backend's connections.
-    type Manager: deadpool::managed::Manager<
+    type Manager: engine::backend::Capped<
             Type: Send + engine::Wire,
-            Error: Into<Box<dyn std::error::Error + Send + Sync>> + fmt::Debug,
+            Error: Into<Box<dyn std::error::Error + Send + Sync>> + fmt::Debug + fmt::Display,
         > + Send
         + Sync
         + 'static;

@@ -37,6 +37,8 @@ pub(crate) struct Counters {
     queue_wait_max_us: AtomicU64,
     queued: AtomicU64,
     in_flight: AtomicU64,
+    learns: AtomicU64,
+    learn_checks: AtomicU64,
 }
 
 impl Counters {
@@ -78,6 +80,12 @@ impl Counters {
     }
     pub(crate) fn unsent(&self, n: usize) {
         self.rows_unsent.fetch_add(n as u64, Relaxed);
+    }
+    pub(crate) fn learned(&self) {
+        self.learns.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn learn_checked(&self) {
+        self.learn_checks.fetch_add(1, Relaxed);
     }
     pub(crate) fn passthrough(&self) {
         self.passthrough.fetch_add(1, Relaxed);
@@ -124,6 +132,8 @@ impl Counters {
             queue_wait_max: Duration::from_micros(self.queue_wait_max_us.load(Relaxed)),
             queued: self.queued.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
+            learns: self.learns.load(Relaxed),
+            learn_checks: self.learn_checks.load(Relaxed),
         }
     }
 }
@@ -182,6 +192,15 @@ pub struct Stats {
     pub queued: u64,
     /// Flushes running right now.
     pub in_flight: u64,
+    /// Batchable statement texts learned from the server: its catalog read
+    /// and the text prepared (a text's first use, a change of its table, a
+    /// statement failed because its table changed under it).
+    pub learns: u64,
+    /// Checks whether a table changed since its texts were learned: one
+    /// catalog query per table (and functions called) every
+    /// `BatchConfig::relearn_after` while its texts are in use, shared by
+    /// all of them.
+    pub learn_checks: u64,
 }
 
 impl Stats {

@@ -143,34 +143,173 @@ pub(crate) trait Wire {
     fn is_busy(&self) -> bool;
 }
 
+/// How long the pool keeps to the number of connections a server's limit
+/// allowed before it asks for one more (one refused connection attempt per
+/// period while the limit holds; a limit raised or lifted is used from the
+/// next attempt on).
+const CAP_RETRY: Duration = Duration::from_secs(10);
+
+/// How often a caller refused a connection by a server limit looks for one
+/// of the pool's connections coming back.
+const CAP_POLL: Duration = Duration::from_millis(5);
+
+/// A connection limit of the server below the pool's `max_size` (a per-user
+/// or per-role cap, or the server's own maximum), as the pool found it.
+/// The manager counts its open connections and, while capped, refuses to
+/// open more than the server allowed without asking it (see
+/// [`admit`](ConnectionCap::admit)); callers then wait for the connections
+/// the pool has.
+#[derive(Debug, Default)]
+pub(crate) struct ConnectionCap {
+    /// Connections open now (created, not yet detached).
+    live: std::sync::atomic::AtomicUsize,
+    /// Connections the server allowed, and when to ask for one more.
+    capped: std::sync::Mutex<Option<(usize, Instant)>>,
+    /// The log has said so.
+    warned: std::sync::atomic::AtomicBool,
+}
+
+impl ConnectionCap {
+    fn capped(&self) -> std::sync::MutexGuard<'_, Option<(usize, Instant)>> {
+        self.capped.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the manager may try to open a connection now: not while as
+    /// many are open as the server allowed, except once per [`CAP_RETRY`].
+    pub(crate) fn admit(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut capped = self.capped();
+        match &mut *capped {
+            None => true,
+            Some((allowed, _)) if self.live.load(Relaxed) < *allowed => true,
+            Some((_, retry)) if Instant::now() >= *retry => {
+                *retry = Instant::now() + CAP_RETRY;
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// A connection was opened: past the cap, the limit rose.
+    pub(crate) fn opened(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let live = self.live.fetch_add(1, Relaxed) + 1;
+        let mut capped = self.capped();
+        if capped.is_some_and(|(allowed, _)| live > allowed) {
+            *capped = None;
+        }
+    }
+
+    /// A connection left the pool.
+    pub(crate) fn closed(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let _ = self
+            .live
+            .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
+    }
+
+    /// The server refused a connection for a limit. With connections open,
+    /// the pool keeps to their number; with none, nothing is capped (the
+    /// caller gets the error: no connection could carry its work).
+    pub(crate) fn refused(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let live = self.live.load(Relaxed);
+        if live > 0 {
+            *self.capped() = Some((live, Instant::now() + CAP_RETRY));
+        }
+    }
+
+    /// Connections open now.
+    fn live(&self) -> usize {
+        self.live.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Says once in the log that the server caps the pool below its size.
+    fn warn_once(&self, max_size: usize, error: &dyn std::fmt::Display) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.warned.swap(true, Relaxed) {
+            tracing::warn!(
+                open = self.live(),
+                max_size,
+                "the server refuses more connections than the {} the pool has open \
+                 (max_size {max_size}): {error}; callers wait for those connections, and the \
+                 pool asks for one more every {} s",
+                self.live(),
+                CAP_RETRY.as_secs()
+            );
+        }
+    }
+}
+
+/// The refusal of a connection the [`ConnectionCap`] made without asking
+/// the server.
+#[derive(Debug)]
+pub(crate) struct CapRefused;
+
+impl std::fmt::Display for CapRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the server's connection limit is reached (no more connections opened)")
+    }
+}
+
+impl std::error::Error for CapRefused {}
+
+/// A manager that knows its server's connection limit ([`ConnectionCap`]).
+pub(crate) trait Capped: deadpool::managed::Manager {
+    /// The manager's count of open connections and the server's cap.
+    fn cap(&self) -> &ConnectionCap;
+    /// Whether `e`, from `create`, is a refusal for a connection limit (the
+    /// server's, or [`CapRefused`]).
+    fn is_limit(e: &Self::Error) -> bool;
+}
+
 impl<M> Connections for deadpool::managed::Pool<M>
 where
-    M: deadpool::managed::Manager + 'static,
+    M: Capped + 'static,
     M::Type: Send + Wire,
-    M::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Debug,
+    M::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Debug + std::fmt::Display,
 {
     type Conn = deadpool::managed::Object<M>;
 
     async fn checkout(&self, deadline: Option<Instant>) -> Result<Lease<Self>, Error> {
-        let mut timeouts = self.timeouts();
-        timeouts.wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let get = self.timeout_get(&timeouts);
-        // deadpool's wait timeout covers the wait for a free slot; opening
-        // or checking a connection has limits of its own (`create_timeout`,
-        // `recycle_timeout`). The caller's deadline bounds all of it.
-        let got = match deadline {
-            None => get.await,
-            Some(d) => match tokio::time::timeout_at(d, get).await {
-                Ok(got) => got,
-                Err(_) => return Err(Error::wait_timeout()),
-            },
-        };
-        match got {
-            Ok(conn) => Ok(Lease::new(conn)),
-            Err(deadpool::managed::PoolError::Timeout(deadpool::managed::TimeoutType::Wait)) => {
-                Err(Error::wait_timeout())
+        loop {
+            let mut timeouts = self.timeouts();
+            timeouts.wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let get = self.timeout_get(&timeouts);
+            // deadpool's wait timeout covers the wait for a free slot;
+            // opening or checking a connection has limits of its own
+            // (`create_timeout`, `recycle_timeout`). The caller's deadline
+            // bounds all of it.
+            let got = match deadline {
+                None => get.await,
+                Some(d) => match tokio::time::timeout_at(d, get).await {
+                    Ok(got) => got,
+                    Err(_) => return Err(Error::wait_timeout()),
+                },
+            };
+            match got {
+                Ok(conn) => return Ok(Lease::new(conn)),
+                Err(deadpool::managed::PoolError::Timeout(
+                    deadpool::managed::TimeoutType::Wait,
+                )) => return Err(Error::wait_timeout()),
+                // The server allows fewer connections than `max_size`, and
+                // the pool has some: wait for one of them (a connection the
+                // server refused must not fail work the others can carry).
+                Err(deadpool::managed::PoolError::Backend(e))
+                    if M::is_limit(&e) && self.manager().cap().live() > 0 =>
+                {
+                    self.manager().cap().warn_once(self.status().max_size, &e);
+                    let next = Instant::now() + CAP_POLL;
+                    match deadline {
+                        Some(d) if d <= next => {
+                            tokio::time::sleep_until(d).await;
+                            return Err(Error::wait_timeout());
+                        }
+                        _ => tokio::time::sleep_until(next).await,
+                    }
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => Err(e.into()),
         }
     }
 
@@ -179,10 +318,16 @@ where
         timeouts.wait = Some(std::time::Duration::ZERO);
         // Boxed: deadpool's get future (it may open a connection) would
         // otherwise be part of every caller's `execute` future.
-        Box::pin(self.timeout_get(&timeouts))
-            .await
-            .ok()
-            .map(Lease::new)
+        match Box::pin(self.timeout_get(&timeouts)).await {
+            Ok(conn) => Some(Lease::new(conn)),
+            Err(deadpool::managed::PoolError::Backend(e))
+                if M::is_limit(&e) && self.manager().cap().live() > 0 =>
+            {
+                self.manager().cap().warn_once(self.status().max_size, &e);
+                None
+            }
+            Err(_) => None,
+        }
     }
 
     fn set_busy(conn: &mut Self::Conn, busy: bool) {
@@ -275,6 +420,23 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         sql: &'a str,
         shape: Arc<InsertShape>,
     ) -> impl Future<Output = Result<Result<Self::Shape, NotCoalesced>, Error>> + Send + 'a;
+
+    /// A fingerprint of everything [`prepare_shape`](Backend::prepare_shape)
+    /// reads about `shape`'s table and the functions its VALUES call (one
+    /// cheap catalog query): while it stays the same, learning a text on that
+    /// table again would give the same answer, so the engine checks this
+    /// every `relearn_after` and learns a text again only when it changed.
+    /// It depends on the table and the functions called only (texts on one
+    /// table share it). `None`: the backend cannot tell (every check then
+    /// learns the text again).
+    fn fingerprint<'a>(
+        &'a self,
+        conn: &'a mut Conn<Self>,
+        shape: &'a InsertShape,
+    ) -> impl Future<Output = Result<Option<String>, Error>> + Send + 'a {
+        let _ = (conn, shape);
+        async { Ok(None) }
+    }
 
     /// Where connections come from (the deadpool pool).
     type Connections: Connections;

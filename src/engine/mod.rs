@@ -30,7 +30,7 @@ use tokio::time::Instant;
 pub(crate) use self::backend::{Backend, ChunkError, ChunkResult, Connections, Wire, exchange};
 use self::queue::{Pending, ShapeQueue};
 pub(crate) use self::route::Route;
-use self::route::Routes;
+use self::route::{Check, Learned, Routes};
 pub(crate) use self::work::{Detached, Tracker, Work};
 use crate::classify::{self, Classified, StatementKind};
 use crate::config::{BatchConfig, Limits, QueueFull};
@@ -150,13 +150,12 @@ impl<B: Backend> Engine<B> {
     ) -> Result<Route<B>, Error> {
         if let Some((route, due)) = self.routes.get(sql) {
             if due {
-                let (engine, sql) = (self.clone(), sql.to_owned());
-                // In the background, waiting for a connection no longer
-                // than a call would.
-                let deadline = self.wait_deadline();
+                // Counted as work (the caller holds its own, so `close()`
+                // cannot miss it): `close()` waits for its statements.
+                let (engine, sql, work) = (self.clone(), sql.to_owned(), self.tracker.more());
                 tokio::spawn(async move {
-                    let learned = engine.learn(&sql, deadline).await.ok();
-                    engine.routes.relearned(&sql, learned);
+                    engine.refresh(&sql).await;
+                    drop(work);
                 });
             }
             return Ok(route);
@@ -234,6 +233,63 @@ impl<B: Backend> Engine<B> {
         }
     }
 
+    /// Checks a due route of `sql` in the background: its table's
+    /// fingerprint (one query shared by the texts on that table) unchanged
+    /// since the route was learned, the route stays; otherwise (or when it
+    /// is stale, or the backend has no fingerprint) the text is learned
+    /// again.
+    async fn refresh(self: &Arc<Self>, sql: &str) {
+        // Waiting for a connection no longer than a call would.
+        let deadline = self.wait_deadline();
+        if let Some(check) = self.routes.check(sql) {
+            match self.probe(&check, deadline).await {
+                Ok((at, now)) if now.is_some() && now == check.fingerprint => {
+                    self.routes.confirmed(sql, at);
+                    return;
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    self.routes.relearned(sql, None);
+                    return;
+                }
+            }
+        }
+        let learned = self.learn(sql, deadline).await.ok();
+        self.routes.relearned(sql, learned);
+    }
+
+    /// The fingerprint of `check`'s table taken after `check.at`: the one
+    /// another text's check took, or a new one (one query at a time per
+    /// table, so texts due together share it).
+    async fn probe(
+        &self,
+        check: &Check,
+        deadline: Option<Instant>,
+    ) -> Result<(Instant, Option<Box<str>>), Error> {
+        let table = self.routes.table(&check.insert);
+        if let Some(latest) = table.since(check.at) {
+            return Ok(latest);
+        }
+        let _turn = match deadline {
+            None => table.turn.lock().await,
+            Some(d) => tokio::time::timeout_at(d, table.turn.lock())
+                .await
+                .map_err(|_| Error::wait_timeout())?,
+        };
+        if let Some(latest) = table.since(check.at) {
+            return Ok(latest);
+        }
+        let mut conn = self.backend.connections().checkout(deadline).await?;
+        let at = Instant::now();
+        let fingerprint = exchange!(B::Connections, self.limits.answer(), &mut conn, |c| self
+            .backend
+            .fingerprint(c, &check.insert))??
+        .map(Box::from);
+        self.counters.learn_checked();
+        table.set(at, fingerprint.clone());
+        Ok((at, fingerprint))
+    }
+
     /// Marks the route of `sql` stale (its table changed under a prepared
     /// statement): the next caller re-learns it.
     pub(crate) fn route_stale(&self, sql: &str) {
@@ -241,22 +297,32 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Classifies `sql` and, for a batchable INSERT, asks the backend on a
-    /// connection taken by `deadline`, within the statement deadline.
-    async fn learn(&self, sql: &str, deadline: Option<Instant>) -> Result<Route<B>, Error> {
+    /// connection taken by `deadline`, within the statement deadline: the
+    /// table's fingerprint first (a change after it is then seen by the
+    /// next check), then the text's facts and prepare.
+    async fn learn(&self, sql: &str, deadline: Option<Instant>) -> Result<Learned<B>, Error> {
+        let pass = |reason| Learned {
+            route: Route::Pass(Arc::new(reason)),
+            check: None,
+        };
         Ok(match classify::classify(B::DIALECT, sql) {
             // Refused whether or not coalescing is on.
-            Classified::Other(reason @ NotCoalesced::TransactionControl(_)) => {
-                Route::Pass(Arc::new(reason))
-            }
-            _ if !self.config.enabled => Route::Pass(Arc::new(NotCoalesced::Disabled)),
-            Classified::Other(reason) => Route::Pass(Arc::new(reason)),
+            Classified::Other(reason @ NotCoalesced::TransactionControl(_)) => pass(reason),
+            _ if !self.config.enabled => pass(NotCoalesced::Disabled),
+            Classified::Other(reason) => pass(reason),
             Classified::Batchable(insert) => {
                 let mut conn = self.backend.connections().checkout(deadline).await?;
                 let limit = self.limits.answer();
+                let at = Instant::now();
+                let fingerprint = exchange!(B::Connections, limit, &mut conn, |c| self
+                    .backend
+                    .fingerprint(c, &insert))??
+                .map(Box::from);
                 let learned = exchange!(B::Connections, limit, &mut conn, |c| self
                     .backend
                     .prepare_shape(c, sql, insert.clone()))?;
-                match learned? {
+                self.counters.learned();
+                let route = match learned? {
                     Err(reason) => Route::Pass(Arc::new(reason)),
                     Ok(shape) => {
                         let ppr = insert.params_per_row.max(1);
@@ -270,9 +336,21 @@ impl<B: Backend> Engine<B> {
                             .max_bytes
                             .min(self.backend.max_statement_bytes());
                         Route::Batch(Arc::new(ShapeQueue::new(
-                            sql, insert, shape, cap_rows, cap_bytes,
+                            sql,
+                            insert.clone(),
+                            shape,
+                            cap_rows,
+                            cap_bytes,
                         )))
                     }
+                };
+                Learned {
+                    route,
+                    check: Some(Check {
+                        insert,
+                        fingerprint,
+                        at,
+                    }),
                 }
             }
         })

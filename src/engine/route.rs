@@ -3,11 +3,15 @@
 //! again when what the server said about it may have changed.
 //!
 //! A route that depends on the server (a queue, or a backend's refusal after
-//! looking at the table) is re-learned in the background once it is older
-//! than [`BatchConfig::relearn_after`](crate::BatchConfig::relearn_after), or
-//! at once after a statement of its shape failed as stale (the table
-//! changed under a prepared statement). Until the new answer arrives callers
-//! keep the old one, so re-learning adds no latency.
+//! looking at the table) is checked in the background once it is older
+//! than [`BatchConfig::relearn_after`](crate::BatchConfig::relearn_after):
+//! one cheap catalog query per table (its [`Backend::fingerprint`]), shared
+//! by every text on that table, says whether anything the text's route was
+//! learned from changed; only then is the text learned again (its catalog
+//! read and its prepare). A statement of its shape that failed as stale
+//! (the table changed under a prepared statement) has its text learned
+//! again at once. Until the new answer arrives callers keep the old one, so
+//! re-learning adds no latency.
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
@@ -18,6 +22,7 @@ use tokio::time::Instant;
 
 use super::backend::Backend;
 use super::queue::ShapeQueue;
+use crate::classify::InsertShape;
 use crate::explain::{Explain, NotCoalesced};
 
 /// Where a statement goes.
@@ -56,24 +61,73 @@ impl<B: Backend> Route<B> {
     }
 }
 
+/// A route as learned, with what tells whether it is still current.
+pub(crate) struct Learned<B: Backend> {
+    pub(crate) route: Route<B>,
+    /// For a text the server was asked about.
+    pub(crate) check: Option<Check>,
+}
+
+/// What a learned route is checked against.
+#[derive(Clone)]
+pub(crate) struct Check {
+    /// The text's INSERT: its table and the functions it calls.
+    pub(crate) insert: Arc<InsertShape>,
+    /// The table's fingerprint taken just before the route was learned;
+    /// `None` when the backend has none (the route is then learned again
+    /// whenever it is due).
+    pub(crate) fingerprint: Option<Box<str>>,
+    /// When that fingerprint was taken, or a later one found equal to it.
+    pub(crate) at: Instant,
+}
+
 struct Entry<B: Backend> {
     route: Route<B>,
-    /// When the route was learned; `None` once it is known to be stale.
+    check: Option<Check>,
+    /// When the route was last known current (a fingerprint taken at that
+    /// time matched); `None` once it is known to be stale.
     learned: Option<Instant>,
-    /// A background re-learn is on its way.
+    /// A background check is on its way.
     refreshing: bool,
 }
 
 /// The route cache of one engine.
 pub(crate) struct Routes<B: Backend> {
     cache: Mutex<LruCache<Box<str>, Entry<B>>>,
+    /// The latest fingerprint of each table (and functions called), shared
+    /// by the texts on it (bounded like `cache`).
+    tables: Mutex<LruCache<Box<str>, Arc<TableProbe>>>,
     relearn_after: Duration,
+}
+
+/// The latest fingerprint taken of one table, and the turn to take the next
+/// one (so texts due together share one query).
+#[derive(Default)]
+pub(crate) struct TableProbe {
+    latest: Mutex<Option<(Instant, Option<Box<str>>)>>,
+    pub(crate) turn: tokio::sync::Mutex<()>,
+}
+
+impl TableProbe {
+    /// The latest fingerprint if it was taken after `after`.
+    pub(crate) fn since(&self, after: Instant) -> Option<(Instant, Option<Box<str>>)> {
+        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        latest.as_ref().filter(|(at, _)| *at > after).cloned()
+    }
+
+    pub(crate) fn set(&self, at: Instant, fingerprint: Option<Box<str>>) {
+        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        if latest.as_ref().is_none_or(|(old, _)| *old < at) {
+            *latest = Some((at, fingerprint));
+        }
+    }
 }
 
 impl<B: Backend> Routes<B> {
     pub(crate) fn new(capacity: NonZeroUsize, relearn_after: Duration) -> Routes<B> {
         Routes {
             cache: Mutex::new(LruCache::new(capacity)),
+            tables: Mutex::new(LruCache::new(capacity)),
             relearn_after,
         }
     }
@@ -83,8 +137,8 @@ impl<B: Backend> Routes<B> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The cached route of `sql`, and whether the caller should re-learn it
-    /// in the background (it is then marked as being re-learned, so only one
+    /// The cached route of `sql`, and whether the caller should check it in
+    /// the background (it is then marked as being checked, so only one
     /// caller does).
     pub(crate) fn get(&self, sql: &str) -> Option<(Route<B>, bool)> {
         let mut cache = self.lock();
@@ -100,42 +154,105 @@ impl<B: Backend> Routes<B> {
         Some((entry.route.clone(), due))
     }
 
+    /// What a due route of `sql` is checked against, if a fingerprint can
+    /// tell: `None` when it must be learned again (stale, or no
+    /// fingerprint).
+    pub(crate) fn check(&self, sql: &str) -> Option<Check> {
+        let cache = self.lock();
+        let entry = cache.peek(sql)?;
+        entry.learned?;
+        entry
+            .check
+            .clone()
+            .filter(|check| check.fingerprint.is_some())
+    }
+
+    /// The fingerprint record of the table `insert` writes to (with the
+    /// functions its VALUES call, whose facts the fingerprint includes).
+    pub(crate) fn table(&self, insert: &InsertShape) -> Arc<TableProbe> {
+        let mut key = insert.table.clone();
+        for call in &insert.calls {
+            key.push('\0');
+            key.push_str(call);
+        }
+        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(probe) = tables.get(key.as_str()) {
+            return probe.clone();
+        }
+        let probe = Arc::new(TableProbe::default());
+        tables.put(key.into(), probe.clone());
+        probe
+    }
+
     /// Caches a newly learned route, unless another caller raced us here:
     /// then its route is kept (so rows of one text share one queue).
-    pub(crate) fn put_first(&self, sql: &str, route: Route<B>) -> Route<B> {
+    pub(crate) fn put_first(&self, sql: &str, learned: Learned<B>) -> Route<B> {
         let mut cache = self.lock();
         if let Some(existing) = cache.get(sql) {
             return existing.route.clone();
         }
-        cache.put(sql.into(), Self::fresh(route.clone()));
+        let route = learned.route.clone();
+        cache.put(sql.into(), Self::fresh(learned));
         route
+    }
+
+    /// A due route of `sql` is still current: its table's fingerprint taken
+    /// at `at` is the one it was learned with.
+    pub(crate) fn confirmed(&self, sql: &str, at: Instant) {
+        if let Some(entry) = self.lock().get_mut(sql) {
+            if entry.learned.is_some() {
+                entry.learned = Some(at);
+                if let Some(check) = &mut entry.check {
+                    check.at = at;
+                }
+            }
+            entry.refreshing = false;
+        }
     }
 
     /// Replaces the route of `sql` with a re-learned one (or, when
     /// re-learning failed, `None`: the old route is kept and tried again
     /// after another `relearn_after`).
-    pub(crate) fn relearned(&self, sql: &str, route: Option<Route<B>>) {
+    pub(crate) fn relearned(&self, sql: &str, learned: Option<Learned<B>>) {
         let mut cache = self.lock();
-        let unchanged = match (&route, cache.peek(sql).map(|e| &e.route)) {
-            (Some(Route::Batch(new)), Some(Route::Batch(old))) => {
-                B::same_shape(&old.shape, &new.shape)
-            }
+        let unchanged = match (&learned, cache.peek(sql).map(|e| &e.route)) {
+            (
+                Some(Learned {
+                    route: Route::Batch(new),
+                    ..
+                }),
+                Some(Route::Batch(old)),
+            ) => B::same_shape(&old.shape, &new.shape),
             (Some(_), _) => false,
             (None, _) => true,
         };
-        match route {
+        match learned {
             // Nothing changed (or the server could not be asked): keep the
             // queue, and the statements the connections prepared for it.
-            _ if unchanged => {
+            Some(learned) if unchanged => {
                 if let Some(entry) = cache.get_mut(sql) {
+                    entry.learned =
+                        Some(learned.check.as_ref().map_or_else(Instant::now, |c| c.at));
+                    entry.check = learned.check;
+                    entry.refreshing = false;
+                }
+            }
+            None => {
+                if let Some(entry) = cache.get_mut(sql) {
+                    if entry.learned.is_none() {
+                        // Stale: learned in full next time, whatever the
+                        // fingerprint says.
+                        if let Some(check) = &mut entry.check {
+                            check.fingerprint = None;
+                        }
+                    }
                     entry.learned = Some(Instant::now());
                     entry.refreshing = false;
                 }
             }
-            Some(route) => {
-                cache.put(sql.into(), Self::fresh(route));
+            Some(learned) => {
+                cache.put(sql.into(), Self::fresh(learned));
             }
-            None => {}
         }
     }
 
@@ -146,10 +263,11 @@ impl<B: Backend> Routes<B> {
         }
     }
 
-    fn fresh(route: Route<B>) -> Entry<B> {
+    fn fresh(learned: Learned<B>) -> Entry<B> {
         Entry {
-            route,
-            learned: Some(Instant::now()),
+            route: learned.route,
+            learned: Some(learned.check.as_ref().map_or_else(Instant::now, |c| c.at)),
+            check: learned.check,
             refreshing: false,
         }
     }

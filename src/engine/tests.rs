@@ -1828,7 +1828,9 @@ async fn a_caller_waiting_for_its_text_to_be_learned_times_out_at_its_deadline()
     // Learning a new text takes a statement on the server (stuck here, as
     // behind a table lock). Its callers wait no longer than their own wait;
     // the learning goes on, and once done the text is coalesced as usual.
-    let h = H::limited(Mem::new(2), config(), limits(Some(1), None)).await;
+    // (Not re-learned while the test runs.)
+    let config = config().relearn_after(Duration::from_secs(3600));
+    let h = H::limited(Mem::new(2), config, limits(Some(1), None)).await;
     let gate = Arc::new(Notify::new());
     *h.mem().prepare_gate.lock().unwrap() = Some(gate.clone());
     let other = "INSERT INTO u (v) VALUES ($1)";

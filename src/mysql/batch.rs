@@ -306,6 +306,19 @@ impl Backend for MySql {
         &self.pool
     }
 
+    async fn fingerprint(
+        &self,
+        conn: &mut Client,
+        shape: &InsertShape,
+    ) -> Result<Option<String>, Error> {
+        let table = super::table::fingerprint(conn, &shape.table, !shape.calls.is_empty()).await?;
+        // What the learn step reads of the session and the server besides
+        // the table: the session's strictness (asked on each connection)
+        // and the auto-increment lock mode.
+        let lock_mode = self.server.get().and_then(|s| s.autoinc_lock_mode);
+        Ok(table.map(|t| format!("{t}|{}|{lock_mode:?}", conn.session.strict)))
+    }
+
     async fn prepare_shape(
         &self,
         conn: &mut Client,

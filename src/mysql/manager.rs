@@ -16,6 +16,7 @@ use mysql_async::{Conn, Opts, Row};
 
 use super::tls::Connect;
 use crate::engine::Wire;
+use crate::engine::backend::{CapRefused, Capped, ConnectionCap};
 use crate::pool::hooks::Hooks;
 
 /// A connection idle for at least this long is pinged before it is handed
@@ -42,6 +43,9 @@ pub struct Manager {
     statement_timeout: Option<Duration>,
     /// The builder's `post_create` / `pre_recycle` hooks.
     hooks: Hooks<Conn>,
+    /// Open connections, and the server's connection limit when it is
+    /// below the pool's size.
+    cap: ConnectionCap,
 }
 
 impl std::fmt::Debug for Manager {
@@ -80,6 +84,7 @@ impl Manager {
             server: Arc::new(OnceLock::new()),
             statement_timeout,
             hooks,
+            cap: ConnectionCap::default(),
         }
     }
 
@@ -204,15 +209,43 @@ pub(crate) async fn read_settings(
     })
 }
 
+impl Capped for Manager {
+    fn cap(&self) -> &ConnectionCap {
+        &self.cap
+    }
+
+    fn is_limit(e: &mysql_async::Error) -> bool {
+        match e {
+            // ER_CON_COUNT_ERROR (max_connections), ER_TOO_MANY_USER_CONNECTIONS
+            // (max_user_connections), ER_USER_LIMIT_REACHED (a user's
+            // MAX_USER_CONNECTIONS).
+            mysql_async::Error::Server(se) => matches!(se.code, 1040 | 1203 | 1226),
+            mysql_async::Error::Other(other) => other.downcast_ref::<CapRefused>().is_some(),
+            _ => false,
+        }
+    }
+}
+
 impl managed::Manager for Manager {
     type Type = ConnWrapper;
     type Error = mysql_async::Error;
 
     async fn create(&self) -> Result<ConnWrapper, mysql_async::Error> {
+        if !self.cap.admit() {
+            return Err(mysql_async::Error::Other(Box::new(CapRefused)));
+        }
         // Boxed: these state machines are part of every checkout's future
         // (every pending caller's) otherwise.
-        Box::pin(async {
-            let mut conn = self.open().await?;
+        let wrapper = Box::pin(async {
+            let mut conn = match self.open().await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    if Self::is_limit(&e) {
+                        self.cap.refused();
+                    }
+                    return Err(e);
+                }
+            };
             self.setup(&mut conn).await?;
             self.post_create(&mut conn).await?;
             let session = read_settings(&mut conn, &self.server).await?;
@@ -224,7 +257,13 @@ impl managed::Manager for Manager {
                 busy: false,
             })
         })
-        .await
+        .await?;
+        self.cap.opened();
+        Ok(wrapper)
+    }
+
+    fn detach(&self, _: &mut ConnWrapper) {
+        self.cap.closed();
     }
 
     async fn recycle(

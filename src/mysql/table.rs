@@ -171,6 +171,84 @@ pub(crate) async fn table_facts(
     }))
 }
 
+/// A fingerprint of what [`TABLE_FACTS`] and the server's prepare of a
+/// text read about a table: its engine, type and creation time (a rebuild
+/// changes it), its columns (name, type, nullability, default, extra,
+/// collation, generation) and its triggers (name, creation time, event,
+/// body), each set as a count and a sum of CRC32s (no `GROUP_CONCAT`, which
+/// `group_concat_max_len` would cut). Filtered by literal schema and table,
+/// as `TABLE_FACTS` is.
+const FINGERPRINT: &str = "SELECT CONCAT_WS('|', \
+     (SELECT CONCAT_WS(',', t.ENGINE, t.TABLE_TYPE, t.CREATE_TIME, t.CREATE_OPTIONS) \
+       FROM information_schema.TABLES t WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?), \
+     (SELECT CONCAT(COUNT(*), ':', COALESCE(SUM(CRC32(CONCAT_WS(',', c.ORDINAL_POSITION, \
+         c.COLUMN_NAME, c.COLUMN_TYPE, c.IS_NULLABLE, c.COLUMN_DEFAULT, c.EXTRA, \
+         c.COLLATION_NAME, c.GENERATION_EXPRESSION))), 0)) \
+       FROM information_schema.COLUMNS c WHERE c.TABLE_SCHEMA = ? AND c.TABLE_NAME = ?), \
+     (SELECT CONCAT(COUNT(*), ':', COALESCE(SUM(CRC32(CONCAT_WS(',', g.TRIGGER_NAME, \
+         g.CREATED, g.EVENT_MANIPULATION, g.ACTION_TIMING, g.ACTION_STATEMENT))), 0)) \
+       FROM information_schema.TRIGGERS g \
+       WHERE g.EVENT_OBJECT_SCHEMA = ? AND g.EVENT_OBJECT_TABLE = ?))";
+
+/// The stored functions of any schema (what [`stored_functions`] reads),
+/// as a count and a sum of CRC32s of their names and change times.
+const FUNCTIONS_FINGERPRINT: &str = "SELECT CONCAT(COUNT(*), ':', \
+     COALESCE(SUM(CRC32(CONCAT_WS(',', ROUTINE_SCHEMA, ROUTINE_NAME, CREATED, LAST_ALTERED))), 0)) \
+     FROM information_schema.ROUTINES WHERE ROUTINE_TYPE = 'FUNCTION'";
+
+/// The fingerprint of `table` (see [`FINGERPRINT`]), and of the stored
+/// functions when the text calls functions (`calls`). `None` when the
+/// catalog cannot be read.
+pub(crate) async fn fingerprint(
+    conn: &mut Client,
+    table: &str,
+    calls: bool,
+) -> Result<Option<String>, Error> {
+    let Some((schema, name)) = split_table(table) else {
+        return Ok(None);
+    };
+    let run = async {
+        let schema = match schema {
+            Some(schema) => Some(schema),
+            None => conn
+                .query_first::<Option<String>, _>("SELECT DATABASE()")
+                .await?
+                .flatten(),
+        };
+        let Some(schema) = schema else {
+            return Ok(None);
+        };
+        let params = (
+            schema.clone(),
+            name.clone(),
+            schema.clone(),
+            name.clone(),
+            schema.clone(),
+            name,
+        );
+        let table: Option<Option<String>> = conn.exec_first(FINGERPRINT, params).await?;
+        let functions: Option<Option<String>> = if calls {
+            conn.query_first(FUNCTIONS_FINGERPRINT).await?
+        } else {
+            None
+        };
+        Ok(table.flatten().map(|table| {
+            format!(
+                "{schema}|{table}|{}",
+                functions.flatten().unwrap_or_default()
+            )
+        }))
+    };
+    match run.await {
+        Ok(fingerprint) => Ok(fingerprint),
+        Err(mysql_async::Error::Server(_)) => Ok(None),
+        Err(e) => {
+            conn.note_error(&e);
+            Err(unsent_error(e))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::split_table;

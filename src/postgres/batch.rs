@@ -387,6 +387,14 @@ impl Backend for Postgres {
         old.types == new.types && old.key_match == new.key_match && old.copy == new.copy
     }
 
+    async fn fingerprint(
+        &self,
+        conn: &mut Client,
+        shape: &InsertShape,
+    ) -> Result<Option<String>, Error> {
+        super::table::fingerprint(conn, shape).await
+    }
+
     async fn prepare_shape(
         &self,
         conn: &mut Client,

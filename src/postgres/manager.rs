@@ -12,6 +12,7 @@ use std::time::Duration;
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
 use lru::LruCache;
 use tokio_postgres::Statement;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use super::connect::Connector;
@@ -21,6 +22,7 @@ use super::pooler::behind_pooler;
 use super::statements::Statements;
 use super::unnamed::{Described, Learned, look_up, preload_types};
 use crate::engine::Wire;
+use crate::engine::backend::{CapRefused, Capped, ConnectionCap};
 use crate::error::{Error, Kind};
 use crate::pool::hooks::Hooks;
 
@@ -48,6 +50,9 @@ pub struct Manager {
     learned: Arc<Learned>,
     /// The builder's `post_create` / `pre_recycle` hooks.
     hooks: Hooks<tokio_postgres::Client>,
+    /// Open connections, and the server's connection limit when it is
+    /// below the pool's size.
+    cap: ConnectionCap,
 }
 
 /// What opening or checking a connection failed with: a
@@ -80,6 +85,7 @@ impl Manager {
             mode,
             learned: Arc::new(Learned::new(statement_cache)),
             hooks,
+            cap: ConnectionCap::default(),
         }
     }
 }
@@ -89,11 +95,27 @@ impl managed::Manager for Manager {
     type Error = ConnectError;
 
     async fn create(&self) -> Result<ClientWrapper, ConnectError> {
+        if !self.cap.admit() {
+            return Err(Box::new(CapRefused));
+        }
         // Boxed: the connect state machine is large and is part of every
         // checkout's future (every pending caller's) otherwise.
-        let mut wrapper = Box::pin(self.connect()).await?;
+        let mut wrapper = match Box::pin(self.connect()).await {
+            Ok(wrapper) => wrapper,
+            Err(e) => {
+                if e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS) {
+                    self.cap.refused();
+                }
+                return Err(e.into());
+            }
+        };
         Box::pin(self.hooks.post_create(&mut wrapper.client)).await?;
+        self.cap.opened();
         Ok(wrapper)
+    }
+
+    fn detach(&self, _: &mut ClientWrapper) {
+        self.cap.closed();
     }
 
     async fn recycle(
@@ -121,6 +143,21 @@ impl managed::Manager for Manager {
             .map_err(RecycleError::Backend)?;
         client.busy = false;
         Ok(())
+    }
+}
+
+impl Capped for Manager {
+    fn cap(&self) -> &ConnectionCap {
+        &self.cap
+    }
+
+    fn is_limit(e: &ConnectError) -> bool {
+        // 53300 too_many_connections: the server's max_connections (also
+        // "remaining connection slots are reserved"), a role's or a
+        // database's CONNECTION LIMIT.
+        e.downcast_ref::<CapRefused>().is_some()
+            || e.downcast_ref::<tokio_postgres::Error>()
+                .is_some_and(|e| e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS))
     }
 }
 

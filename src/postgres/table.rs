@@ -70,6 +70,88 @@ const FACTS_TYPES: [Type; 5] = [
     Type::TEXT_ARRAY,
 ];
 
+/// One query, parameters: the table as written and the functions the
+/// VALUES tuple calls. A fingerprint of every catalog row that the learn
+/// step ([`FACTS`], the copy facts and the server's prepare of the text)
+/// reads or depends on, for the table and each partition: the name's
+/// resolution (`search_path` included), the relation, its columns and their
+/// types (and domain constraints), triggers, rules, defaults and the
+/// functions they call, constraints, indexes, policies, and the functions
+/// named in the VALUES tuple. A catalog row's `xmin` changes with every
+/// update of the row, so any DDL on these objects changes the fingerprint;
+/// statistics updates (VACUUM, ANALYZE) overwrite `pg_class` in place and
+/// do not.
+const FINGERPRINT: &str = "\
+WITH rel AS (SELECT to_regclass($1) AS oid),
+tree AS (
+    SELECT oid AS relid FROM rel WHERE oid IS NOT NULL
+    UNION SELECT t.relid FROM rel, pg_partition_tree(rel.oid) t WHERE rel.oid IS NOT NULL
+),
+cols AS (SELECT a.*, a.xmin AS row_xmin FROM pg_attribute a WHERE a.attrelid IN (SELECT relid FROM tree) AND a.attnum > 0)
+SELECT format('%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s',
+    current_setting('search_path'),
+    (SELECT oid FROM rel),
+    (SELECT string_agg(concat_ws(':', c.oid, c.xmin, c.relkind), ',' ORDER BY c.oid)
+        FROM pg_class c WHERE c.oid IN (SELECT relid FROM tree)),
+    (SELECT string_agg(concat_ws(':', a.attrelid, a.attnum, a.row_xmin, a.attname, a.atttypid,
+            a.atttypmod, a.attcollation, a.attisdropped, t.xmin), ',' ORDER BY a.attrelid, a.attnum)
+        FROM cols a JOIN pg_type t ON t.oid = a.atttypid),
+    (SELECT string_agg(concat_ws(':', n.oid, n.xmin), ',' ORDER BY n.oid)
+        FROM pg_constraint n WHERE n.contypid IN (SELECT atttypid FROM cols)),
+    (SELECT string_agg(concat_ws(':', g.oid, g.xmin), ',' ORDER BY g.oid)
+        FROM pg_trigger g WHERE g.tgrelid IN (SELECT relid FROM tree)),
+    (SELECT string_agg(concat_ws(':', r.oid, r.xmin), ',' ORDER BY r.oid)
+        FROM pg_rewrite r WHERE r.ev_class IN (SELECT relid FROM tree)),
+    (SELECT string_agg(concat_ws(':', d.oid, d.xmin), ',' ORDER BY d.oid)
+        FROM pg_attrdef d WHERE d.adrelid IN (SELECT relid FROM tree)),
+    (SELECT string_agg(concat_ws(':', p.oid, p.xmin), ',' ORDER BY p.oid)
+        FROM pg_attrdef d
+        JOIN pg_depend dep ON dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
+            AND dep.refclassid = 'pg_proc'::regclass
+        JOIN pg_proc p ON p.oid = dep.refobjid
+        WHERE d.adrelid IN (SELECT relid FROM tree)),
+    (SELECT string_agg(concat_ws(':', p.oid, p.xmin), ',' ORDER BY p.oid)
+        FROM pg_proc p WHERE p.proname = ANY($2::text[])),
+    (SELECT string_agg(concat_ws(':', n.oid, n.xmin), ',' ORDER BY n.oid)
+        FROM pg_constraint n WHERE n.conrelid IN (SELECT relid FROM tree)),
+    (SELECT string_agg(concat_ws(':', i.indexrelid, i.xmin), ',' ORDER BY i.indexrelid)
+        FROM pg_index i WHERE i.indrelid IN (SELECT relid FROM tree)),
+    (SELECT string_agg(concat_ws(':', o.oid, o.xmin), ',' ORDER BY o.oid)
+        FROM pg_policy o WHERE o.polrelid IN (SELECT relid FROM tree)))";
+
+/// The parameter types of [`FINGERPRINT`].
+const FINGERPRINT_TYPES: [Type; 2] = [Type::TEXT, Type::TEXT_ARRAY];
+
+/// The fingerprint of `shape`'s table (see [`FINGERPRINT`]); `None` when
+/// the catalog cannot be read (the text is then learned again at every
+/// check).
+pub(crate) async fn fingerprint(
+    conn: &ClientWrapper,
+    shape: &InsertShape,
+) -> Result<Option<String>, Error> {
+    let params: [&(dyn ToSql + Sync); 2] = [&shape.table, &shape.calls];
+    let read = async {
+        if conn.unnamed() {
+            let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
+                .iter()
+                .copied()
+                .zip(FINGERPRINT_TYPES.iter().cloned())
+                .collect();
+            conn.query_typed(FINGERPRINT, &typed)
+                .await
+                .map(|rows| rows.into_iter().next())
+        } else {
+            let stmt = conn.prepare_cached(FINGERPRINT).await?;
+            conn.query_opt(&stmt, &params).await
+        }
+    };
+    match read.await {
+        Ok(row) => Ok(row.and_then(|row| row.get::<_, Option<String>>(0))),
+        Err(e) if e.as_db_error().is_some() => Ok(None),
+        Err(e) => Err(unsent_error(e)),
+    }
+}
+
 /// The key columns of an `ON CONFLICT` whose skipped rows are told apart by
 /// the key `RETURNING` sends back: their names and the parameters bound to
 /// them.
