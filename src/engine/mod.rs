@@ -193,7 +193,7 @@ impl<B: Backend> Engine<B> {
             Classified::Other(reason) => Route::Pass(Arc::new(reason)),
             Classified::Batchable(insert) => {
                 let mut conn = self.backend.connections().checkout(deadline).await?;
-                let limit = self.limits.answer();
+                let limit = B::Connections::answer_limit(&conn);
                 let learned = exchange!(B::Connections, limit, &mut conn, |c| self
                     .backend
                     .prepare_shape(c, sql, insert.clone()))?;

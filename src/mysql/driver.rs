@@ -286,8 +286,8 @@ impl Driver for MySql {
         conn.is_disconnected() || conn.broken
     }
 
-    fn lend(conn: &mut Client) {
-        conn.lent = true;
+    async fn lend(conn: &mut Client) -> Result<(), Error> {
+        conn.lend().await.map_err(super::errors::sent_error)
     }
 }
 

@@ -146,7 +146,8 @@ impl<B: Backend> Pool<B> {
         let _work = self.engine.enter()?;
         let deadline = self.engine.wait_deadline();
         let mut conn = self.engine.backend.connections().checkout(deadline).await?;
-        B::lend(&mut conn);
+        let limit = <B::Connections as Connections>::answer_limit(&conn);
+        exchange!(B::Connections, limit, &mut conn, |c| B::lend(c))??;
         Ok(conn.into_inner())
     }
 
@@ -188,8 +189,8 @@ impl<B: Backend> Pool<B> {
         deadline: Option<Instant>,
         all_rows: bool,
     ) -> Result<Ran<B::QueryRow>, Error> {
-        let limit = self.engine.limits.answer();
         let mut conn = self.engine.backend.connections().checkout(deadline).await?;
+        let limit = <B::Connections as Connections>::answer_limit(&conn);
         let (prepared, bound) = prepare_one::<B>(&mut conn, limit, sql, args, false).await?;
         self.engine.counters.passthrough();
         let sql: Box<str> = sql.into();
@@ -248,8 +249,8 @@ impl<B: Backend> Pool<B> {
             }
             Route::Pass(reason) => {
                 refuse_control(&reason)?;
-                let limit = self.engine.limits.answer();
                 let mut conn = self.engine.backend.connections().checkout(deadline).await?;
+                let limit = <B::Connections as Connections>::answer_limit(&conn);
                 let texts = [(sql, rows.iter().any(B::has_params))];
                 let prepared =
                     single(exchange!(

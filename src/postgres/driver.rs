@@ -289,8 +289,8 @@ impl Driver for Postgres {
         conn.is_broken()
     }
 
-    fn lend(conn: &mut Client) {
-        conn.lent = true;
+    async fn lend(conn: &mut Client) -> Result<(), Error> {
+        conn.lend().await
     }
 }
 
