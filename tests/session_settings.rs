@@ -1,0 +1,453 @@
+//! The user's and the server's session settings win over the pool's, on both
+//! backends, against real servers: a statement time limit from the
+//! connection string, the role or user, the database or the server is what
+//! the pool's statements (`query`, `execute`) and `Pool::get` connections
+//! run with; the pool sets one only when asked (and then not on `get`
+//! connections); the pool's own deadline for an answer follows the limit
+//! the session has; and the user's own session setup survives the reset of
+//! a connection that comes back from `Pool::get`.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use batchpool::BatchConfig;
+use mysql_async::prelude::Queryable;
+
+// ---------------------------------------------------------------------------
+// PostgreSQL
+// ---------------------------------------------------------------------------
+
+async fn pg_admin(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+/// `url` with one more query parameter.
+fn with_param(url: &str, param: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{param}")
+}
+
+/// `url` connecting as `user` (no password: the test servers trust
+/// loopback connections).
+fn pg_as(url: &str, user: &str) -> String {
+    let rest = url.split_once('@').expect("user@host in the URL").1;
+    format!("postgresql://{user}@{rest}")
+}
+
+/// The database name at the end of a URL's path.
+fn db_name(url: &str) -> String {
+    let path = url.rsplit('/').next().unwrap();
+    path.split('?').next().unwrap().to_string()
+}
+
+/// `statement_timeout` as the pool's statements and a `get()` connection
+/// see it.
+async fn pg_seen(pool: &batchpool::postgres::Pool) -> (String, String) {
+    let by_query: String = pool
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let conn = pool.get().await.unwrap();
+    let by_get: String = conn
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    (by_query, by_get)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_connection_string_limit_is_the_sessions() {
+    let url = with_param(
+        &common::pg_fresh_db().await,
+        "options=-c%20statement_timeout%3D1500",
+    );
+    let pool = batchpool::postgres::Pool::builder(&url)
+        .max_size(2)
+        .build()
+        .unwrap();
+    assert_eq!(
+        pg_seen(&pool).await,
+        ("1500ms".to_string(), "1500ms".to_string())
+    );
+    // A pass-through statement over the session's own limit is cancelled
+    // by the server: a definite error, not an unknown outcome.
+    let e = pool.execute("SELECT pg_sleep(4)", &[]).await.unwrap_err();
+    assert!(
+        e.is_statement_timeout() && !e.is_outcome_unknown(),
+        "execute: {e}"
+    );
+    let e = pool.query("SELECT pg_sleep(4)", &[]).await.unwrap_err();
+    assert!(
+        e.is_statement_timeout() && !e.is_outcome_unknown(),
+        "query: {e}"
+    );
+    // And a coalesced INSERT that outlasts it (a slow trigger).
+    let admin = pg_admin(&url).await;
+    admin
+        .batch_execute(
+            "CREATE TABLE t (k int PRIMARY KEY); \
+             CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN IF NEW.k < 0 THEN PERFORM pg_sleep(4); END IF; RETURN NEW; END $$; \
+             CREATE TRIGGER slow BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION slow()",
+        )
+        .await
+        .unwrap();
+    let e = pool
+        .execute("INSERT INTO t (k) VALUES ($1)", &[&-1i32])
+        .await
+        .unwrap_err();
+    assert!(
+        e.is_statement_timeout() && !e.is_outcome_unknown(),
+        "insert: {e}"
+    );
+    pool.execute("INSERT INTO t (k) VALUES ($1)", &[&1i32])
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_role_and_database_limits_are_the_sessions() {
+    let url = common::pg_fresh_db().await;
+    let db = db_name(&url);
+    let admin = pg_admin(&url).await;
+    // Roles are per cluster: one named after this test's database.
+    let role = format!("r_{db}");
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE \"{role}\" LOGIN SUPERUSER; \
+             ALTER ROLE \"{role}\" SET statement_timeout = '2500ms'; \
+             ALTER DATABASE \"{db}\" SET statement_timeout = '3s'"
+        ))
+        .await
+        .unwrap();
+    // The database's default for the test server's user.
+    let pool = batchpool::postgres::Pool::builder(&url)
+        .max_size(2)
+        .build()
+        .unwrap();
+    assert_eq!(pg_seen(&pool).await, ("3s".to_string(), "3s".to_string()));
+    // The role's own, which wins over the database's.
+    let as_role = pg_as(&url, &role);
+    let pool = batchpool::postgres::Pool::builder(&as_role)
+        .max_size(2)
+        .build()
+        .unwrap();
+    assert_eq!(
+        pg_seen(&pool).await,
+        ("2500ms".to_string(), "2500ms".to_string())
+    );
+    drop(pool);
+    let _ = admin
+        .batch_execute(&format!("DROP ROLE IF EXISTS \"{role}\""))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_server_default_limit_and_none() {
+    // A server of its own: its default is set in its configuration.
+    let server = common::PgServer::start(&[("statement_timeout", "7s")]);
+    let pool = batchpool::postgres::Pool::builder(&server.url())
+        .max_size(2)
+        .build()
+        .unwrap();
+    assert_eq!(pg_seen(&pool).await, ("7s".to_string(), "7s".to_string()));
+    // No limit anywhere: none from the pool either.
+    let pool = batchpool::postgres::Pool::builder(&common::pg_fresh_db().await)
+        .max_size(2)
+        .build()
+        .unwrap();
+    let (by_query, by_get) = pg_seen(&pool).await;
+    assert_eq!((by_query.as_str(), by_get.as_str()), ("0", "0"));
+}
+
+/// The builder's explicit limit holds for the pool's statements (the
+/// server cancels them), and a `get()` connection runs with the session's
+/// own limit instead: a statement on it outlives the pool's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_explicit_limit_holds_for_pooled_statements_not_get() {
+    let url = with_param(
+        &common::pg_fresh_db().await,
+        "options=-c%20statement_timeout%3D60000",
+    );
+    let pool = batchpool::postgres::Pool::builder(&url)
+        .max_size(1)
+        .statement_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let shown: String = pool
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(shown, "500ms");
+    let e = pool.query("SELECT pg_sleep(3)", &[]).await.unwrap_err();
+    assert!(
+        e.is_statement_timeout() && !e.is_outcome_unknown(),
+        "query: {e}"
+    );
+    {
+        let conn = pool.get().await.unwrap();
+        let shown: String = conn
+            .query_one("SHOW statement_timeout", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            shown, "1min",
+            "the session's own limit on a get() connection"
+        );
+        // Four times the pool's limit (plus its grace period): not cut.
+        conn.batch_execute("SELECT pg_sleep(2)").await.unwrap();
+    }
+    // Back in the pool (the only connection): the pool's limit again.
+    for _ in 0..3 {
+        let shown: String = pool
+            .query_one("SHOW statement_timeout", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(shown, "500ms");
+    }
+}
+
+/// A `post_create` hook's limit is the session's: it holds for the pool's
+/// statements and after a `get()` user changed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_hook_limit_survives_reset() {
+    let url = common::pg_fresh_db().await;
+    let pool = batchpool::postgres::Pool::builder(&url)
+        .max_size(1)
+        .post_create(|client| {
+            Box::pin(async move {
+                client.batch_execute("SET statement_timeout = '4s'").await?;
+                Ok(())
+            })
+        })
+        .build()
+        .unwrap();
+    assert_eq!(pg_seen(&pool).await, ("4s".to_string(), "4s".to_string()));
+    {
+        let conn = pool.get().await.unwrap();
+        conn.batch_execute("SET statement_timeout = '9s'")
+            .await
+            .unwrap();
+    }
+    for _ in 0..3 {
+        let shown: String = pool
+            .query_one("SHOW statement_timeout", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(shown, "4s");
+    }
+}
+
+/// The pool's own deadline for an answer is the session's limit plus its
+/// grace period: with the server's replies held back (a stalled network),
+/// a statement fails with an unknown outcome about 1 s after the
+/// connection string's 1 s limit, not after a pool default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_pool_deadline_follows_the_sessions_limit() {
+    let url = common::pg_fresh_db().await;
+    let proxy = common::proxy::Proxy::start(common::backend::pg_upstream(&url)).await;
+    let via = with_param(
+        &common::backend::pg_via_url(&url, proxy.addr()),
+        "options=-c%20statement_timeout%3D1000",
+    );
+    let pool = batchpool::postgres::Pool::builder(&via)
+        .max_size(1)
+        .build()
+        .unwrap();
+    pool.query("SELECT 1", &[]).await.unwrap();
+    proxy.hold_replies(true);
+    let start = Instant::now();
+    let e = pool.query("SELECT 1", &[]).await.unwrap_err();
+    let took = start.elapsed();
+    assert!(e.is_outcome_unknown() && e.is_timeout(), "{e}");
+    // 1 s limit + 1 s grace; the upper bound is wide for a loaded machine
+    // and still far below any fixed pool default.
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(15),
+        "{took:?}"
+    );
+    proxy.hold_replies(false);
+}
+
+// ---------------------------------------------------------------------------
+// MariaDB
+// ---------------------------------------------------------------------------
+
+fn my_opts(url: &str) -> mysql_async::OptsBuilder {
+    mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(url).unwrap())
+}
+
+/// `@@max_statement_time` as the pool's statements and a `get()`
+/// connection see it.
+async fn my_seen(pool: &batchpool::mysql::Pool) -> (f64, f64) {
+    let rows = pool.query("SELECT @@max_statement_time", ()).await.unwrap();
+    let by_query: f64 = rows[0].get(0).unwrap();
+    let mut conn = pool.get().await.unwrap();
+    let by_get: Option<f64> = conn
+        .query_first("SELECT @@max_statement_time")
+        .await
+        .unwrap();
+    (by_query, by_get.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_init_limit_is_the_sessions() {
+    let url = common::mysql_fresh_db().await;
+    let opts = my_opts(&url).init(vec!["SET SESSION max_statement_time = 1.5"]);
+    let pool = batchpool::mysql::Pool::from_opts(opts)
+        .max_size(2)
+        .build()
+        .unwrap();
+    assert_eq!(my_seen(&pool).await, (1.5, 1.5));
+    // Still so after the connection lent by `get()` came back.
+    assert_eq!(my_seen(&pool).await, (1.5, 1.5));
+    let e = pool.query("SELECT SLEEP(4)", ()).await;
+    // MariaDB ends SLEEP at the limit with error 1969.
+    let e = e.unwrap_err();
+    assert!(
+        e.is_statement_timeout() && !e.is_outcome_unknown(),
+        "query: {e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_user_and_server_limits_are_the_sessions() {
+    let url = common::mysql_fresh_db().await;
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let user = format!("u_{db}");
+    let mut admin = mysql_async::Conn::new(my_opts(&url)).await.unwrap();
+    admin
+        .query_drop(format!(
+            "CREATE USER '{user}'@'%' WITH MAX_STATEMENT_TIME 2.5; \
+             GRANT ALL ON `{db}`.* TO '{user}'@'%'"
+        ))
+        .await
+        .unwrap();
+    let as_user = my_opts(&url).user(Some(user.clone())).pass(None::<String>);
+    let pool = batchpool::mysql::Pool::from_opts(as_user)
+        .max_size(2)
+        .build()
+        .unwrap();
+    assert_eq!(my_seen(&pool).await, (2.5, 2.5));
+    drop(pool);
+    let _ = admin
+        .query_drop(format!("DROP USER IF EXISTS '{user}'@'%'"))
+        .await;
+    // A server of its own, with its default in its configuration.
+    let server = common::MysqlServer::start(&["--max-statement-time=7"]);
+    let pool = batchpool::mysql::Pool::builder(&server.url())
+        .max_size(2)
+        .build()
+        .unwrap();
+    assert_eq!(my_seen(&pool).await, (7.0, 7.0));
+}
+
+/// The builder's explicit limit holds for the pool's statements, and a
+/// `get()` connection runs with the session's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_explicit_limit_holds_for_pooled_statements_not_get() {
+    let url = common::mysql_fresh_db().await;
+    let opts = my_opts(&url).init(vec!["SET SESSION max_statement_time = 60"]);
+    let pool = batchpool::mysql::Pool::from_opts(opts)
+        .max_size(1)
+        .statement_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let rows = pool.query("SELECT @@max_statement_time", ()).await.unwrap();
+    assert_eq!(rows[0].get::<f64, _>(0), Some(0.5));
+    let e = pool.query("SELECT SLEEP(3)", ()).await.unwrap_err();
+    assert!(
+        e.is_statement_timeout() && !e.is_outcome_unknown(),
+        "query: {e}"
+    );
+    {
+        let mut conn = pool.get().await.unwrap();
+        let own: Option<f64> = conn
+            .query_first("SELECT @@max_statement_time")
+            .await
+            .unwrap();
+        assert_eq!(own, Some(60.0), "the session's own limit on get()");
+        // Four times the pool's limit (plus its grace period): not cut
+        // (SLEEP returns 1 when interrupted).
+        let slept: Option<i64> = conn.query_first("SELECT SLEEP(2)").await.unwrap();
+        assert_eq!(slept, Some(0));
+    }
+    for _ in 0..3 {
+        let rows = pool.query("SELECT @@max_statement_time", ()).await.unwrap();
+        assert_eq!(rows[0].get::<f64, _>(0), Some(0.5));
+    }
+}
+
+/// An `init` statement's time zone holds on every connection of the pool
+/// after each was lent by `get()` and came back (reset with
+/// `COM_RESET_CONNECTION`), for the pool's statements and coalesced rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_init_time_zone_survives_get() {
+    let url = common::mysql_fresh_db().await;
+    let opts = my_opts(&url).init(vec!["SET SESSION time_zone = '+05:00'"]);
+    let pool = batchpool::mysql::Pool::from_opts(opts)
+        .max_size(2)
+        .batching(BatchConfig::default())
+        .build()
+        .unwrap();
+    pool.execute("CREATE TABLE t (k INT PRIMARY KEY, at TIMESTAMP NULL)", ())
+        .await
+        .unwrap();
+    // Both connections lent at once, changed by their user, returned.
+    {
+        let mut a = pool.get().await.unwrap();
+        let mut b = pool.get().await.unwrap();
+        for c in [&mut a, &mut b] {
+            let tz: Option<String> = c.query_first("SELECT @@time_zone").await.unwrap();
+            assert_eq!(tz.as_deref(), Some("+05:00"), "on a get() connection");
+            c.query_drop("SET SESSION time_zone = '-03:00'")
+                .await
+                .unwrap();
+        }
+    }
+    // Every connection, through the pool's statements.
+    let mut seen = HashSet::new();
+    for round in 0..20 {
+        let queries = (0..4).map(|_| pool.query("SELECT CONNECTION_ID(), @@time_zone", ()));
+        for rows in futures_util::future::join_all(queries).await {
+            let rows = rows.unwrap();
+            let id: u64 = rows[0].get(0).unwrap();
+            let tz: String = rows[0].get(1).unwrap();
+            assert_eq!(tz, "+05:00", "round {round}, connection {id}");
+            seen.insert(id);
+        }
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 2, "both connections checked");
+    // Coalesced rows read a TIMESTAMP's text in the session's zone.
+    let rows = (0..10).map(|k| {
+        pool.execute(
+            "INSERT INTO t (k, at) VALUES (?, ?)",
+            (k, "2020-01-01 00:00:00"),
+        )
+    });
+    for r in futures_util::future::join_all(rows).await {
+        r.unwrap();
+    }
+    let rows = pool
+        .query("SELECT DISTINCT UNIX_TIMESTAMP(at) FROM t", ())
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    // 2020-01-01 00:00 at +05:00.
+    assert_eq!(rows[0].get::<i64, _>(0), Some(1_577_836_800 - 5 * 3600));
+}
