@@ -242,6 +242,11 @@ pub(crate) trait Driver:
     /// go back to the pool, and nothing sent on it can run.
     fn is_broken(conn: &Conn<Self>) -> bool;
 
+    /// Re-reads the session's statement time limit on `conn` if a statement
+    /// of the user's that may have changed it ran there (its text names the
+    /// setting); no round trip otherwise.
+    fn refresh_limit(conn: &mut Conn<Self>) -> impl Future<Output = Result<(), Error>> + Send + '_;
+
     /// Marks a connection handed to the user by `Pool::get` (its session
     /// is reset when it comes back), and gives its session back its own
     /// statement time limit where the pool set the user's

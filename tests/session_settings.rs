@@ -451,3 +451,66 @@ async fn my_init_time_zone_survives_get() {
     // 2020-01-01 00:00 at +05:00.
     assert_eq!(rows[0].get::<i64, _>(0), Some(1_577_836_800 - 5 * 3600));
 }
+
+/// A limit the user sets through the pool's own statements is the one the
+/// pool's deadline follows from then on: with the connection string's 1 s
+/// (a pool deadline of 2 s), a 2.5 s statement after `SET statement_timeout
+/// = '5s'` (pool of one connection), or after `SET LOCAL` in a
+/// transaction, is not cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_limit_set_through_the_pool_is_followed() {
+    let url = with_param(
+        &common::pg_fresh_db().await,
+        "options=-c%20statement_timeout%3D1000",
+    );
+    let pool = batchpool::postgres::Pool::builder(&url)
+        .max_size(1)
+        .build()
+        .unwrap();
+    let mut tx = pool.begin();
+    tx.execute("SET LOCAL statement_timeout = '5s'", &[])
+        .await
+        .unwrap();
+    tx.query("SELECT pg_sleep(2.5)", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    // The transaction's setting ended with it.
+    let e = pool.query("SELECT pg_sleep(2.5)", &[]).await.unwrap_err();
+    assert!(
+        e.is_statement_timeout() && !e.is_outcome_unknown(),
+        "after the transaction: {e}"
+    );
+    pool.execute("SET statement_timeout = '5s'", &[])
+        .await
+        .unwrap();
+    pool.query("SELECT pg_sleep(2.5)", &[]).await.unwrap();
+}
+
+/// As above on MariaDB: `SET SESSION max_statement_time`, and a
+/// statement's own `SET STATEMENT max_statement_time = ... FOR`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_limit_set_through_the_pool_is_followed() {
+    let url = common::mysql_fresh_db().await;
+    let opts = my_opts(&url).init(vec!["SET SESSION max_statement_time = 1"]);
+    let pool = batchpool::mysql::Pool::from_opts(opts)
+        .max_size(1)
+        .build()
+        .unwrap();
+    let rows = pool
+        .query(
+            "SET STATEMENT max_statement_time = 5 FOR SELECT SLEEP(2.5)",
+            (),
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<i64, _>(0), Some(0), "not interrupted");
+    let e = pool.query("SELECT SLEEP(2.5)", ()).await.unwrap_err();
+    assert!(
+        e.is_statement_timeout() && !e.is_outcome_unknown(),
+        "the session's own 1 s: {e}"
+    );
+    pool.execute("SET SESSION max_statement_time = 5", ())
+        .await
+        .unwrap();
+    let rows = pool.query("SELECT SLEEP(2.5)", ()).await.unwrap();
+    assert_eq!(rows[0].get::<i64, _>(0), Some(0), "not interrupted");
+}

@@ -297,6 +297,9 @@ impl managed::Manager for Manager {
                 own_limit: None,
                 pool_set: false,
                 limit: None,
+                limit_stale: false,
+                explicit_limit: self.statement_timeout,
+                server: Arc::clone(&self.server),
             };
             self.settle(&mut wrapper).await?;
             Ok(wrapper)
@@ -313,6 +316,13 @@ impl managed::Manager for Manager {
             return Err(RecycleError::message(
                 "a statement on this connection was left unanswered",
             ));
+        }
+        if !wrapper.lent && wrapper.limit_stale {
+            wrapper.busy = true;
+            Box::pin(wrapper.refresh_limit())
+                .await
+                .map_err(RecycleError::Backend)?;
+            wrapper.busy = false;
         }
         if !wrapper.lent
             && metrics.last_used() < IDLE_PING
@@ -406,6 +416,13 @@ pub struct ConnWrapper {
     pool_set: bool,
     /// The statement time limit in force (see [`Wire::statement_limit`]).
     limit: Option<Duration>,
+    /// A statement of the user's that names `max_statement_time` ran: the
+    /// limit is read again before the pool relies on it.
+    limit_stale: bool,
+    /// [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout).
+    explicit_limit: Option<Duration>,
+    /// The pool's server settings (read again with the session's).
+    server: Arc<OnceLock<ServerInfo>>,
 }
 
 impl Wire for ConnWrapper {
@@ -418,7 +435,8 @@ impl Wire for ConnWrapper {
     }
 
     fn statement_limit(&self) -> Option<Duration> {
-        self.limit
+        // Unknown after a statement that may have changed it.
+        self.limit.filter(|_| !self.limit_stale)
     }
 }
 
@@ -480,6 +498,7 @@ impl ConnWrapper {
     /// such limit (MySQL) the pool enforces the user's `explicit` one
     /// itself.
     fn settle_limit(&mut self, pool_set: bool, own: Option<Duration>, explicit: Option<Duration>) {
+        self.limit_stale = false;
         let read = self.session.statement_limit;
         // `max_statement_time` keeps microseconds; the pool sets whole ms.
         let same = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
@@ -492,6 +511,33 @@ impl ConnWrapper {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+    }
+
+    /// Notes statements of the user's about to run here: one that names
+    /// `max_statement_time` (`SET`, `SET STATEMENT ... FOR`) may change the
+    /// session's limit, which is then read again.
+    pub(crate) fn note_texts<'a>(&mut self, mut texts: impl Iterator<Item = &'a str>) {
+        const NAME: &[u8] = b"max_statement_time";
+        if texts.any(|sql| {
+            sql.as_bytes()
+                .windows(NAME.len())
+                .any(|w| w.eq_ignore_ascii_case(NAME))
+        }) {
+            self.limit_stale = true;
+        }
+    }
+
+    /// Reads the session's settings again if a statement may have changed
+    /// its limit (see [`note_texts`](Self::note_texts)).
+    pub(crate) async fn refresh_limit(&mut self) -> Result<(), mysql_async::Error> {
+        if !self.limit_stale {
+            return Ok(());
+        }
+        let server = Arc::clone(&self.server);
+        self.session = read_settings(self, &server).await?;
+        let (pool_set, own, explicit) = (self.pool_set, self.own_limit, self.explicit_limit);
+        self.settle_limit(pool_set, own, explicit);
+        Ok(())
     }
 
     /// Hands the connection to the user (`Pool::get`): it is reset when it

@@ -185,6 +185,7 @@ impl Driver for Postgres {
         in_transaction: bool,
     ) -> Vec<Result<Prepared, Error>> {
         let sql: Vec<&str> = texts.iter().map(|(sql, _)| *sql).collect();
+        conn.note_texts(&sql);
         conn.prepare_for(&sql, in_transaction).await
     }
 
@@ -287,6 +288,10 @@ impl Driver for Postgres {
 
     fn is_broken(conn: &Client) -> bool {
         conn.is_broken()
+    }
+
+    async fn refresh_limit(conn: &mut Client) -> Result<(), Error> {
+        conn.refresh_limit(None).await.map_err(sent_error)
     }
 
     async fn lend(conn: &mut Client) -> Result<(), Error> {

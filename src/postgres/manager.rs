@@ -119,6 +119,13 @@ impl managed::Manager for Manager {
                 "a statement on this connection was left unanswered",
             ));
         }
+        if !client.lent && client.limit_stale {
+            client.busy = true;
+            Box::pin(client.refresh_limit(self.statement_timeout))
+                .await
+                .map_err(|e| RecycleError::Backend(e.into()))?;
+            client.busy = false;
+        }
         if !client.lent && !self.hooks.has_pre_recycle() {
             // The pool's own connection, nothing to run: no round trip.
             return Ok(());
@@ -221,6 +228,8 @@ impl Manager {
             own_limit: own,
             pool_set: false,
             limit: None,
+            limit_stale: false,
+            explicit_limit: self.statement_timeout,
         };
         if unnamed {
             match preload_types(&wrapper.client).await {
@@ -288,6 +297,11 @@ pub struct ClientWrapper {
     pool_set: bool,
     /// The statement time limit in force (see [`Wire::statement_limit`]).
     limit: Option<Duration>,
+    /// A statement of the user's that names `statement_timeout` ran: the
+    /// limit is read again before the pool relies on it.
+    limit_stale: bool,
+    /// [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout).
+    explicit_limit: Option<Duration>,
 }
 
 impl Wire for ClientWrapper {
@@ -300,8 +314,17 @@ impl Wire for ClientWrapper {
     }
 
     fn statement_limit(&self) -> Option<Duration> {
-        self.limit
+        // Unknown after a statement that may have changed it.
+        self.limit.filter(|_| !self.limit_stale)
     }
+}
+
+/// Whether `sql` names the `statement_timeout` setting.
+fn names_limit(sql: &str) -> bool {
+    const NAME: &[u8] = b"statement_timeout";
+    sql.as_bytes()
+        .windows(NAME.len())
+        .any(|w| w.eq_ignore_ascii_case(NAME))
 }
 
 /// Reads the session's `statement_timeout`.
@@ -378,6 +401,7 @@ impl ClientWrapper {
     /// `explicit` limit (behind a pooler) it enforces it itself, as the
     /// tighter of the two.
     fn settle_limit(&mut self, read: Option<Duration>, explicit: Option<Duration>) {
+        self.limit_stale = false;
         if self.pool_set && read == explicit {
             self.limit = explicit;
             return;
@@ -389,6 +413,30 @@ impl ClientWrapper {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+    }
+
+    /// Notes statements of the user's about to run here: one that names
+    /// `statement_timeout` (`SET`, `SET LOCAL`, `set_config`, `RESET`) may
+    /// change the session's limit, which is then read again.
+    pub(crate) fn note_texts(&mut self, texts: &[&str]) {
+        if texts.iter().any(|sql| names_limit(sql)) {
+            self.limit_stale = true;
+        }
+    }
+
+    /// Reads the session's limit again if a statement may have changed it
+    /// (see [`note_texts`](Self::note_texts)); `explicit` is the builder's
+    /// (`None`: the one this connection was opened with).
+    pub(crate) async fn refresh_limit(
+        &mut self,
+        explicit: Option<Duration>,
+    ) -> Result<(), tokio_postgres::Error> {
+        if !self.limit_stale {
+            return Ok(());
+        }
+        let read = show_limit(&self.client).await?;
+        self.settle_limit(read, explicit.or(self.explicit_limit));
+        Ok(())
     }
 
     /// Hands the connection to the user (`Pool::get`): it is reset when it
