@@ -514,3 +514,186 @@ async fn my_limit_set_through_the_pool_is_followed() {
     let rows = pool.query("SELECT SLEEP(2.5)", ()).await.unwrap();
     assert_eq!(rows[0].get::<i64, _>(0), Some(0), "not interrupted");
 }
+
+/// A network path whose route can be lost: a listening socket in a network
+/// namespace of its own, reached over a veth pair, that forwards each
+/// connection to `upstream`. [`cut`](LossyLink::cut) adds a blackhole route
+/// to it: from then on every packet sent to it is discarded, nothing is
+/// acknowledged and nothing is closed, as when a network loses its route
+/// (no ICMP). Needs root (`CAP_NET_ADMIN`, `CAP_SYS_ADMIN`), as CI has;
+/// everything is removed when dropped.
+struct LossyLink {
+    ns: String,
+    host_if: String,
+    far: std::net::SocketAddr,
+}
+
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .expect("running ip (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {}: {} (root with CAP_NET_ADMIN needed)",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl LossyLink {
+    async fn start(upstream: std::net::SocketAddr) -> LossyLink {
+        let id = std::process::id();
+        let (ns, host_if, far_if) = (format!("bp{id}"), format!("bp{id}a"), format!("bp{id}b"));
+        // A /30 of its own per process.
+        let net = format!("10.231.{}.{}", (id >> 6) % 250, (id % 64) * 4);
+        let near = format!("{}.{}", &net[..net.rfind('.').unwrap()], (id % 64) * 4 + 1);
+        let far_ip = format!("{}.{}", &net[..net.rfind('.').unwrap()], (id % 64) * 4 + 2);
+        let mut link = LossyLink {
+            ns: ns.clone(),
+            host_if: host_if.clone(),
+            far: format!("{far_ip}:0").parse().unwrap(),
+        };
+        // Leftovers of a killed earlier process with this id, if any.
+        link.remove();
+        ip(&["netns", "add", &ns]);
+        ip(&[
+            "link", "add", &host_if, "type", "veth", "peer", "name", &far_if,
+        ]);
+        ip(&["link", "set", &far_if, "netns", &ns]);
+        ip(&["addr", "add", &format!("{near}/30"), "dev", &host_if]);
+        ip(&["link", "set", &host_if, "up"]);
+        ip(&[
+            "netns",
+            "exec",
+            &ns,
+            "ip",
+            "addr",
+            "add",
+            &format!("{far_ip}/30"),
+            "dev",
+            &far_if,
+        ]);
+        ip(&["netns", "exec", &ns, "ip", "link", "set", &far_if, "up"]);
+        // The listening socket is made in the namespace (by a thread that
+        // joins it) and stays there; the forwarding runs here.
+        let ns_file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+        let bind_to = link.far;
+        let listener = std::thread::spawn(move || {
+            use std::os::fd::AsFd;
+            rustix::thread::move_into_link_name_space(
+                ns_file.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .expect("joining the network namespace");
+            std::net::TcpListener::bind(bind_to).unwrap()
+        })
+        .join()
+        .unwrap();
+        link.far = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        });
+        link
+    }
+
+    /// Removes the route, the link and the namespace (best effort).
+    fn remove(&self) {
+        let run = |args: &[&str]| {
+            let _ = std::process::Command::new("ip").args(args).output();
+        };
+        run(&[
+            "route",
+            "del",
+            "blackhole",
+            &format!("{}/32", self.far.ip()),
+        ]);
+        run(&["link", "del", &self.host_if]);
+        run(&["netns", "del", &self.ns]);
+    }
+
+    /// Loses the route to the far end.
+    fn cut(&self) {
+        ip(&[
+            "route",
+            "add",
+            "blackhole",
+            &format!("{}/32", self.far.ip()),
+        ]);
+    }
+}
+
+impl Drop for LossyLink {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// With no statement limit anywhere (none on the server, none asked), the
+/// pool sets no deadline of its own, and a connection whose packets are
+/// lost still ends in bounded time: TCP keepalive notices the silence of a
+/// running statement, and `TCP_USER_TIMEOUT` ends a connection whose sent
+/// data (or keepalive probe) stays unacknowledged. Both calls fail with an
+/// unknown outcome within about keepalive + user timeout (1 s + 3 s here);
+/// the bound asserted is wide for a loaded machine, and far below the
+/// ~15 minutes of retransmissions the OS would take without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_no_limit_lost_packets_end_by_tcp_timeouts() {
+    let url = common::pg_fresh_db().await;
+    let link = LossyLink::start(common::backend::pg_upstream(&url)).await;
+    let via = common::backend::pg_via_url(&url, link.far);
+    let pool = batchpool::postgres::Pool::builder(&via)
+        .max_size(2)
+        .tcp_keepalive(Duration::from_secs(1))
+        .tcp_user_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let shown: String = pool
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(shown, "0", "no limit on the server");
+    // Both connections open before the packets are lost.
+    let (a, b) = tokio::join!(
+        pool.query("SELECT pg_sleep(0.2)", &[]),
+        pool.query("SELECT pg_sleep(0.2)", &[])
+    );
+    a.unwrap();
+    b.unwrap();
+
+    // A statement the server runs for 10 minutes, then the network goes:
+    // the idle connection's keepalive probes go unanswered.
+    let running = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let start = Instant::now();
+            let out = pool.query("SELECT pg_sleep(600)", &[]).await;
+            (out, start.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    link.cut();
+    // A statement sent into the loss (prepared on both connections
+    // already: only its run is sent): its bytes are never acknowledged.
+    let start = Instant::now();
+    let sent = pool.query("SELECT pg_sleep(0.2)", &[]).await;
+    let sent_took = start.elapsed();
+    let (running, running_took) = running.await.unwrap();
+
+    let e = sent.unwrap_err();
+    assert!(e.is_outcome_unknown(), "sent into the loss: {e}");
+    assert!(sent_took < Duration::from_secs(30), "{sent_took:?}");
+    let e = running.unwrap_err();
+    assert!(e.is_outcome_unknown(), "running statement: {e}");
+    assert!(running_took < Duration::from_secs(30), "{running_took:?}");
+    drop(link);
+}

@@ -145,7 +145,11 @@
 //! again, as a new connection does, and the hooks, so an `init`
 //! `SET time_zone` holds for every statement the pool runs later. The
 //! session's `@@max_statement_time` bounds the pool's wait for each answer
-//! (plus 1 s); it is read again after each reset.
+//! (plus 1 s); it is read again after each reset. A session without one
+//! (MySQL, or MariaDB's default 0) gets no deadline from the pool: a lost
+//! network is then noticed by TCP keepalive only, at the OS's probe
+//! interval and count (mysql_async sets only the idle time), so give such
+//! sessions a limit.
 //!
 //! # TLS
 //!
