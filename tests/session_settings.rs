@@ -77,6 +77,22 @@ async fn pg_connection_string_limit_is_the_sessions() {
         pg_seen(&pool).await,
         ("1500ms".to_string(), "1500ms".to_string())
     );
+    // A `get()` user's change is undone when the connection comes back
+    // (`RESET ALL` goes back to the connection string's value).
+    {
+        let conn = pool.get().await.unwrap();
+        conn.batch_execute("SET statement_timeout = '9s'")
+            .await
+            .unwrap();
+    }
+    for _ in 0..4 {
+        let shown: String = pool
+            .query_one("SHOW statement_timeout", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(shown, "1500ms");
+    }
     // A pass-through statement over the session's own limit is cancelled
     // by the server: a definite error, not an unknown outcome.
     let e = pool.execute("SELECT pg_sleep(4)", &[]).await.unwrap_err();
