@@ -68,8 +68,12 @@ impl Manager {
         hooks: Hooks<tokio_postgres::Client>,
     ) -> Manager {
         let statement_cache = NonZeroUsize::new(statement_cache).unwrap_or(NonZeroUsize::MIN);
+        // Whole milliseconds, as the server keeps it (and `SHOW` reads it).
+        let statement_timeout = statement_timeout.map(|t| {
+            Duration::from_millis(u64::try_from(t.as_millis().max(1)).unwrap_or(u64::MAX))
+        });
         let session_setup =
-            statement_timeout.map(|t| format!("SET statement_timeout = {}", t.as_millis().max(1)));
+            statement_timeout.map(|t| format!("SET statement_timeout = {}", t.as_millis()));
         let mut session_reset = String::from(SESSION_RESET);
         if let Some(setup) = &session_setup {
             session_reset.push_str("; ");
