@@ -242,11 +242,16 @@ pub(crate) trait Driver:
     /// go back to the pool, and nothing sent on it can run.
     fn is_broken(conn: &Conn<Self>) -> bool;
 
-    /// Marks a connection handed to the user by `Pool::get` (the MySQL
-    /// backend resets its session when it comes back).
-    fn lend(conn: &mut Conn<Self>) {
-        let _ = conn;
-    }
+    /// Re-reads the session's statement time limit on `conn` if a statement
+    /// of the user's that may have changed it ran there (its text names the
+    /// setting); no round trip otherwise.
+    fn refresh_limit(conn: &mut Conn<Self>) -> impl Future<Output = Result<(), Error>> + Send + '_;
+
+    /// Marks a connection handed to the user by `Pool::get` (its session
+    /// is reset when it comes back), and gives its session back its own
+    /// statement time limit where the pool set the user's
+    /// `statement_timeout` for its own statements.
+    fn lend(conn: &mut Conn<Self>) -> impl Future<Output = Result<(), Error>> + Send + '_;
 }
 
 impl<R> Ran<R> {

@@ -153,10 +153,9 @@ impl BatchConfig {
     }
 }
 
-/// Default [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout).
-pub(crate) const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long after `statement_timeout` the pool still waits for the server's
-/// own answer (its cancellation error) before it gives up on the connection.
+/// How long after a session's statement time limit the pool still waits for
+/// the server's own answer (its cancellation error) before it gives up on
+/// the connection.
 pub(crate) const STATEMENT_GRACE: Duration = Duration::from_secs(1);
 /// Default [`PoolBuilder::create_timeout`](crate::PoolBuilder::create_timeout).
 pub(crate) const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -172,16 +171,6 @@ pub(crate) const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) struct Limits {
     /// End-to-end bound on a call's wait for a queue slot and a connection.
     pub(crate) wait: Option<Duration>,
-    /// Server-side statement timeout; the pool's own deadline for an answer
-    /// is this plus [`STATEMENT_GRACE`].
-    pub(crate) statement: Option<Duration>,
-}
-
-impl Limits {
-    /// How long the pool waits for the answer to one statement.
-    pub(crate) fn answer(&self) -> Option<Duration> {
-        self.statement.map(|t| t + STATEMENT_GRACE)
-    }
 }
 
 /// Connection-pool settings of a [`PoolBuilder`](crate::PoolBuilder).
@@ -206,7 +195,9 @@ impl Default for PoolSettings {
             wait_timeout: None,
             create_timeout: Some(DEFAULT_CREATE_TIMEOUT),
             recycle_timeout: Some(DEFAULT_RECYCLE_TIMEOUT),
-            statement_timeout: Some(DEFAULT_STATEMENT_TIMEOUT),
+            // The session's own limit (connection string, role, database,
+            // server) unless the user asks for one.
+            statement_timeout: None,
             tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
             tcp_user_timeout: Some(DEFAULT_TCP_USER_TIMEOUT),
             statement_cache: 256,
@@ -220,7 +211,6 @@ impl PoolSettings {
     pub(crate) fn limits(&self) -> Limits {
         Limits {
             wait: self.wait_timeout,
-            statement: self.statement_timeout,
         }
     }
 

@@ -84,9 +84,20 @@
 //!   and no connection goes back to the pool with a statement unanswered.
 //! * **Bounded waits:** `wait_timeout` bounds a call's wait for its text to
 //!   be learned, a queue slot and a connection end to end (a row not sent by
-//!   then fails with a timeout and is never sent); `statement_timeout` (default 30 s) bounds
-//!   every statement, on the server and, 1 s later, in the pool (then the
-//!   outcome is unknown and the connection is closed).
+//!   then fails with a timeout and is never sent). A statement is bounded by its session's
+//!   own time limit (PostgreSQL `statement_timeout`, MariaDB
+//!   `max_statement_time`: from the connection string, the role or user,
+//!   the database or the server, read from the server when a connection
+//!   opens and after every reset), or by the builder's `statement_timeout`
+//!   if you set one: on the server and, 1 s later, in the pool (then the
+//!   outcome is unknown and the connection is closed). A session without a
+//!   limit has none from the pool either; a peer that vanished is then
+//!   noticed by TCP keepalive and the TCP user timeout.
+//! * **Your settings win:** the pool never overrides a session setting you
+//!   or the server made. It sets one only when you ask it to
+//!   (`statement_timeout`), and your session setup (connection string,
+//!   MariaDB `init` statements and `after_connect`, `post_create` hooks)
+//!   holds again after every reset the pool does.
 //! * **Close:** [`Pool::close`] returns only after every call accepted
 //!   before it has its outcome and no statement of the pool is on the wire.
 //! * **Ordering:** rows of different callers have no order between them.

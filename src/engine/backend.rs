@@ -82,6 +82,13 @@ pub(crate) trait Connections: Send + Sync + Sized + 'static {
     /// Whether `conn` is marked busy.
     fn is_busy(conn: &Self::Conn) -> bool;
 
+    /// How long the pool waits for the answer to one statement on `conn`:
+    /// the session's own statement time limit plus
+    /// [`STATEMENT_GRACE`](crate::config::STATEMENT_GRACE), `None` when the
+    /// session has none (then TCP keepalive and the TCP user timeout are
+    /// what end a connection whose peer vanished).
+    fn answer_limit(conn: &Self::Conn) -> Option<Duration>;
+
     /// Takes a connection out of the pool for good and closes it.
     fn discard(conn: Self::Conn);
 }
@@ -141,6 +148,11 @@ pub(crate) trait Wire {
     fn set_busy(&mut self, busy: bool);
     /// Whether a request is unanswered.
     fn is_busy(&self) -> bool;
+    /// The statement time limit in force on this session, as read from the
+    /// server after it was opened (and after every reset the pool did), or
+    /// the one the user gave the pool where the server cannot enforce it;
+    /// `None` when there is none.
+    fn statement_limit(&self) -> Option<Duration>;
 }
 
 /// How long the pool keeps to the number of connections a server's limit
@@ -336,6 +348,10 @@ where
 
     fn is_busy(conn: &Self::Conn) -> bool {
         Wire::is_busy(&**conn)
+    }
+
+    fn answer_limit(conn: &Self::Conn) -> Option<Duration> {
+        Wire::statement_limit(&**conn).map(|l| l + crate::config::STATEMENT_GRACE)
     }
 
     fn discard(conn: Self::Conn) {

@@ -533,7 +533,7 @@ pub(super) async fn execute_rows<B: Backend>(
                 engine.counters.bulk();
             }
         }
-        let limit = engine.limits.answer();
+        let limit = B::Connections::answer_limit(conn);
         let sent = match second {
             None => {
                 let chunk = &rows[first.0..first.0 + first.1];

@@ -281,7 +281,8 @@ impl<B: Backend> Engine<B> {
         }
         let mut conn = self.backend.connections().checkout(deadline).await?;
         let at = Instant::now();
-        let fingerprint = exchange!(B::Connections, self.limits.answer(), &mut conn, |c| self
+        let limit = B::Connections::answer_limit(&conn);
+        let fingerprint = exchange!(B::Connections, limit, &mut conn, |c| self
             .backend
             .fingerprint(c, &check.insert))??
         .map(Box::from);
@@ -312,7 +313,7 @@ impl<B: Backend> Engine<B> {
             Classified::Other(reason) => pass(reason),
             Classified::Batchable(insert) => {
                 let mut conn = self.backend.connections().checkout(deadline).await?;
-                let limit = self.limits.answer();
+                let limit = B::Connections::answer_limit(&conn);
                 let at = Instant::now();
                 let fingerprint = exchange!(B::Connections, limit, &mut conn, |c| self
                     .backend

@@ -84,6 +84,8 @@ struct Mem {
     /// Connections closed because they were dropped with a request
     /// unanswered.
     discarded: Arc<AtomicUsize>,
+    /// Every session's statement time limit (see `Wire::statement_limit`).
+    statement_limit: Option<Duration>,
     server: Mutex<Server>,
 }
 
@@ -110,6 +112,7 @@ struct Conn {
     _permit: OwnedSemaphorePermit,
     busy: bool,
     discarded: Arc<AtomicUsize>,
+    statement_limit: Option<Duration>,
 }
 
 impl Drop for Conn {
@@ -145,6 +148,7 @@ impl Mem {
             prepared: AtomicUsize::new(0),
             prepare_gate: Mutex::default(),
             discarded: Arc::default(),
+            statement_limit: None,
             server: Mutex::default(),
         }
     }
@@ -275,6 +279,7 @@ impl Mem {
             _permit: permit,
             busy: false,
             discarded: self.discarded.clone(),
+            statement_limit: self.statement_limit,
         }
     }
 
@@ -399,6 +404,10 @@ impl Connections for Mem {
         conn.busy
     }
 
+    fn answer_limit(conn: &Conn) -> Option<Duration> {
+        conn.statement_limit.map(|l| l + STATEMENT_GRACE)
+    }
+
     fn discard(conn: Conn) {
         // Closed: counted by its drop (still marked busy).
         drop(conn);
@@ -459,11 +468,12 @@ impl H {
     }
 
     async fn with(mem: Mem, config: BatchConfig) -> H {
-        H::limited(mem, config, Limits::default()).await
+        H::limited(mem, config, TestLimits::default()).await
     }
 
-    async fn limited(mem: Mem, config: BatchConfig, limits: Limits) -> H {
-        let e = Engine::new(mem, config, limits).unwrap();
+    async fn limited(mut mem: Mem, config: BatchConfig, limits: TestLimits) -> H {
+        mem.statement_limit = limits.statement;
+        let e = Engine::new(mem, config, limits.engine).unwrap();
         let Route::Batch(q) = e.route(SQL, None).await.unwrap() else {
             panic!("{SQL} should be batchable");
         };
@@ -1715,9 +1725,18 @@ async fn a_stale_statement_of_a_pair_is_healed_with_its_pair() {
 // 7. Time limits
 // ---------------------------------------------------------------------------
 
-fn limits(wait: Option<u64>, statement: Option<u64>) -> Limits {
-    Limits {
-        wait: wait.map(Duration::from_secs),
+/// The engine's limits, and every session's statement time limit.
+#[derive(Default)]
+struct TestLimits {
+    engine: Limits,
+    statement: Option<Duration>,
+}
+
+fn limits(wait: Option<u64>, statement: Option<u64>) -> TestLimits {
+    TestLimits {
+        engine: Limits {
+            wait: wait.map(Duration::from_secs),
+        },
         statement: statement.map(Duration::from_secs),
     }
 }

@@ -189,6 +189,7 @@ impl Driver for MySql {
         texts: &'a [(&'a str, bool)],
         _in_transaction: bool,
     ) -> Vec<Result<MyPrepared, Error>> {
+        conn.note_texts(texts.iter().map(|(sql, _)| *sql));
         let mut out = Vec::with_capacity(texts.len());
         for (sql, has_params) in texts {
             if !has_params {
@@ -286,8 +287,14 @@ impl Driver for MySql {
         conn.is_disconnected() || conn.broken
     }
 
-    fn lend(conn: &mut Client) {
-        conn.lent = true;
+    async fn refresh_limit(conn: &mut Client) -> Result<(), Error> {
+        conn.refresh_limit()
+            .await
+            .map_err(super::errors::sent_error)
+    }
+
+    async fn lend(conn: &mut Client) -> Result<(), Error> {
+        conn.lend().await.map_err(super::errors::sent_error)
     }
 }
 

@@ -39,7 +39,9 @@ pub struct Manager {
     /// offers none.
     plain: Option<Opts>,
     pub(crate) server: Arc<OnceLock<ServerInfo>>,
-    /// `max_statement_time` (seconds) set on each session.
+    /// The statement time limit the user asked the pool to set
+    /// ([`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout)):
+    /// `max_statement_time` on each MariaDB session.
     statement_timeout: Option<Duration>,
     /// The builder's `post_create` / `pre_recycle` hooks.
     hooks: Hooks<Conn>,
@@ -115,24 +117,81 @@ impl Manager {
             .map_err(|e| mysql_async::Error::Other(Box::new(e)))
     }
 
-    /// Session settings of every connection: the server-side statement
-    /// time limit (MariaDB's `max_statement_time`; MySQL has no equivalent
-    /// for writes, and refuses the variable: then only the pool's own
-    /// deadline applies).
-    async fn setup(&self, conn: &mut Conn) -> Result<(), mysql_async::Error> {
+    /// Session settings the user asked the pool for: the server-side
+    /// statement time limit (MariaDB's `max_statement_time`; MySQL has no
+    /// equivalent for writes, and refuses the variable: then only the
+    /// pool's own deadline applies). Returns whether it was set, and the
+    /// session's own limit before it (which `Pool::get` gives back).
+    async fn setup(&self, conn: &mut Conn) -> Result<(bool, Option<Duration>), mysql_async::Error> {
         let Some(limit) = self.statement_timeout else {
-            return Ok(());
+            return Ok((false, None));
         };
-        let sql = format!(
-            "SET SESSION max_statement_time = {:.3}",
-            limit.as_secs_f64().max(0.001)
-        );
-        match conn.query_drop(sql).await {
+        let own: Option<f64> = match conn
+            .query_first("SELECT @@SESSION.max_statement_time")
+            .await
+        {
+            Ok(own) => own,
             // 1193 unknown system variable: not MariaDB.
-            Err(mysql_async::Error::Server(e)) if e.code == 1193 => Ok(()),
-            other => other,
-        }
+            Err(mysql_async::Error::Server(e)) if e.code == 1193 => return Ok((false, None)),
+            Err(e) => return Err(e),
+        };
+        conn.query_drop(set_limit(Some(limit))).await?;
+        Ok((true, own.and_then(seconds)))
     }
+
+    /// Puts a session back as a new connection's after `COM_RESET_CONNECTION`
+    /// (which mysql_async follows with the options' `setup` statements):
+    /// the options' `after_connect` callback and `init` statements run
+    /// again (and `setup` after them, in the order a new connection runs
+    /// them), then the pool's own setup and `post_create` hooks, and the
+    /// session's settings are read again.
+    async fn reset(&self, wrapper: &mut ConnWrapper) -> RecycleResult<mysql_async::Error> {
+        match wrapper.reset().await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(RecycleError::message(
+                    "server cannot reset a connection returned from Pool::get",
+                ));
+            }
+            Err(e) => return Err(RecycleError::Backend(e)),
+        }
+        let opts = wrapper.opts().clone();
+        if !opts.init().is_empty() || opts.after_connect().is_some() {
+            if let Some(callback) = opts.after_connect() {
+                callback(wrapper).await?;
+            }
+            // mysql_async runs each list from its last statement to its
+            // first: the same here.
+            for sql in opts.init().iter().rev().chain(opts.setup().iter().rev()) {
+                wrapper.query_drop(sql).await?;
+            }
+        }
+        self.settle(wrapper).await?;
+        Ok(())
+    }
+
+    /// The pool's setup and the `post_create` hooks of a new (or reset)
+    /// session, then its settings.
+    async fn settle(&self, wrapper: &mut ConnWrapper) -> Result<(), mysql_async::Error> {
+        let (pool_set, own) = self.setup(wrapper).await?;
+        self.post_create(wrapper).await?;
+        wrapper.session = read_settings(wrapper, &self.server).await?;
+        wrapper.settle_limit(pool_set, own, self.statement_timeout);
+        Ok(())
+    }
+}
+
+/// `SET SESSION max_statement_time` to `limit` (`None`: no limit).
+fn set_limit(limit: Option<Duration>) -> String {
+    format!(
+        "SET SESSION max_statement_time = {:.3}",
+        limit.map_or(0.0, |l| l.as_secs_f64().max(0.001))
+    )
+}
+
+/// A `max_statement_time` value: seconds, `0` for no limit.
+fn seconds(s: f64) -> Option<Duration> {
+    (s.is_finite() && s > 0.0).then(|| Duration::from_secs_f64(s))
 }
 
 /// What batchpool must know about one session.
@@ -146,6 +205,9 @@ pub(crate) struct Session {
     /// or `0` for a NULL bound to a NOT NULL column, where a single-row one
     /// fails with 1048).
     pub(crate) strict: bool,
+    /// `@@SESSION.max_statement_time` (MariaDB; `None`: no limit, or a
+    /// server without it).
+    pub(crate) statement_limit: Option<Duration>,
 }
 
 /// Reads the settings batchpool depends on: the pool-wide ones the first
@@ -154,24 +216,26 @@ pub(crate) async fn read_settings(
     conn: &mut Conn,
     server: &OnceLock<ServerInfo>,
 ) -> Result<Session, mysql_async::Error> {
-    let row: Option<Row> = match conn
-        .query_first(
-            "SELECT @@max_allowed_packet, @@auto_increment_increment, \
-             @@innodb_autoinc_lock_mode, @@SESSION.sql_mode",
-        )
-        .await
-    {
-        Ok(row) => row,
-        // A server without InnoDB has no lock mode variable.
-        Err(mysql_async::Error::Server(_)) => {
-            conn.query_first(
-                "SELECT @@max_allowed_packet, @@auto_increment_increment, NULL, \
-                 @@SESSION.sql_mode",
-            )
-            .await?
+    // Without what a server lacks, in turn: MySQL has no
+    // `max_statement_time`, a server without InnoDB no lock mode.
+    let mut row: Option<Row> = None;
+    for sql in [
+        "SELECT @@max_allowed_packet, @@auto_increment_increment, \
+         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, @@SESSION.max_statement_time",
+        "SELECT @@max_allowed_packet, @@auto_increment_increment, \
+         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, NULL",
+        "SELECT @@max_allowed_packet, @@auto_increment_increment, NULL, \
+         @@SESSION.sql_mode, NULL",
+    ] {
+        match conn.query_first(sql).await {
+            Ok(found) => {
+                row = found;
+                break;
+            }
+            Err(mysql_async::Error::Server(_)) => continue,
+            Err(e) => return Err(e),
         }
-        Err(e) => return Err(e),
-    };
+    }
     let get_u64 = |i: usize| -> Option<u64> {
         row.as_ref()
             .and_then(|r| r.get_opt::<Option<u64>, _>(i))
@@ -203,9 +267,16 @@ pub(crate) async fn read_settings(
             .unwrap_or(4 << 20),
         autoinc_lock_mode: lock_mode,
     });
+    let statement_limit = row
+        .as_ref()
+        .and_then(|r| r.get_opt::<Option<f64>, _>(4))
+        .and_then(Result::ok)
+        .flatten()
+        .and_then(seconds);
     Ok(Session {
         auto_increment_increment: increment,
         strict,
+        statement_limit,
     })
 }
 
@@ -237,7 +308,7 @@ impl managed::Manager for Manager {
         // Boxed: these state machines are part of every checkout's future
         // (every pending caller's) otherwise.
         let wrapper = Box::pin(async {
-            let mut conn = match self.open().await {
+            let conn = match self.open().await {
                 Ok(conn) => conn,
                 Err(e) => {
                     if Self::is_limit(&e) {
@@ -246,16 +317,25 @@ impl managed::Manager for Manager {
                     return Err(e);
                 }
             };
-            self.setup(&mut conn).await?;
-            self.post_create(&mut conn).await?;
-            let session = read_settings(&mut conn, &self.server).await?;
-            Ok(ConnWrapper {
+            let mut wrapper = ConnWrapper {
                 conn: Some(conn),
-                session,
+                session: Session {
+                    auto_increment_increment: None,
+                    strict: false,
+                    statement_limit: None,
+                },
                 broken: false,
                 lent: false,
                 busy: false,
-            })
+                own_limit: None,
+                pool_set: false,
+                limit: None,
+                limit_stale: false,
+                explicit_limit: self.statement_timeout,
+                server: Arc::clone(&self.server),
+            };
+            self.settle(&mut wrapper).await?;
+            Ok(wrapper)
         })
         .await?;
         self.cap.opened();
@@ -275,6 +355,13 @@ impl managed::Manager for Manager {
             return Err(RecycleError::message(
                 "a statement on this connection was left unanswered",
             ));
+        }
+        if !wrapper.lent && wrapper.limit_stale {
+            wrapper.busy = true;
+            Box::pin(wrapper.refresh_limit())
+                .await
+                .map_err(RecycleError::Backend)?;
+            wrapper.busy = false;
         }
         if !wrapper.lent
             && metrics.last_used() < IDLE_PING
@@ -310,22 +397,7 @@ impl Manager {
             // Back from `Pool::get`: the user may have changed session
             // state (variables, autocommit, temporary tables, an open
             // transaction). COM_RESET_CONNECTION puts it back as new.
-            match wrapper.reset().await {
-                Ok(true) => {}
-                Ok(false) => {
-                    return Err(RecycleError::message(
-                        "server cannot reset a connection returned from Pool::get",
-                    ));
-                }
-                Err(e) => return Err(RecycleError::Backend(e)),
-            }
-            self.setup(wrapper).await.map_err(RecycleError::Backend)?;
-            self.post_create(wrapper)
-                .await
-                .map_err(RecycleError::Backend)?;
-            wrapper.session = read_settings(wrapper, &self.server)
-                .await
-                .map_err(RecycleError::Backend)?;
+            self.reset(wrapper).await?;
             wrapper.lent = false;
         } else if metrics.last_used() >= IDLE_PING || wrapper.last_ok_packet().is_none() {
             wrapper.ping().await.map_err(RecycleError::Backend)?;
@@ -375,6 +447,21 @@ pub struct ConnWrapper {
     pub(crate) lent: bool,
     /// A request of batchpool's is unanswered (see [`Wire`]).
     busy: bool,
+    /// The session's own `max_statement_time`, before the pool set the
+    /// user's [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout)
+    /// (`None`: no limit).
+    own_limit: Option<Duration>,
+    /// The pool's `SET max_statement_time` is in force on the session.
+    pool_set: bool,
+    /// The statement time limit in force (see [`Wire::statement_limit`]).
+    limit: Option<Duration>,
+    /// A statement of the user's that names `max_statement_time` ran: the
+    /// limit is read again before the pool relies on it.
+    limit_stale: bool,
+    /// [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout).
+    explicit_limit: Option<Duration>,
+    /// The pool's server settings (read again with the session's).
+    server: Arc<OnceLock<ServerInfo>>,
 }
 
 impl Wire for ConnWrapper {
@@ -384,6 +471,11 @@ impl Wire for ConnWrapper {
 
     fn is_busy(&self) -> bool {
         self.busy
+    }
+
+    fn statement_limit(&self) -> Option<Duration> {
+        // Unknown after a statement that may have changed it.
+        self.limit.filter(|_| !self.limit_stale)
     }
 }
 
@@ -438,6 +530,72 @@ impl DerefMut for ConnWrapper {
 }
 
 impl ConnWrapper {
+    /// Settles which statement time limit the pool enforces once the
+    /// session is set up: the one read from the server (the pool's own
+    /// `SET` when it is still in force, else the session's: an `init`
+    /// statement's, the user's or the server's). Where the server has no
+    /// such limit (MySQL) the pool enforces the user's `explicit` one
+    /// itself.
+    fn settle_limit(&mut self, pool_set: bool, own: Option<Duration>, explicit: Option<Duration>) {
+        self.limit_stale = false;
+        let read = self.session.statement_limit;
+        // `max_statement_time` keeps microseconds; the pool sets whole ms.
+        let same = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+            (Some(a), Some(b)) => a.abs_diff(b) < Duration::from_millis(1),
+            (a, b) => a == b,
+        };
+        self.pool_set = pool_set && same(read, explicit);
+        self.own_limit = if self.pool_set { own } else { read };
+        self.limit = match (read, explicit.filter(|_| !pool_set)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Notes statements of the user's about to run here: one that names
+    /// `max_statement_time` (`SET`, `SET STATEMENT ... FOR`) may change the
+    /// session's limit, which is then read again.
+    pub(crate) fn note_texts<'a>(&mut self, mut texts: impl Iterator<Item = &'a str>) {
+        const NAME: &[u8] = b"max_statement_time";
+        if texts.any(|sql| {
+            sql.as_bytes()
+                .windows(NAME.len())
+                .any(|w| w.eq_ignore_ascii_case(NAME))
+        }) {
+            self.limit_stale = true;
+        }
+    }
+
+    /// Reads the session's settings again if a statement may have changed
+    /// its limit (see [`note_texts`](Self::note_texts)).
+    pub(crate) async fn refresh_limit(&mut self) -> Result<(), mysql_async::Error> {
+        if !self.limit_stale {
+            return Ok(());
+        }
+        let server = Arc::clone(&self.server);
+        self.session = read_settings(self, &server).await?;
+        let (pool_set, own, explicit) = (self.pool_set, self.own_limit, self.explicit_limit);
+        self.settle_limit(pool_set, own, explicit);
+        Ok(())
+    }
+
+    /// Hands the connection to the user (`Pool::get`): it is reset when it
+    /// comes back. A session on which the pool set the user's
+    /// [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout)
+    /// for its own statements gets its own limit back first, so a long
+    /// migration on it is not cut by the pool's setting.
+    pub(crate) async fn lend(&mut self) -> Result<(), mysql_async::Error> {
+        self.lent = true;
+        if !self.pool_set {
+            return Ok(());
+        }
+        let own = self.own_limit;
+        self.query_drop(set_limit(own)).await?;
+        self.pool_set = false;
+        self.limit = own;
+        Ok(())
+    }
+
     /// Records a failure seen on this connection: a server error that
     /// ends the session makes the pool discard it.
     pub(crate) fn note_error(&mut self, e: &mysql_async::Error) {

@@ -129,6 +129,28 @@
 //! error (`code` 1062...).
 
 //!
+//! # Session settings
+//!
+//! The pool's statements run with the session's own settings: the user's
+//! (`ALTER USER app WITH MAX_STATEMENT_TIME 5`) and the server's, then
+//! those the options give ([`Opts::init`](mysql_async::Opts::init),
+//! [`after_connect`](mysql_async::Opts::after_connect),
+//! [`setup`](mysql_async::Opts::setup)), then your `post_create` hooks. The
+//! pool sets nothing over them unless you ask
+//! ([`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout),
+//! MariaDB `max_statement_time`, and then not on [`Pool::get`]
+//! connections). A connection back from [`Pool::get`] is reset with
+//! `COM_RESET_CONNECTION`, which mysql_async follows with the `setup`
+//! statements only; the pool then runs `after_connect`, `init` and `setup`
+//! again, as a new connection does, and the hooks, so an `init`
+//! `SET time_zone` holds for every statement the pool runs later. The
+//! session's `@@max_statement_time` bounds the pool's wait for each answer
+//! (plus 1 s); it is read again after each reset. A session without one
+//! (MySQL, or MariaDB's default 0) gets no deadline from the pool: a lost
+//! network is then noticed by TCP keepalive only, at the OS's probe
+//! interval and count (mysql_async sets only the idle time), so give such
+//! sessions a limit.
+//!
 //! # TLS
 //!
 //! With the `rustls` feature (on by default), MySQL's `ssl-mode` in the URL

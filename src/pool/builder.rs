@@ -93,25 +93,34 @@ impl<B: Backend> PoolBuilder<B> {
         self
     }
 
-    /// Time limit of every statement the pool sends (default 30 s; `None`
-    /// for none).
+    /// Time limit of every statement the pool sends (default `None`: the
+    /// session's own limit, from the connection string, the role or user,
+    /// the database or the server; the pool sets none).
     ///
-    /// Enforced twice. The server gets it as its own limit (PostgreSQL
-    /// `statement_timeout`, MariaDB `max_statement_time`, set on each new
-    /// connection), so a slow statement is cancelled there and every caller
-    /// of it gets a definite error for which
+    /// Whichever limit a session has is enforced twice. The server cancels
+    /// a slow statement at the limit, and every caller of it gets a
+    /// definite error for which
     /// [`Error::is_statement_timeout`](crate::Error::is_statement_timeout)
     /// is true (nothing of it committed). And the pool waits for an answer
-    /// at most this plus 1 s: a statement still unanswered then (a network
-    /// black hole, a stalled server) fails its callers with an error for
-    /// which [`is_outcome_unknown`](crate::Error::is_outcome_unknown) and
-    /// [`is_timeout`](crate::Error::is_timeout) are true, and its connection
-    /// is closed, never returned to the pool.
+    /// at most the limit plus 1 s: a statement still unanswered then (a
+    /// network black hole, a stalled server) fails its callers with an
+    /// error for which [`is_outcome_unknown`](crate::Error::is_outcome_unknown)
+    /// and [`is_timeout`](crate::Error::is_timeout) are true, and its
+    /// connection is closed, never returned to the pool. The pool reads the
+    /// session's limit from the server (`SHOW statement_timeout`,
+    /// `@@max_statement_time`) when a connection opens and after every
+    /// reset; a session without one gets no deadline from the pool either
+    /// (TCP keepalive and [`tcp_user_timeout`](PoolBuilder::tcp_user_timeout)
+    /// still notice a vanished peer).
     ///
-    /// Also applies to `Pool::get` connections on the server side (run
-    /// `SET statement_timeout` / `SET max_statement_time` on one for a long
-    /// maintenance statement). MySQL (not MariaDB) has no server-side limit
-    /// for writes: there only the pool's deadline applies.
+    /// Set, the pool changes the session for its own statements: `SET
+    /// statement_timeout` (PostgreSQL, not behind a pooler) or `SET SESSION
+    /// max_statement_time` (MariaDB) on each new connection. A `post_create`
+    /// hook that sets the limit itself wins. A `Pool::get` connection gets
+    /// the session's own limit back before it is handed out (one round
+    /// trip), so a long migration or `VACUUM` on it is not cut by this
+    /// setting. Where the server cannot take it (behind a transaction-mode
+    /// pooler, MySQL's writes) only the pool's deadline applies.
     pub fn statement_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
         self.settings.statement_timeout = d.into();
         self

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{self, Backend, Conn, End};
-use crate::engine::{Engine, Tracker, Wire, exchange};
+use crate::engine::{Connections, Engine, Tracker, Wire, exchange};
 use crate::error::Error;
 
 /// A pooled connection that may be inside a transaction.
@@ -21,7 +21,8 @@ pub(crate) struct TxConn<B: Backend> {
     /// A `BEGIN` may have been sent without its `COMMIT` / `ROLLBACK` being
     /// answered.
     pub(crate) open: bool,
-    /// How long one answer may take (the pool's statement deadline).
+    /// How long one answer may take (the pool's statement deadline for this
+    /// connection's session).
     pub(crate) limit: Option<Duration>,
     /// The pool's work, so `close()` waits for a spawned `ROLLBACK`.
     tracker: Arc<Tracker>,
@@ -30,9 +31,9 @@ pub(crate) struct TxConn<B: Backend> {
 impl<B: Backend> TxConn<B> {
     pub(crate) fn new(conn: Conn<B>, engine: &Engine<B>) -> TxConn<B> {
         TxConn {
+            limit: <B::Connections as Connections>::answer_limit(&conn),
             conn: Some(conn),
             open: false,
-            limit: engine.limits.answer(),
             tracker: engine.tracker.clone(),
         }
     }

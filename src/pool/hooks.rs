@@ -70,6 +70,18 @@ impl<C> Hooks<C> {
         run(&self.post_create, "post_create", conn).await
     }
 
+    /// Whether any `post_create` hook was added.
+    #[cfg_attr(
+        not(feature = "postgres"),
+        allow(
+            dead_code,
+            reason = "the MySQL backend reads its settings after any hook"
+        )
+    )]
+    pub(crate) fn has_post_create(&self) -> bool {
+        !self.post_create.is_empty()
+    }
+
     /// Whether any `pre_recycle` hook was added.
     pub(crate) fn has_pre_recycle(&self) -> bool {
         !self.pre_recycle.is_empty()

@@ -146,7 +146,8 @@ impl<B: Backend> Pool<B> {
         let _work = self.engine.enter()?;
         let deadline = self.engine.wait_deadline();
         let mut conn = self.engine.backend.connections().checkout(deadline).await?;
-        B::lend(&mut conn);
+        let limit = <B::Connections as Connections>::answer_limit(&conn);
+        exchange!(B::Connections, limit, &mut conn, |c| B::lend(c))??;
         Ok(conn.into_inner())
     }
 
@@ -188,9 +189,12 @@ impl<B: Backend> Pool<B> {
         deadline: Option<Instant>,
         all_rows: bool,
     ) -> Result<Ran<B::QueryRow>, Error> {
-        let limit = self.engine.limits.answer();
         let mut conn = self.engine.backend.connections().checkout(deadline).await?;
+        let limit = <B::Connections as Connections>::answer_limit(&conn);
         let (prepared, bound) = prepare_one::<B>(&mut conn, limit, sql, args, false).await?;
+        // A statement that may change the session's limit runs without the
+        // pool's deadline (the new limit is read before the next use).
+        let limit = <B::Connections as Connections>::answer_limit(&conn);
         self.engine.counters.passthrough();
         let sql: Box<str> = sql.into();
         let run = async move {
@@ -248,8 +252,8 @@ impl<B: Backend> Pool<B> {
             }
             Route::Pass(reason) => {
                 refuse_control(&reason)?;
-                let limit = self.engine.limits.answer();
                 let mut conn = self.engine.backend.connections().checkout(deadline).await?;
+                let limit = <B::Connections as Connections>::answer_limit(&conn);
                 let texts = [(sql, rows.iter().any(B::has_params))];
                 let prepared =
                     single(exchange!(
@@ -259,6 +263,7 @@ impl<B: Backend> Pool<B> {
                         |c| B::prepare(c, &texts, false)
                     )?)?;
                 let bound: Vec<_> = rows.into_iter().map(|a| B::bind(&prepared, a)).collect();
+                let limit = <B::Connections as Connections>::answer_limit(&conn);
                 self.engine.counters.passthrough();
                 // Pipelined (PostgreSQL): each statement may take the limit.
                 let n = u32::try_from(bound.len()).unwrap_or(u32::MAX).max(1);

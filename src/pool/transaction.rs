@@ -157,6 +157,9 @@ impl<B: Backend> Transaction<B> {
             }
         };
         let bound = B::bind(&prepared, args)?;
+        // A statement that may change the session's limit runs without the
+        // pool's deadline; the limit is read again after it.
+        let limit = <B::Connections as Connections>::answer_limit(c);
         let begin = !tx.open;
         if begin && B::is_broken(c) {
             return Err(Error::closed_before_send());
@@ -189,6 +192,10 @@ impl<B: Backend> Transaction<B> {
             .statements
             .pop()
             .unwrap_or_else(|| Err(missing_reply()));
+        if result.is_ok() {
+            exchange!(B::Connections, limit, c, |c| B::refresh_limit(c))??;
+            tx.limit = <B::Connections as Connections>::answer_limit(c);
+        }
         result.map_err(|e| {
             let e = lost_inside(e);
             if !e.is_params() {
@@ -246,6 +253,7 @@ impl<B: Backend> Transaction<B> {
             let limit = tx.limit;
             let c = TxConn::<B>::conn(&mut tx.conn)?;
             let (prepared, bound) = super::prepare_one::<B>(c, limit, sql, args, false).await?;
+            let limit = <B::Connections as Connections>::answer_limit(c);
             self.pool.engine.counters.passthrough();
             let stmt = Stmt {
                 sql,
@@ -268,6 +276,7 @@ impl<B: Backend> Transaction<B> {
         let c = TxConn::<B>::conn(&mut tx.conn)?;
         // Inside the open transaction: preparing must not end it.
         let (prepared, bound) = super::prepare_one::<B>(c, limit, sql, args, tx.open).await?;
+        let limit = <B::Connections as Connections>::answer_limit(c);
         pool.engine.counters.passthrough();
         if B::is_broken(c) {
             return Err(Error::new(
@@ -349,6 +358,9 @@ pub(super) async fn atomic<B: Backend>(
     if prepared.len() != n {
         return Err(AtomicError::group(missing_reply()));
     }
+    // A statement that may change the session's limit runs without the
+    // pool's deadline (the new limit is read before the next use).
+    let limit = <B::Connections as Connections>::answer_limit(c);
     let mut bound = Vec::with_capacity(n);
     for (i, ((_, args), stmt)) in statements.into_iter().zip(&prepared).enumerate() {
         bound.push(B::bind(stmt, args).map_err(|e| AtomicError::at(i, e))?);

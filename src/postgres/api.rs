@@ -162,7 +162,7 @@ impl Pool {
         let _work = engine.enter()?;
         let connections = crate::engine::Backend::connections(&engine.backend);
         let open = connections.manager().open_listener();
-        let (client, received, io) = match connections.timeouts().create {
+        let (client, received, io, limit) = match connections.timeouts().create {
             None => open.await,
             Some(limit) => tokio::time::timeout(limit, open).await.map_err(|_| {
                 Error::new(
@@ -174,7 +174,7 @@ impl Pool {
         .map_err(|e| {
             Error::with_source(Kind::Connect, "could not open the listener's connection", e)
         })?;
-        Listener::new(client, received, io, engine.limits.answer(), channels).await
+        Listener::new(client, received, io, limit, channels).await
     }
 }
 

@@ -185,6 +185,7 @@ impl Driver for Postgres {
         in_transaction: bool,
     ) -> Vec<Result<Prepared, Error>> {
         let sql: Vec<&str> = texts.iter().map(|(sql, _)| *sql).collect();
+        conn.note_texts(&sql);
         conn.prepare_for(&sql, in_transaction).await
     }
 
@@ -289,8 +290,12 @@ impl Driver for Postgres {
         conn.is_broken()
     }
 
-    fn lend(conn: &mut Client) {
-        conn.lent = true;
+    async fn refresh_limit(conn: &mut Client) -> Result<(), Error> {
+        conn.refresh_limit(None).await.map_err(sent_error)
+    }
+
+    async fn lend(conn: &mut Client) -> Result<(), Error> {
+        conn.lend().await
     }
 }
 

@@ -40,7 +40,11 @@ pub struct Manager {
     /// Opens connections with the pool's TLS connector.
     connector: Connector,
     statement_cache: NonZeroUsize,
-    /// `SET statement_timeout` sent on each new connection.
+    /// The statement time limit the user asked the pool to set
+    /// ([`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout)).
+    statement_timeout: Option<Duration>,
+    /// Its `SET statement_timeout`, sent on each new connection (not behind
+    /// a pooler).
     session_setup: Option<String>,
     /// Sent when a connection comes back from `Pool::get`.
     session_reset: String,
@@ -69,8 +73,12 @@ impl Manager {
         hooks: Hooks<tokio_postgres::Client>,
     ) -> Manager {
         let statement_cache = NonZeroUsize::new(statement_cache).unwrap_or(NonZeroUsize::MIN);
+        // Whole milliseconds, as the server keeps it (and `SHOW` reads it).
+        let statement_timeout = statement_timeout.map(|t| {
+            Duration::from_millis(u64::try_from(t.as_millis().max(1)).unwrap_or(u64::MAX))
+        });
         let session_setup =
-            statement_timeout.map(|t| format!("SET statement_timeout = {}", t.as_millis().max(1)));
+            statement_timeout.map(|t| format!("SET statement_timeout = {}", t.as_millis()));
         let mut session_reset = String::from(SESSION_RESET);
         if let Some(setup) = &session_setup {
             session_reset.push_str("; ");
@@ -80,6 +88,7 @@ impl Manager {
             config,
             connector,
             statement_cache,
+            statement_timeout,
             session_setup,
             session_reset,
             mode,
@@ -109,7 +118,12 @@ impl managed::Manager for Manager {
                 return Err(e.into());
             }
         };
-        Box::pin(self.hooks.post_create(&mut wrapper.client)).await?;
+        if self.hooks.has_post_create() {
+            Box::pin(self.hooks.post_create(&mut wrapper.client)).await?;
+            // A hook may have set the limit itself.
+            let read = show_limit(&wrapper.client).await?;
+            wrapper.settle_limit(read, self.statement_timeout);
+        }
         self.cap.opened();
         Ok(wrapper)
     }
@@ -130,6 +144,13 @@ impl managed::Manager for Manager {
             return Err(RecycleError::message(
                 "a statement on this connection was left unanswered",
             ));
+        }
+        if !client.lent && client.limit_stale {
+            client.busy = true;
+            Box::pin(client.refresh_limit(self.statement_timeout))
+                .await
+                .map_err(|e| RecycleError::Backend(e.into()))?;
+            client.busy = false;
         }
         if !client.lent && !self.hooks.has_pre_recycle() {
             // The pool's own connection, nothing to run: no round trip.
@@ -178,15 +199,27 @@ impl Manager {
                 // `SET ROLE`, `LISTEN`, cursors, temporary tables, advisory
                 // locks) or left a transaction open: reset it before a batch
                 // runs in it, and set it up again as a new one
-                // (`post_create` hooks included). Prepared statements are
-                // kept (the pool's and tokio-postgres's own stay valid; one
-                // the user deallocated is prepared again when next needed).
-                client.client.batch_execute(&self.session_reset).await?;
+                // (`post_create` hooks included). `RESET ALL` puts every
+                // setting back to the session's own defaults: those of the
+                // connection string (`options=-c ...`), the role, the
+                // database and the server. Prepared statements are kept
+                // (the pool's and tokio-postgres's own stay valid; one the
+                // user deallocated is prepared again when next needed).
+                let read = if self.hooks.has_post_create() {
+                    client.client.batch_execute(&self.session_reset).await?;
+                    self.hooks.post_create(&mut client.client).await?;
+                    show_limit(&client.client).await?
+                } else {
+                    // The limit in force, read in the same round trip.
+                    let sql = format!("{}; {SHOW_LIMIT}", self.session_reset);
+                    limit_of(&client.client.simple_query(&sql).await?)
+                };
                 // Except the pool's COPY statements: one the user deallocated
                 // would fail at its Bind, which the driver does not recover
                 // from (see `retire`), so they are prepared again.
                 client.forget_copies();
-                self.hooks.post_create(&mut client.client).await?;
+                client.pool_set = self.session_setup.is_some();
+                client.settle_limit(read, self.statement_timeout);
             }
             client.lent = false;
         }
@@ -198,9 +231,13 @@ impl Manager {
 impl Manager {
     async fn connect(&self) -> Result<ClientWrapper, tokio_postgres::Error> {
         let (client, io) = self.connector.connect.connect(&self.config).await?;
-        let pooled = match behind_pooler(&client).await {
-            Ok(pooled) => pooled,
-            Err(e) => {
+        // The session's own statement time limit (connection string, role,
+        // database, server), read in the same round trip.
+        let (pooled, own) =
+            futures_util::future::join(behind_pooler(&client), show_limit(&client)).await;
+        let (pooled, own) = match (pooled, own) {
+            (Ok(pooled), Ok(own)) => (pooled, own),
+            (Err(e), _) | (_, Err(e)) => {
                 io.abort();
                 return Err(e);
             }
@@ -229,6 +266,11 @@ impl Manager {
             pooled,
             busy: false,
             lent: false,
+            own_limit: own,
+            pool_set: false,
+            limit: None,
+            limit_stale: false,
+            explicit_limit: self.statement_timeout,
         };
         if unnamed {
             match preload_types(&wrapper.client).await {
@@ -242,9 +284,19 @@ impl Manager {
         // Behind a pooler a session setting would stay on whichever server
         // connection ran it, for other clients: the server-side limit is
         // then the database's or role's own.
+        let mut wrapper = wrapper;
         if let Some(setup) = self.session_setup.as_ref().filter(|_| !pooled) {
             wrapper.client.batch_execute(setup).await?;
+            wrapper.pool_set = true;
         }
+        wrapper.settle_limit(
+            if wrapper.pool_set {
+                self.statement_timeout
+            } else {
+                own
+            },
+            self.statement_timeout,
+        );
         Ok(wrapper)
     }
 }
@@ -260,6 +312,7 @@ impl Manager {
             tokio_postgres::Client,
             tokio::sync::mpsc::UnboundedReceiver<super::listen::Received>,
             tokio::task::JoinHandle<()>,
+            Option<Duration>,
         ),
         ConnectError,
     > {
@@ -272,7 +325,21 @@ impl Manager {
             io.abort();
             return Err(e.into());
         }
-        Ok((client, received, io))
+        // How long to wait for an answer: the session's own limit, or the
+        // builder's where it is tighter (as for the pool's statements).
+        let session = match show_limit(&client).await {
+            Ok(limit) => limit,
+            Err(e) => {
+                io.abort();
+                return Err(e.into());
+            }
+        };
+        let limit = [session, self.statement_timeout]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|l| l + crate::config::STATEMENT_GRACE);
+        Ok((client, received, io, limit))
     }
 }
 
@@ -305,6 +372,19 @@ pub struct ClientWrapper {
     pub(crate) lent: bool,
     /// Reaches PostgreSQL through a pooler.
     pooled: bool,
+    /// The session's own `statement_timeout`, before the pool set the
+    /// user's [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout)
+    /// (`None`: no limit).
+    own_limit: Option<Duration>,
+    /// The pool's `SET statement_timeout` is in force on the session.
+    pool_set: bool,
+    /// The statement time limit in force (see [`Wire::statement_limit`]).
+    limit: Option<Duration>,
+    /// A statement of the user's that names `statement_timeout` ran: the
+    /// limit is read again before the pool relies on it.
+    limit_stale: bool,
+    /// [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout).
+    explicit_limit: Option<Duration>,
 }
 
 impl Wire for ClientWrapper {
@@ -315,6 +395,59 @@ impl Wire for ClientWrapper {
     fn is_busy(&self) -> bool {
         self.busy
     }
+
+    fn statement_limit(&self) -> Option<Duration> {
+        // Unknown after a statement that may have changed it.
+        self.limit.filter(|_| !self.limit_stale)
+    }
+}
+
+/// Whether `sql` names the `statement_timeout` setting.
+fn names_limit(sql: &str) -> bool {
+    const NAME: &[u8] = b"statement_timeout";
+    sql.as_bytes()
+        .windows(NAME.len())
+        .any(|w| w.eq_ignore_ascii_case(NAME))
+}
+
+/// Reads the session's `statement_timeout`.
+const SHOW_LIMIT: &str = "SHOW statement_timeout";
+
+/// The session's statement time limit (`None`: none).
+async fn show_limit(
+    client: &tokio_postgres::Client,
+) -> Result<Option<Duration>, tokio_postgres::Error> {
+    Ok(limit_of(&client.simple_query(SHOW_LIMIT).await?))
+}
+
+/// The value of the last row of a simple query's replies, as
+/// `SHOW statement_timeout` formats it: `0` (no limit), or a whole number
+/// of `ms`, `s`, `min`, `h` or `d` (the largest unit that divides it). A
+/// value that cannot be read counts as no limit.
+fn limit_of(replies: &[tokio_postgres::SimpleQueryMessage]) -> Option<Duration> {
+    let value = replies.iter().rev().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
+        _ => None,
+    })?;
+    parse_limit(value)
+}
+
+/// See [`limit_of`].
+fn parse_limit(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    let digits = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let n: u64 = value[..digits].parse().ok()?;
+    let ms = match value[digits..].trim() {
+        "" | "ms" => n,
+        "s" => n.checked_mul(1_000)?,
+        "min" => n.checked_mul(60_000)?,
+        "h" => n.checked_mul(3_600_000)?,
+        "d" => n.checked_mul(86_400_000)?,
+        _ => return None,
+    };
+    (ms > 0).then(|| Duration::from_millis(ms))
 }
 
 impl Drop for ClientWrapper {
@@ -359,6 +492,71 @@ impl DerefMut for ClientWrapper {
 }
 
 impl ClientWrapper {
+    /// Settles which statement time limit the pool enforces after the
+    /// session was set up, from the limit `read` from the server: the
+    /// pool's own `SET` when it is still in force, else the session's (a
+    /// hook's, the role's...). Where the pool could not set the user's
+    /// `explicit` limit (behind a pooler) it enforces it itself, as the
+    /// tighter of the two.
+    fn settle_limit(&mut self, read: Option<Duration>, explicit: Option<Duration>) {
+        self.limit_stale = false;
+        if self.pool_set && read == explicit {
+            self.limit = explicit;
+            return;
+        }
+        // Not the pool's value (a hook changed it): the session's own.
+        self.pool_set = false;
+        self.own_limit = read;
+        self.limit = match (read, explicit.filter(|_| self.pooled)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Notes statements of the user's about to run here: one that names
+    /// `statement_timeout` (`SET`, `SET LOCAL`, `set_config`, `RESET`) may
+    /// change the session's limit, which is then read again.
+    pub(crate) fn note_texts(&mut self, texts: &[&str]) {
+        if texts.iter().any(|sql| names_limit(sql)) {
+            self.limit_stale = true;
+        }
+    }
+
+    /// Reads the session's limit again if a statement may have changed it
+    /// (see [`note_texts`](Self::note_texts)); `explicit` is the builder's
+    /// (`None`: the one this connection was opened with).
+    pub(crate) async fn refresh_limit(
+        &mut self,
+        explicit: Option<Duration>,
+    ) -> Result<(), tokio_postgres::Error> {
+        if !self.limit_stale {
+            return Ok(());
+        }
+        let read = show_limit(&self.client).await?;
+        self.settle_limit(read, explicit.or(self.explicit_limit));
+        Ok(())
+    }
+
+    /// Hands the connection to the user (`Pool::get`): it is reset when it
+    /// comes back. A session on which the pool set the user's
+    /// [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout)
+    /// for its own statements gets its own limit back first, so a long
+    /// migration or `VACUUM` on it is not cut by the pool's setting.
+    pub(crate) async fn lend(&mut self) -> Result<(), Error> {
+        self.lent = true;
+        if !self.pool_set {
+            return Ok(());
+        }
+        let ms = self.own_limit.map_or(0, |l| l.as_millis().max(1));
+        self.client
+            .batch_execute(&format!("SET statement_timeout = {ms}"))
+            .await
+            .map_err(sent_error)?;
+        self.pool_set = false;
+        self.limit = self.own_limit;
+        Ok(())
+    }
+
     /// Like [`tokio_postgres::Client::prepare`], but reuses a statement this
     /// connection already prepared for the same text (bounded LRU).
     pub async fn prepare_cached(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
@@ -634,4 +832,22 @@ impl Prepared {
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_limit;
+    use std::time::Duration;
+
+    #[test]
+    fn statement_timeout_as_show_formats_it() {
+        assert_eq!(parse_limit("0"), None);
+        assert_eq!(parse_limit("2s"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_limit("2100ms"), Some(Duration::from_millis(2100)));
+        assert_eq!(parse_limit("1min"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_limit("3h"), Some(Duration::from_secs(3 * 3600)));
+        assert_eq!(parse_limit("1d"), Some(Duration::from_secs(86_400)));
+        assert_eq!(parse_limit("250"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_limit("soon"), None);
+    }
 }

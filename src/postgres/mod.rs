@@ -82,9 +82,11 @@
 //! keep their guarantees: a group or transaction is one server
 //! transaction, so the pooler keeps it on one server connection from `BEGIN`
 //! to `COMMIT`. Session state does not carry over between transactions, so
-//! the pool does not set `statement_timeout` on such connections (set it on
+//! the pool never sets `statement_timeout` on such connections (set it on
 //! the role or database: `ALTER ROLE app SET statement_timeout = '30s'`);
-//! its own deadline still applies. Connections from [`Pool::get`] are the
+//! the limit the pool reads from the server, or
+//! [`PoolBuilder::statement_timeout`] if you set a tighter one, is its own
+//! deadline for an answer. Connections from [`Pool::get`] are the
 //! driver's own: use `query_typed` / `execute_typed` on them.
 
 //! # Your own connection: transactions, savepoints, migrations
@@ -144,7 +146,19 @@
 //! }
 //! # Ok(()) }
 //! ```
-
+//!
+//! # Session settings
+//!
+//! The pool's statements run with the session's own settings: those of the
+//! connection string (`options=-c statement_timeout=5000`), the role
+//! (`ALTER ROLE app SET ...`), the database and the server, then your
+//! `post_create` hooks. The pool sets nothing over them unless you ask
+//! ([`PoolBuilder::statement_timeout`], and then not on [`Pool::get`]
+//! connections). A connection back from [`Pool::get`] is reset with `RESET
+//! ALL` (back to those same defaults, not the server's), the hooks run
+//! again, and the session's `statement_timeout`, which bounds the pool's
+//! wait for each answer (plus 1 s), is read again in the same round trip.
+//!
 //! # TLS
 //!
 //! With the `rustls` feature (on by default) connections use TLS as libpq's
