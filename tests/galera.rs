@@ -91,6 +91,9 @@ struct Round {
     collateral: usize,
     /// Statements sent as bulk commands.
     bulk: u64,
+    /// Transactions on the writers' nodes that lost to the other node's
+    /// write sets (certification failures and brute-force aborts).
+    lost_to_the_cluster: u64,
     /// Outcomes no single-row INSERT could have had.
     wrong: Vec<String>,
     rows_per_node: Vec<usize>,
@@ -127,6 +130,7 @@ async fn round(urls: &[String], t: &str, builder: &impl Fn(&str) -> PoolBuilder)
         let mut conn = pool.get().await.expect("warm up");
         let _: Vec<i64> = conn.query("SELECT 1").await.expect("SELECT 1");
     }
+    let before = lost_to_the_cluster(&urls[0]).await + lost_to_the_cluster(&urls[1]).await;
     let sql = format!("INSERT INTO {t} (k, w) VALUES (?, ?)");
     let mut tasks = Vec::with_capacity(2 * ROWS as usize);
     for i in 0..ROWS {
@@ -155,8 +159,10 @@ async fn round(urls: &[String], t: &str, builder: &impl Fn(&str) -> PoolBuilder)
         pool.close().await;
     }
 
+    let after = lost_to_the_cluster(&urls[0]).await + lost_to_the_cluster(&urls[1]).await;
     let mut r = Round {
         bulk,
+        lost_to_the_cluster: after - before,
         ..Round::default()
     };
     let mut nodes = Vec::new();
@@ -355,4 +361,19 @@ async fn a_multi_row_insert_that_loses_certification_leaves_nothing() {
         }
     }
     eprintln!("statements that lost certification: {lost_certification}");
+}
+
+/// `wsrep_local_cert_failures + wsrep_local_bf_aborts` of the node at
+/// `url`: local transactions that lost to another node's write set.
+async fn lost_to_the_cluster(url: &str) -> u64 {
+    let mut conn = connect(url).await;
+    let rows: Vec<(String, u64)> = conn
+        .query(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN \
+             ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')",
+        )
+        .await
+        .expect("wsrep status");
+    let _ = conn.disconnect().await;
+    rows.iter().map(|(_, v)| v).sum()
 }
