@@ -210,7 +210,10 @@ async fn rounds(name: &str, builder: impl Fn(&str) -> PoolBuilder) {
     let mut seen = Vec::new();
     for n in 0..ROUNDS {
         let r = round(&urls, &format!("t{n}"), &builder).await;
-        eprintln!("{name} round {n}: {r:?}");
+        eprintln!(
+            "{name} round {n}: {} transactions lost to the other node; {r:?}",
+            r.lost_to_the_cluster
+        );
         seen.push(r);
     }
     let bad: Vec<String> = seen
