@@ -91,8 +91,10 @@ struct Round {
     collateral: usize,
     /// Statements sent as bulk commands.
     bulk: u64,
-    /// Transactions on the writers' nodes that lost to the other node's
-    /// write sets (certification failures and brute-force aborts).
+    /// Transactions on the writers' nodes that lost to another node's
+    /// write sets (certification failures and brute-force aborts), for the
+    /// log only: the nodes count them for every client, so tests running
+    /// at the same time add theirs.
     lost_to_the_cluster: u64,
     /// Outcomes no single-row INSERT could have had.
     wrong: Vec<String>,
