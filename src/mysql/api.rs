@@ -145,7 +145,9 @@ impl PoolBuilder {
     /// whose every value is a bare `?`, whose per-row ids are not computed
     /// (see [Per-row outcomes](super#per-row-outcomes)), in a strict
     /// session, on a server that runs the command (MariaDB 10.2.7 and
-    /// later: asked once per pool; MySQL never), when every row binds the
+    /// later: asked once per pool; MySQL never; never a Galera node, which
+    /// can acknowledge a bulk command whose rows certification threw away,
+    /// see [Galera](super#galera)), when every row binds the
     /// same kind of value to each placeholder (the command sends one type
     /// per column) and the rows fit one packet. Everything else goes out as
     /// the multi-row INSERT. A bulk command is one statement: it fails as a

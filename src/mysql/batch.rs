@@ -557,9 +557,15 @@ impl MySql {
     /// `DO`s. A server (or a proxy) that refuses the probe some other way
     /// gets the multi-row INSERT; only a lost connection fails the learning
     /// (and the next learning asks again).
+    ///
+    /// A Galera node never gets bulk commands, whatever it runs: see
+    /// [`galera_node`].
     async fn bulk_server(&self, conn: &mut Client) -> Result<bool, Error> {
         self.bulk_server
             .get_or_try_init(|| async {
+                if galera_node(conn).await? {
+                    return Ok(false);
+                }
                 let stmt = match conn.prep("DO ?").await {
                     Ok(stmt) => stmt,
                     Err(mysql_async::Error::Server(_)) => return Ok(false),
@@ -618,6 +624,35 @@ impl MySql {
                 }
                 Err(chunk_error(e))
             }
+        }
+    }
+}
+
+/// Whether the server is a Galera cluster node (`@@wsrep_on` ON, globally
+/// or in this session): its writes commit only once the cluster certifies
+/// them. MariaDB answers a bulk command (`COM_STMT_BULK_EXECUTE`) on such a
+/// node with an OK for every row even when certification threw its write
+/// set away and none of its rows exists on any node, so the pool cannot
+/// vouch for an acknowledgement it got that way. A multi-row INSERT that
+/// loses certification fails as a whole (1213 after the server's own
+/// autocommit retries, or the error its retry met), like any failed
+/// statement. A server without the variable (MySQL, a MariaDB built without
+/// wsrep) is no Galera node; only a lost connection fails the question.
+async fn galera_node(conn: &mut Client) -> Result<bool, Error> {
+    let on: Result<Option<(Option<String>, Option<String>)>, _> = conn
+        .query_first("SELECT @@GLOBAL.wsrep_on, @@SESSION.wsrep_on")
+        .await;
+    match on {
+        Ok(row) => Ok(row.is_some_and(|(global, session)| {
+            [global, session]
+                .iter()
+                .flatten()
+                .any(|v| v == "1" || v.eq_ignore_ascii_case("ON"))
+        })),
+        Err(mysql_async::Error::Server(_)) => Ok(false),
+        Err(e) => {
+            conn.note_error(&e);
+            Err(unsent_error(e))
         }
     }
 }

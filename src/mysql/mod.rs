@@ -57,7 +57,27 @@
 //! [`PoolBuilder::bulk_threshold`](crate::PoolBuilder::bulk_threshold) for
 //! exactly when (never where per-row ids are computed, never for rows that
 //! bind different kinds of value to one placeholder, never on a server
-//! that does not run the command). Outcomes are the multi-row INSERT's.
+//! that does not run the command, never on a Galera node). Outcomes are the
+//! multi-row INSERT's.
+//!
+//! # Galera
+//!
+//! On a MariaDB Galera cluster node (`@@wsrep_on` ON, read once per pool) a
+//! write commits only once the cluster has certified its write set against
+//! the other nodes' concurrent writes. A plain statement that loses
+//! certification fails (in autocommit the server first retries it
+//! `wsrep_retry_autocommit` times: the error is then what the retry met,
+//! such as 1062 for a key the winner took, or 1213), and nothing of it
+//! committed. A bulk command is different: MariaDB can answer it with an OK
+//! for all its rows when certification threw its write set away and none
+//! of them exists on any node. The pool acknowledges a row only through a
+//! path the server vouches for, so it never sends bulk commands to a
+//! Galera node: coalesced rows go out as multi-row INSERTs, and a
+//! statement that loses certification is a failure that may belong to
+//! one row, isolated like a duplicate key (its rows re-run in smaller
+//! statements, so only the callers whose own rows conflict get an error, the
+//! error their single-row INSERT gets). Per-row ids are `None` there
+//! (Galera needs `innodb_autoinc_lock_mode=2`).
 //!
 //! # Per-row outcomes
 //!

@@ -17,6 +17,10 @@
 //!   once per process, on the first call to [`bouncer_url`] (binary
 //!   `pgbouncer`, Debian package `pgbouncer`; missing, a failing test).
 //!
+//! - The Galera tests use [`galera_cluster`]: a throwaway 3-node MariaDB
+//!   Galera cluster on loopback (always started; Debian packages `galera-4`,
+//!   `rsync`), once per process.
+//!
 //! - The TLS tests use [`pg_tls_server`] / [`mysql_tls_server`]: throwaway
 //!   servers with TLS on (always started, whatever `PG_URL` / `MYSQL_URL`
 //!   say), presenting a certificate for 127.0.0.1 and localhost from a
@@ -40,6 +44,8 @@ pub mod backend;
 mod bouncer;
 mod certs;
 #[cfg(feature = "mysql")]
+mod galera;
+#[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
 mod pg;
@@ -55,6 +61,9 @@ pub use bouncer::{
     POOL_SIZE as BOUNCER_POOL_SIZE, PgBouncer, bouncer_admin_url, bouncer_fresh_db, bouncer_url,
     bouncer_url_for, direct_url_for, strip_param, with_statements,
 };
+#[cfg(feature = "mysql")]
+#[allow(unused_imports)] // each test binary uses only some of these
+pub use galera::{GALERA_NODES, GaleraCluster, galera_cluster};
 #[cfg(feature = "mysql")]
 #[allow(unused_imports)] // each test binary uses only some of these
 pub use mysql::{
