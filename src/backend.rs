@@ -155,6 +155,16 @@ pub(crate) trait Driver:
     #[cfg_attr(not(feature = "serde"), allow(dead_code, reason = "PoolConfig only"))]
     fn add_on_connect(options: &mut Self::Options, sql: String);
 
+    /// Applies the backend's own settings of a [`PoolConfig`](crate::PoolConfig),
+    /// refusing those of the other backend.
+    #[cfg(feature = "serde")]
+    fn apply_config(
+        builder: crate::PoolBuilder<Self>,
+        config: &crate::PoolConfig,
+    ) -> Result<crate::PoolBuilder<Self>, Error>
+    where
+        Self: Backend;
+
     /// Builds the backend and its (lazily connecting) deadpool pool.
     fn open(
         config: Self::Config,

@@ -184,6 +184,8 @@ pub(crate) struct PoolSettings {
     pub(crate) tcp_keepalive: Option<Duration>,
     pub(crate) tcp_user_timeout: Option<Duration>,
     pub(crate) statement_cache: usize,
+    pub(crate) max_lifetime: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
     pub(crate) batching: BatchConfig,
 }
 
@@ -201,6 +203,10 @@ impl Default for PoolSettings {
             tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
             tcp_user_timeout: Some(DEFAULT_TCP_USER_TIMEOUT),
             statement_cache: 256,
+            // No lifetime or idle limit: a connection is closed only when
+            // it breaks (or by `Pool::retire_all`), as deadpool does.
+            max_lifetime: None,
+            idle_timeout: None,
             batching: BatchConfig::default(),
         }
     }
@@ -212,6 +218,11 @@ impl PoolSettings {
         Limits {
             wait: self.wait_timeout,
         }
+    }
+
+    /// The connections' lifecycle, for the manager.
+    pub(crate) fn lifecycle(&self) -> crate::engine::lifecycle::Lifecycle {
+        crate::engine::lifecycle::Lifecycle::new(self.max_lifetime, self.idle_timeout)
     }
 
     /// The deadpool pool for `manager`, with these sizes and timeouts.

@@ -244,6 +244,7 @@ impl Error {
 
     /// The PostgreSQL server error behind this error, if any.
     #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub fn as_db_error(&self) -> Option<&tokio_postgres::error::DbError> {
         self.0
             .source
@@ -255,6 +256,7 @@ impl Error {
     /// The MySQL/MariaDB server error behind this error, if any
     /// (`code` 1062 for a duplicate key).
     #[cfg(feature = "mysql")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
     pub fn as_mysql_error(&self) -> Option<&mysql_async::ServerError> {
         match self
             .0

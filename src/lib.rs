@@ -106,6 +106,8 @@
 //! [`mysql_async`]: https://docs.rs/mysql_async
 //! [`deadpool`]: https://docs.rs/deadpool
 #![forbid(unsafe_code)]
+// docs.rs: each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![cfg_attr(
     not(any(feature = "postgres", feature = "mysql")),
@@ -131,13 +133,17 @@ mod pool_config;
 mod stats;
 
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub mod mysql;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
 #[cfg(feature = "bench")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bench")))]
 pub mod bench;
 // The classifier's fuzzing hooks: also built for the crate's own tests,
 // which run the fuzz targets' render check on the committed seeds.
@@ -152,5 +158,6 @@ pub use crate::explain::{Explain, NotCoalesced};
 pub use crate::outcome::Outcome;
 pub use crate::pool::{HookError, HookFuture, Pool, PoolBuilder, Status, Transaction};
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub use crate::pool_config::{PoolConfig, QueueFullSetting};
 pub use crate::stats::Stats;

@@ -3,9 +3,10 @@
 //! deadpool-postgres's `Config` is.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use crate::backend::Backend;
 use crate::config::{BatchConfig, QueueFull};
@@ -67,6 +68,32 @@ pub struct PoolConfig {
     pub tcp_user_timeout: Option<Duration>,
     /// [`PoolBuilder::statement_cache`].
     pub statement_cache: Option<usize>,
+    /// [`PoolBuilder::max_lifetime`].
+    #[serde(with = "humantime_serde")]
+    pub max_lifetime: Option<Duration>,
+    /// [`PoolBuilder::idle_timeout`].
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Option<Duration>,
+    /// PostgreSQL's `PoolBuilder::copy_threshold`: a row count, or `"off"`
+    /// (`Some(None)`).
+    #[serde(deserialize_with = "threshold")]
+    pub copy_threshold: Option<Option<usize>>,
+    /// MySQL's `PoolBuilder::bulk_threshold`: a row count, or `"off"`
+    /// (`Some(None)`).
+    #[serde(deserialize_with = "threshold")]
+    pub bulk_threshold: Option<Option<usize>>,
+    /// MySQL's `PoolBuilder::coalesce_upserts`.
+    pub coalesce_upserts: Option<bool>,
+    /// PostgreSQL's `PoolBuilder::statements`: `"auto"`, `"named"` or
+    /// `"unnamed"`, as the connection string's `statements=` (which wins).
+    pub statements: Option<String>,
+    /// The backend's `PoolBuilder::ssl_mode`, written as its connection
+    /// string writes it (`"verify-full"` for PostgreSQL, `"VERIFY_IDENTITY"`
+    /// for MySQL); the connection string's own mode wins.
+    pub ssl_mode: Option<String>,
+    /// PostgreSQL's `PoolBuilder::ssl_root_cert` (for MySQL, the URL's
+    /// `ssl-ca`).
+    pub ssl_root_cert: Option<PathBuf>,
     /// SQL run on every new connection (and after a session reset), as a
     /// `post_create` hook: one or more statements separated by `;`.
     pub on_connect: Option<String>,
@@ -127,6 +154,14 @@ impl fmt::Debug for PoolConfig {
             .field("tcp_keepalive", &self.tcp_keepalive)
             .field("tcp_user_timeout", &self.tcp_user_timeout)
             .field("statement_cache", &self.statement_cache)
+            .field("max_lifetime", &self.max_lifetime)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("copy_threshold", &self.copy_threshold)
+            .field("bulk_threshold", &self.bulk_threshold)
+            .field("coalesce_upserts", &self.coalesce_upserts)
+            .field("statements", &self.statements)
+            .field("ssl_mode", &self.ssl_mode)
+            .field("ssl_root_cert", &self.ssl_root_cert)
             .field("on_connect", &self.on_connect)
             .field("batching", &self.batching())
             .finish()
@@ -226,16 +261,48 @@ impl PoolConfig {
             recycle_timeout,
             statement_timeout,
             tcp_keepalive,
-            tcp_user_timeout
+            tcp_user_timeout,
+            max_lifetime,
+            idle_timeout
         );
         if let Some(sql) = &self.on_connect {
             B::add_on_connect(&mut b.options, sql.clone());
         }
-        Ok(b)
+        B::apply_config(b, self)
     }
 
     /// Builds the pool (no connection is opened until first use).
     pub fn build<B: Backend>(&self) -> Result<Pool<B>, Error> {
         self.builder::<B>()?.build()
     }
+}
+
+/// A row-count threshold: a number (`64`, `"64"`) or `"off"`.
+fn threshold<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<usize>>, D::Error> {
+    struct Threshold;
+    impl serde::de::Visitor<'_> for Threshold {
+        type Value = Option<Option<usize>>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a row count or \"off\"")
+        }
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Self::Value, E> {
+            usize::try_from(n)
+                .map(|n| Some(Some(n)))
+                .map_err(|_| E::custom("row count too large"))
+        }
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Self::Value, E> {
+            let n = u64::try_from(n).map_err(|_| E::custom("a row count cannot be negative"))?;
+            self.visit_u64(n)
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+            let s = s.trim();
+            if s.eq_ignore_ascii_case("off") {
+                return Ok(Some(None));
+            }
+            s.parse::<u64>()
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(s), &self))
+                .and_then(|n| self.visit_u64(n))
+        }
+    }
+    d.deserialize_any(Threshold)
 }

@@ -72,6 +72,108 @@ fn every_setting_reads_from_environment_variables() {
 }
 
 #[test]
+fn every_builder_setting_has_a_field() {
+    let config = PoolConfig::from_vars(
+        "PG_",
+        vars(&[
+            ("PG_URL", "postgresql://app@db/app"),
+            ("PG_MAX_LIFETIME", "30m"),
+            ("PG_IDLE_TIMEOUT", "90s"),
+            ("PG_COPY_THRESHOLD", "off"),
+            ("PG_STATEMENTS", "unnamed"),
+            ("PG_SSL_MODE", "disable"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(config.max_lifetime, Some(Duration::from_secs(1800)));
+    assert_eq!(config.idle_timeout, Some(Duration::from_secs(90)));
+    assert_eq!(config.copy_threshold, Some(None));
+    let shown = format!(
+        "{:?}",
+        config.builder::<batchpool::postgres::Postgres>().unwrap()
+    );
+    for setting in [
+        "max_lifetime: Some(1800s)",
+        "idle_timeout: Some(90s)",
+        "copy_threshold: Some(None)",
+        "statements: Some(Unnamed)",
+        "mode: Some(Disable)",
+    ] {
+        assert!(shown.contains(setting), "{setting} in {shown}");
+    }
+
+    let config: PoolConfig = serde_json::from_value(serde_json::json!({
+        "url": "mysql://app@db/app",
+        "max_lifetime": "10m",
+        "bulk_threshold": 8,
+        "coalesce_upserts": true,
+        "ssl_mode": "DISABLED",
+    }))
+    .unwrap();
+    let shown = format!("{:?}", config.builder::<batchpool::mysql::MySql>().unwrap());
+    for setting in [
+        "max_lifetime: Some(600s)",
+        "idle_timeout: None",
+        "coalesce_upserts: true",
+        "bulk_threshold: Some(Some(8))",
+        "mode: Some(Disabled)",
+    ] {
+        assert!(shown.contains(setting), "{setting} in {shown}");
+    }
+
+    // A threshold is a row count (as a number or a string) or "off".
+    for (json, want) in [
+        (r#"{"copy_threshold": 128}"#, Some(Some(128))),
+        (r#"{"copy_threshold": "128"}"#, Some(Some(128))),
+        (r#"{"copy_threshold": "OFF"}"#, Some(None)),
+        (r#"{}"#, None),
+    ] {
+        let config: PoolConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(config.copy_threshold, want, "{json}");
+    }
+    for json in [r#"{"copy_threshold": "lots"}"#, r#"{"bulk_threshold": -2}"#] {
+        let e = serde_json::from_str::<PoolConfig>(json).unwrap_err();
+        assert!(e.to_string().contains("row count"), "{json}: {e}");
+    }
+}
+
+#[test]
+fn the_other_backends_settings_are_refused() {
+    let pg_only: PoolConfig = serde_json::from_value(serde_json::json!({
+        "url": "mysql://app@db/app",
+        "copy_threshold": 16,
+    }))
+    .unwrap();
+    let e = pg_only.builder::<batchpool::mysql::MySql>().unwrap_err();
+    assert!(
+        e.is_config() && e.to_string().contains("copy_threshold"),
+        "{e}"
+    );
+    let my_only: PoolConfig = serde_json::from_value(serde_json::json!({
+        "url": "postgresql://app@db/app",
+        "coalesce_upserts": true,
+    }))
+    .unwrap();
+    let e = my_only
+        .builder::<batchpool::postgres::Postgres>()
+        .unwrap_err();
+    assert!(
+        e.is_config() && e.to_string().contains("coalesce_upserts"),
+        "{e}"
+    );
+    // A mode the backend does not know.
+    let bad_mode: PoolConfig = serde_json::from_value(serde_json::json!({
+        "url": "postgresql://app@db/app",
+        "ssl_mode": "VERIFY_IDENTITY",
+    }))
+    .unwrap();
+    let e = bad_mode
+        .builder::<batchpool::postgres::Postgres>()
+        .unwrap_err();
+    assert!(e.is_config(), "{e}");
+}
+
+#[test]
 fn bad_settings_are_errors_that_name_them() {
     for (pairs, needle) in [
         (vec![("P_MAX_SIZ", "3")], "P_MAX_SIZ"),

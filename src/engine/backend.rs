@@ -153,6 +153,8 @@ pub(crate) trait Wire {
     /// the one the user gave the pool where the server cannot enforce it;
     /// `None` when there is none.
     fn statement_limit(&self) -> Option<Duration>;
+    /// Its generation and idle time (see [`Lifecycle`](super::lifecycle::Lifecycle)).
+    fn stamp(&self) -> &super::lifecycle::Stamp;
 }
 
 /// How long the pool keeps to the number of connections a server's limit
@@ -273,6 +275,8 @@ pub(crate) trait Capped: deadpool::managed::Manager {
     /// Whether `e`, from `create`, is a refusal for a connection limit (the
     /// server's, or [`CapRefused`]).
     fn is_limit(e: &Self::Error) -> bool;
+    /// The pool's connection lifetime settings and state.
+    fn lifecycle(&self) -> &super::lifecycle::Lifecycle;
 }
 
 impl<M> Connections for deadpool::managed::Pool<M>
@@ -284,6 +288,7 @@ where
     type Conn = deadpool::managed::Object<M>;
 
     async fn checkout(&self, deadline: Option<Instant>) -> Result<Lease<Self>, Error> {
+        super::lifecycle::ensure_sweeper(self);
         loop {
             let mut timeouts = self.timeouts();
             timeouts.wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -326,6 +331,7 @@ where
     }
 
     async fn try_checkout(&self) -> Option<Lease<Self>> {
+        super::lifecycle::ensure_sweeper(self);
         let mut timeouts = self.timeouts();
         timeouts.wait = Some(std::time::Duration::ZERO);
         // Boxed: deadpool's get future (it may open a connection) would

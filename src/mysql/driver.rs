@@ -126,6 +126,35 @@ impl Driver for MySql {
         options.add_on_connect(sql);
     }
 
+    #[cfg(feature = "serde")]
+    fn apply_config(
+        mut b: super::PoolBuilder,
+        config: &crate::PoolConfig,
+    ) -> Result<super::PoolBuilder, Error> {
+        if config.copy_threshold.is_some() || config.statements.is_some() {
+            return Err(Error::new(
+                Kind::Config,
+                "copy_threshold and statements are PostgreSQL settings",
+            ));
+        }
+        if config.ssl_root_cert.is_some() {
+            return Err(Error::new(
+                Kind::Config,
+                "ssl_root_cert is a PostgreSQL setting: give MySQL's in the URL (ssl-ca=...)",
+            ));
+        }
+        if let Some(min_rows) = config.bulk_threshold {
+            b = b.bulk_threshold(min_rows);
+        }
+        if let Some(on) = config.coalesce_upserts {
+            b = b.coalesce_upserts(on);
+        }
+        if let Some(mode) = &config.ssl_mode {
+            b = b.ssl_mode(mode.parse()?);
+        }
+        Ok(b)
+    }
+
     fn fmt_config(config: &MyConfig, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // mysql_async's own `Debug` prints the password.
         fmt::Debug::fmt(&Redacted(&config.opts), f)?;
@@ -153,7 +182,12 @@ impl Driver for MySql {
             .tcp_keepalive(keepalive)
             .into();
         let connect = tls::connect_opts(opts, config.tls, &options.tls)?;
-        let manager = Manager::new(connect, settings.statement_timeout, options.hooks);
+        let manager = Manager::new(
+            connect,
+            settings.statement_timeout,
+            options.hooks,
+            settings.lifecycle(),
+        );
         let server = manager.server.clone();
         Ok(MySql {
             pool: settings.build_pool(manager)?,

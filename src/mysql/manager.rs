@@ -17,6 +17,7 @@ use mysql_async::{Conn, Opts, Row};
 use super::tls::Connect;
 use crate::engine::Wire;
 use crate::engine::backend::{CapRefused, Capped, ConnectionCap};
+use crate::engine::lifecycle::{Lifecycle, Stamp};
 use crate::pool::hooks::Hooks;
 
 /// A connection idle for at least this long is pinged before it is handed
@@ -48,6 +49,8 @@ pub struct Manager {
     /// Open connections, and the server's connection limit when it is
     /// below the pool's size.
     cap: ConnectionCap,
+    /// `max_lifetime`, `idle_timeout` and retired generations.
+    lifecycle: Lifecycle,
 }
 
 impl std::fmt::Debug for Manager {
@@ -79,6 +82,7 @@ impl Manager {
         connect: Connect,
         statement_timeout: Option<Duration>,
         hooks: Hooks<Conn>,
+        lifecycle: Lifecycle,
     ) -> Manager {
         Manager {
             opts: connect.opts,
@@ -87,6 +91,7 @@ impl Manager {
             statement_timeout,
             hooks,
             cap: ConnectionCap::default(),
+            lifecycle,
         }
     }
 
@@ -295,6 +300,10 @@ impl Capped for Manager {
             _ => false,
         }
     }
+
+    fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
 }
 
 impl managed::Manager for Manager {
@@ -308,6 +317,8 @@ impl managed::Manager for Manager {
         // Boxed: these state machines are part of every checkout's future
         // (every pending caller's) otherwise.
         let wrapper = Box::pin(async {
+            // Before connecting: a `retire_all` meanwhile retires it too.
+            let stamp = self.lifecycle.stamp();
             let conn = match self.open().await {
                 Ok(conn) => conn,
                 Err(e) => {
@@ -333,6 +344,7 @@ impl managed::Manager for Manager {
                 limit_stale: false,
                 explicit_limit: self.statement_timeout,
                 server: Arc::clone(&self.server),
+                stamp,
             };
             self.settle(&mut wrapper).await?;
             Ok(wrapper)
@@ -351,6 +363,11 @@ impl managed::Manager for Manager {
         wrapper: &mut ConnWrapper,
         metrics: &Metrics,
     ) -> RecycleResult<mysql_async::Error> {
+        // Only ever a connection in the pool: one in use is retired when it
+        // comes back and is next taken (or swept).
+        if let Some(why) = self.lifecycle.expired(&wrapper.stamp, metrics) {
+            return Err(RecycleError::message(why));
+        }
         if wrapper.busy {
             return Err(RecycleError::message(
                 "a statement on this connection was left unanswered",
@@ -462,6 +479,8 @@ pub struct ConnWrapper {
     explicit_limit: Option<Duration>,
     /// The pool's server settings (read again with the session's).
     server: Arc<OnceLock<ServerInfo>>,
+    /// Its generation and idle time, for the pool's lifecycle settings.
+    stamp: Stamp,
 }
 
 impl Wire for ConnWrapper {
@@ -476,6 +495,10 @@ impl Wire for ConnWrapper {
     fn statement_limit(&self) -> Option<Duration> {
         // Unknown after a statement that may have changed it.
         self.limit.filter(|_| !self.limit_stale)
+    }
+
+    fn stamp(&self) -> &Stamp {
+        &self.stamp
     }
 }
 

@@ -22,6 +22,23 @@
 //! `vec![Value::from(1)]`, `()` for none; named parameters (`params!`) work
 //! for statements that are not coalesced), rows are [`mysql_async::Row`].
 //!
+//! # Types: the driver, re-exported
+//!
+//! mysql_async is re-exported as [`batchpool::mysql::mysql_async`](mysql_async),
+//! so `Row`, `Params`, `Value`, `params!` and `prelude::FromRow` can be
+//! named without a dependency of your own, always at the version batchpool
+//! uses.
+//!
+//! `uuid::Uuid` and `serde_json::Value` (through `mysql_async::Deserialized`
+//! / `Serialized`) convert without any feature. Dates and times of the
+//! chrono or time crates need mysql_async's `chrono` or `time` feature:
+//! turn them on through batchpool's `with-chrono-0_4` or `with-time-0_3`.
+//! For the others (`rust_decimal`, `bigdecimal`), add `mysql_async = {
+//! version = "0.37", default-features = false, features = ["rust_decimal"]
+//! }` to your own `Cargo.toml`: cargo builds one mysql_async with every
+//! feature its dependents ask for (keep `default-features = false`, or the
+//! default TLS and compression features come with it).
+//!
 //! # What is coalesced
 //!
 //! A single-row `INSERT [IGNORE] ... VALUES (...)`, `REPLACE ... VALUES
@@ -214,6 +231,9 @@ pub(crate) use self::batch::{bulk_fits, bulk_params, rewrite_params};
 use self::manager::ServerInfo;
 pub use self::manager::{ConnWrapper, Manager};
 pub use self::tls::SslMode;
+/// The driver crate, at the version batchpool uses (see
+/// [Types](self#types-the-driver-re-exported)).
+pub use mysql_async;
 
 /// The MySQL / MariaDB backend: a [`Pool`] is a `batchpool::Pool<MySql>`.
 ///

@@ -146,6 +146,39 @@ impl<B: Backend> PoolBuilder<B> {
         self
     }
 
+    /// Longest time a connection is kept open, counted from when it was
+    /// opened (default `None`: no limit). An older connection is closed
+    /// instead of being handed out, and an idle one by a background task
+    /// within about a quarter of this (at most 1 s) after it reaches the
+    /// age; a new one is opened when needed. A connection in use is never
+    /// closed under its user: one lent by [`Pool::get`](crate::postgres::Pool::get),
+    /// in a [`Transaction`](crate::Transaction) or carrying a statement is
+    /// closed when it comes back.
+    ///
+    /// Set it below any limit between the pool and the server (a load
+    /// balancer's or firewall's connection lifetime, a server's
+    /// `idle_session_timeout` / `wait_timeout`...), or to spread sessions
+    /// over servers added behind a load balancer. Every connection opened
+    /// at once reaches the age at once too.
+    pub fn max_lifetime(mut self, d: impl Into<Option<Duration>>) -> Self {
+        self.settings.max_lifetime = d.into();
+        self
+    }
+
+    /// Longest time a connection may sit unused in the pool before it is
+    /// closed (default `None`: no limit), by a background task that looks
+    /// about four times per `idle_timeout` (at most once a second): an idle
+    /// connection is closed between `idle_timeout` and about 1.5 ×
+    /// `idle_timeout` after it came back. A connection in use is never
+    /// closed. Set it to give connections back to the server after a burst,
+    /// or below a firewall's or the server's idle limit (MySQL's
+    /// `wait_timeout`, PostgreSQL's `idle_session_timeout`), so that a
+    /// connection the other side closed is never handed out.
+    pub fn idle_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
+        self.settings.idle_timeout = d.into();
+        self
+    }
+
     /// How rows are coalesced (default [`BatchConfig::default`]).
     pub fn batching(mut self, config: BatchConfig) -> Self {
         self.settings.batching = config;

@@ -115,6 +115,23 @@ impl<B: Backend> Pool<B> {
         self.engine.is_closed()
     }
 
+    /// Retires every connection open now, so that work runs on new ones:
+    /// after a failover or a DNS change (the new connections resolve and
+    /// connect afresh), or to spread load over servers added behind a load
+    /// balancer. Idle connections are closed at once; a connection in use
+    /// (lent by [`get`](crate::postgres::Pool::get), in a
+    /// [`Transaction`](crate::Transaction), carrying a statement) is never
+    /// cut: it is closed when it comes back, within about a second. Every
+    /// call keeps working meanwhile: new connections open as needed. Needs
+    /// a tokio runtime for the connections in use (without one they are
+    /// closed when next taken).
+    pub fn retire_all(&self) {
+        let connections = self.engine.backend.connections();
+        crate::engine::backend::Capped::lifecycle(connections.manager()).retire_all();
+        crate::engine::lifecycle::sweep(connections);
+        crate::engine::lifecycle::ensure_sweeper(connections);
+    }
+
     /// Stops accepting work, flushes every queued row, waits for all
     /// in-flight batches, then closes the connections. Calls made after this
     /// began fail with an error for which [`is_closed`](Error::is_closed) is

@@ -128,6 +128,32 @@ impl Driver for Postgres {
         });
     }
 
+    #[cfg(feature = "serde")]
+    fn apply_config(
+        mut b: super::PoolBuilder,
+        config: &crate::PoolConfig,
+    ) -> Result<super::PoolBuilder, Error> {
+        if config.bulk_threshold.is_some() || config.coalesce_upserts.is_some() {
+            return Err(Error::new(
+                Kind::Config,
+                "bulk_threshold and coalesce_upserts are MySQL settings",
+            ));
+        }
+        if let Some(min_rows) = config.copy_threshold {
+            b = b.copy_threshold(min_rows);
+        }
+        if let Some(mode) = &config.statements {
+            b = b.statements(mode.parse()?);
+        }
+        if let Some(mode) = &config.ssl_mode {
+            b = b.ssl_mode(mode.parse()?);
+        }
+        if let Some(path) = &config.ssl_root_cert {
+            b = b.ssl_root_cert(path.clone());
+        }
+        Ok(b)
+    }
+
     fn fmt_config(config: &PgConfig, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // tokio-postgres prints the password as `_`.
         fmt::Debug::fmt(&config.pg, f)?;
@@ -155,6 +181,7 @@ impl Driver for Postgres {
             settings.statement_timeout,
             mode,
             options.hooks,
+            settings.lifecycle(),
         );
         Ok(Postgres {
             pool: settings.build_pool(manager)?,

@@ -23,6 +23,7 @@ use super::statements::Statements;
 use super::unnamed::{Described, Learned, look_up, preload_types};
 use crate::engine::Wire;
 use crate::engine::backend::{CapRefused, Capped, ConnectionCap};
+use crate::engine::lifecycle::{Lifecycle, Stamp};
 use crate::error::{Error, Kind};
 use crate::pool::hooks::Hooks;
 
@@ -57,6 +58,8 @@ pub struct Manager {
     /// Open connections, and the server's connection limit when it is
     /// below the pool's size.
     cap: ConnectionCap,
+    /// `max_lifetime`, `idle_timeout` and retired generations.
+    lifecycle: Lifecycle,
 }
 
 /// What opening or checking a connection failed with: a
@@ -71,6 +74,7 @@ impl Manager {
         statement_timeout: Option<Duration>,
         mode: Statements,
         hooks: Hooks<tokio_postgres::Client>,
+        lifecycle: Lifecycle,
     ) -> Manager {
         let statement_cache = NonZeroUsize::new(statement_cache).unwrap_or(NonZeroUsize::MIN);
         // Whole milliseconds, as the server keeps it (and `SHOW` reads it).
@@ -95,6 +99,7 @@ impl Manager {
             learned: Arc::new(Learned::new(statement_cache)),
             hooks,
             cap: ConnectionCap::default(),
+            lifecycle,
         }
     }
 }
@@ -135,8 +140,13 @@ impl managed::Manager for Manager {
     async fn recycle(
         &self,
         client: &mut ClientWrapper,
-        _: &Metrics,
+        metrics: &Metrics,
     ) -> RecycleResult<ConnectError> {
+        // Only ever a connection in the pool: one in use is retired when it
+        // comes back and is next taken (or swept).
+        if let Some(why) = self.lifecycle.expired(&client.stamp, metrics) {
+            return Err(RecycleError::message(why));
+        }
         if client.is_broken() {
             return Err(RecycleError::message("connection closed"));
         }
@@ -179,6 +189,10 @@ impl Capped for Manager {
         e.downcast_ref::<CapRefused>().is_some()
             || e.downcast_ref::<tokio_postgres::Error>()
                 .is_some_and(|e| e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS))
+    }
+
+    fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
     }
 }
 
@@ -230,6 +244,8 @@ impl Manager {
 
 impl Manager {
     async fn connect(&self) -> Result<ClientWrapper, tokio_postgres::Error> {
+        // Before connecting: a `retire_all` meanwhile retires it too.
+        let stamp = self.lifecycle.stamp();
         let (client, io) = self.connector.connect.connect(&self.config).await?;
         // The session's own statement time limit (connection string, role,
         // database, server), read in the same round trip.
@@ -271,6 +287,7 @@ impl Manager {
             limit: None,
             limit_stale: false,
             explicit_limit: self.statement_timeout,
+            stamp,
         };
         if unnamed {
             match preload_types(&wrapper.client).await {
@@ -385,6 +402,8 @@ pub struct ClientWrapper {
     limit_stale: bool,
     /// [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout).
     explicit_limit: Option<Duration>,
+    /// Its generation and idle time, for the pool's lifecycle settings.
+    stamp: Stamp,
 }
 
 impl Wire for ClientWrapper {
@@ -399,6 +418,10 @@ impl Wire for ClientWrapper {
     fn statement_limit(&self) -> Option<Duration> {
         // Unknown after a statement that may have changed it.
         self.limit.filter(|_| !self.limit_stale)
+    }
+
+    fn stamp(&self) -> &Stamp {
+        &self.stamp
     }
 }
 

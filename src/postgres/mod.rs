@@ -20,6 +20,30 @@
 //! # let _ = id; Ok(()) }
 //! ```
 //!
+//! # Types: the driver, re-exported
+//!
+//! tokio-postgres is re-exported as [`batchpool::postgres::tokio_postgres`](tokio_postgres),
+//! so `Row`, `ToSql`, `FromSql` and `types::Type` can be named without a
+//! dependency of your own, always at the version batchpool uses.
+//!
+//! Which Rust types a column maps to is decided by tokio-postgres's cargo
+//! features (`with-uuid-1` for `uuid::Uuid`, `with-chrono-0_4` for chrono's
+//! dates and times, `with-serde_json-1` for `serde_json::Value` as `json`
+//! / `jsonb`, `with-time-0_3` for the time crate). Turn them on through
+//! batchpool's features of the same names, which turn on the driver's:
+//!
+//! ```toml
+//! [dependencies]
+//! batchpool = { version = "0.1", features = ["with-uuid-1", "with-chrono-0_4", "with-serde_json-1"] }
+//! uuid = "1"
+//! ```
+//!
+//! (Adding `tokio-postgres = { version = "0.7", features = ["with-uuid-1"] }`
+//! to your own `Cargo.toml` works too: cargo builds one tokio-postgres with
+//! the features every dependent asks for, as long as the versions are
+//! compatible.) The type crates themselves (`uuid`, `chrono`, `serde_json`)
+//! are yours to add, at the major version the feature names.
+//!
 //! # Round trips
 //!
 //! tokio-postgres writes a request into the connection's queue the first
@@ -220,6 +244,9 @@ pub use self::manager::{ClientWrapper, Manager};
 pub use self::pooler::behind_pooler;
 pub use self::statements::Statements;
 pub use self::tls::{SslMode, TlsConfig};
+/// The driver crate, at the version batchpool uses (see
+/// [Types](self#types-the-driver-re-exported)).
+pub use tokio_postgres;
 
 /// The PostgreSQL backend: a [`Pool`] is a `batchpool::Pool<Postgres>`.
 ///

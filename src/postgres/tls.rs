@@ -234,6 +234,7 @@ impl TlsConfig {
     /// certificate, if given. Reads the files now; a missing or unreadable
     /// one is an error for which [`Error::is_config`] is true.
     #[cfg(feature = "rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
     pub fn rustls_connector(&self) -> Result<tokio_postgres_rustls::MakeRustlsConnect, Error> {
         Ok(tokio_postgres_rustls::MakeRustlsConnect::new(
             super::verify::client_config(self)?,

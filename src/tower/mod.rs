@@ -74,6 +74,7 @@ pub use self::coalesce::{BatchService, Coalesce, CoalesceConfig, CoalesceLayer};
 pub use self::executor::BatchExecutor;
 pub use self::pool::ServicePool;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use self::request::PgValue;
 pub use self::request::{Batch, IntoValue, Statement};
 pub use self::service::PoolService;
