@@ -189,10 +189,11 @@ mod tests {
     use super::*;
 
     fn metrics(age: Duration, recycle_count: usize) -> Metrics {
-        let mut m = Metrics::default();
-        m.created = Instant::now() - age;
-        m.recycle_count = recycle_count;
-        m
+        Metrics {
+            created: Instant::now() - age,
+            recycle_count,
+            ..Metrics::default()
+        }
     }
 
     #[test]
