@@ -70,7 +70,7 @@ async fn mysql_uuid_columns_through_the_reexported_driver() {
     let rows: Vec<mysql_async::Row> = pool.query("SELECT id FROM t", ()).await.unwrap();
     let mut got: Vec<uuid::Uuid> = rows
         .into_iter()
-        .map(|r| mysql_async::from_row::<uuid::Uuid>(r))
+        .map(mysql_async::from_row::<uuid::Uuid>)
         .collect();
     got.sort();
     let mut want = ids();
