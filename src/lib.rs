@@ -151,6 +151,11 @@ pub mod bench;
 #[doc(hidden)]
 pub mod fuzzing;
 
+// The README's examples, compiled by `cargo test` so they cannot rot.
+#[cfg(all(doctest, feature = "postgres", feature = "mysql"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use crate::backend::Backend;
 pub use crate::config::{BatchConfig, QueueFull};
 pub use crate::error::{AtomicError, Error};

@@ -1,4 +1,4 @@
-//! batchpool behind PgBouncer in transaction mode (GitHub issue 12).
+//! batchpool behind PgBouncer in transaction mode.
 //!
 //! The shared suites also run behind PgBouncer (`pgbouncer::name` in
 //! `coalesce.rs`, `lifecycle.rs`, `transactions.rs`, …). This file holds

@@ -137,7 +137,7 @@ mod mysql {
     use super::*;
     use batchpool::mysql::Pool;
 
-    /// How the server sees this session's client: `localhost` over the
+    /// How the server sees the client of this connection: `localhost` over the
     /// socket, `127.0.0.1:port` over TCP.
     async fn client_host(pool: &Pool) -> String {
         let row: Option<String> = pool

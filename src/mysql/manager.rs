@@ -216,7 +216,7 @@ pub(crate) struct Session {
 }
 
 /// Reads the settings batchpool depends on: the pool-wide ones the first
-/// time, and this session's own.
+/// time, and those of the connection's session.
 pub(crate) async fn read_settings(
     conn: &mut Conn,
     server: &OnceLock<ServerInfo>,
