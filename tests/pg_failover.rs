@@ -53,8 +53,16 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// own: it would have to hold a caller for seconds to fail it.
 const RESUME_BOUND: Duration = Duration::from_secs(2);
 
-/// Application name of the pools' sessions, to find them on a server.
+/// How long the standby's WAL receiver is paused just before the primary
+/// stops.
+const LAG: Duration = Duration::from_millis(300);
+
+/// Application name of the writers' pools' sessions, to find them on a
+/// server.
 const APP: &str = "bp_failover";
+
+/// Application name of the pool opened once the old primary is back.
+const LATE_APP: &str = "bp_failover_late";
 
 /// What one caller was told.
 #[derive(Debug, Clone)]
@@ -140,13 +148,13 @@ async fn set_system(port: u16, setting: &str) {
         .expect("pg_reload_conf()");
 }
 
-/// Sessions of the pools ([`APP`]) on the server at `port`.
-async fn pool_sessions_on(port: u16) -> i64 {
+/// Sessions named `app` on the server at `port`.
+async fn pool_sessions_on(port: u16, app: &str) -> i64 {
     let client = connect(port).await;
     client
         .query_one(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-            &[&APP],
+            &[&app],
         )
         .await
         .expect("pg_stat_activity")
@@ -154,10 +162,10 @@ async fn pool_sessions_on(port: u16) -> i64 {
 }
 
 /// A pool on both servers, for writes: `target_session_attrs=read-write`.
-fn pool(ports: [u16; 2], max_size: usize) -> Pool {
+fn pool(ports: [u16; 2], max_size: usize, app: &str) -> Pool {
     let url = format!(
         "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres \
-         target_session_attrs=read-write application_name={APP} connect_timeout=5",
+         target_session_attrs=read-write application_name={app} connect_timeout=5",
         ports[0], ports[1]
     );
     Pool::builder(&url)
@@ -246,6 +254,16 @@ impl Writers {
     }
 }
 
+/// Sends `sig` (`STOP`, `CONT`) to process `pid` with `kill`.
+fn signal(pid: i32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{sig} {pid} failed");
+}
+
 /// Runs a blocking harness step (`pg_ctl`, `pg_basebackup`) off the
 /// runtime's threads, so the writers go on meanwhile.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -271,7 +289,12 @@ async fn acknowledged_rows_survive_a_failover_to_the_synchronous_standby() {
             move || {
                 PgServer::standby_of(
                     &primary,
-                    &[("synchronous_commit", "on")],
+                    // Promotion ends the wait for WAL at once, not at the
+                    // next retry of the lost primary (5 s by default).
+                    &[
+                        ("synchronous_commit", "on"),
+                        ("wal_retrieve_retry_interval", "100ms"),
+                    ],
                     &[("synchronous_standby_names", "*")],
                     None,
                 )
@@ -292,20 +315,38 @@ async fn acknowledged_rows_survive_a_failover_to_the_synchronous_standby() {
         .await
         .expect("create table");
 
-    let writer_pool = Arc::new(pool(ports, 16));
+    let writer_pool = Arc::new(pool(ports, 16, APP));
     let writers = Writers::start(&writer_pool, "t", WRITERS, 0);
     let began = Instant::now();
     writers
         .wait_acked(began, PHASE_ROWS, "before the failover")
         .await;
 
+    // The standby falls behind: its WAL receiver stops reading for a
+    // while, as on a congested link, and the primary dies before it
+    // catches up. Without synchronous replication the rows acknowledged
+    // meanwhile would be missing after the promotion; with it, their
+    // COMMITs wait for the standby and none is acknowledged.
+    let receiver: i32 = connect(ports[1])
+        .await
+        .query_one("SELECT pid FROM pg_stat_wal_receiver", &[])
+        .await
+        .expect("the standby's WAL receiver")
+        .get(0);
+    signal(receiver, "STOP");
+    tokio::time::sleep(LAG).await;
+
     // The failover.
     let stop_began = Instant::now();
-    blocking({
+    let stopped = tokio::task::spawn_blocking({
         let primary = Arc::clone(&primary);
         move || primary.stop_immediate()
     })
     .await;
+    // Resumed whatever happened: a stopped process would hold up the
+    // standby's own shutdown.
+    signal(receiver, "CONT");
+    stopped.expect("stop the primary");
     let stop_done = Instant::now();
     blocking({
         let standby = Arc::clone(&standby);
@@ -332,16 +373,23 @@ async fn acknowledged_rows_survive_a_failover_to_the_synchronous_standby() {
     wait_until(old_port, "SELECT pg_is_in_recovery()").await;
     // A new pool opens its connections now: the first host is up, and
     // read-only.
-    let late_pool = Arc::new(pool(ports, 8));
+    let late_pool = Arc::new(pool(ports, 8, LATE_APP));
     let late = Writers::start(&late_pool, "t", 16, 5_000_000_000);
     let rejoined_at = Instant::now();
     late.wait_acked(rejoined_at, 500, "with the old primary back as a standby")
         .await;
-    let sessions_on_old = pool_sessions_on(old_port).await;
-    let sessions_on_new = pool_sessions_on(ports[1]).await;
-
     let mut calls = writers.finish().await;
     let late_calls = late.finish().await;
+    // Counted with every call answered: no connection is being opened now
+    // (an attempt that reaches the read-only host shows there until
+    // tokio-postgres has read its `transaction_read_only` and moved on),
+    // and the pools hold what they keep.
+    let mut sessions_on_old = 0;
+    let mut sessions_on_new = Vec::new();
+    for app in [APP, LATE_APP] {
+        sessions_on_old += pool_sessions_on(old_port, app).await;
+        sessions_on_new.push(pool_sessions_on(ports[1], app).await);
+    }
     writer_pool.close().await;
     late_pool.close().await;
     drop(rejoined);
@@ -413,7 +461,8 @@ async fn acknowledged_rows_survive_a_failover_to_the_synchronous_standby() {
          lost {lost}, stored after an error {stored_after_error}, phantom {phantom}; \
          stop {:?}, promote {:?}, clear {:?}; first Ok {resume:?} after the failover \
          ({resume_from_promotion:?} after the promotion); longest call {longest:?}; \
-         pool sessions on the old primary {sessions_on_old}, on the new {sessions_on_new}; \
+         pool sessions on the old primary {sessions_on_old}, on the new {sessions_on_new:?} \
+         (writers', late pool's); \
          errors {errors:?}",
         calls.len(),
         stored.len(),
@@ -450,6 +499,10 @@ async fn acknowledged_rows_survive_a_failover_to_the_synchronous_standby() {
         sessions_on_old, 0,
         "pool connections on the read-only old primary"
     );
+    assert!(
+        sessions_on_new[1] >= 1,
+        "the late pool holds no connection on the promoted server"
+    );
 }
 
 /// The first words of an error message, to count errors by kind.
@@ -475,7 +528,7 @@ async fn connections_on_a_server_turned_read_only_are_retired() {
             .await
             .expect("create table");
     }
-    let pool = Arc::new(pool(ports, MAX_SIZE));
+    let pool = Arc::new(pool(ports, MAX_SIZE, APP));
     let sql = "INSERT INTO r (k, w) VALUES ($1, $2)";
     // Every connection of the pool opened, on the first host.
     let warm: Vec<_> = (0..100i64)
@@ -488,7 +541,7 @@ async fn connections_on_a_server_turned_read_only_are_retired() {
         w.await.unwrap().expect("insert before the fencing");
     }
     assert_eq!(keys_on(ports[0], "r").await.len(), 100);
-    let open = pool_sessions_on(ports[0]).await;
+    let open = pool_sessions_on(ports[0], APP).await;
     assert!(open >= 1, "no pool session on the first host");
 
     set_system(ports[0], "default_transaction_read_only = on").await;
@@ -513,7 +566,7 @@ async fn connections_on_a_server_turned_read_only_are_retired() {
     }
     let on_first = keys_on(ports[0], "r").await;
     let on_second = keys_on(ports[1], "r").await;
-    let sessions_on_fenced = pool_sessions_on(ports[0]).await;
+    let sessions_on_fenced = pool_sessions_on(ports[0], APP).await;
     eprintln!(
         "read-only: {open} pool sessions on the fenced host before; {} calls refused \
          (25006), {} Ok, other {other:?}; pool sessions on it after: {sessions_on_fenced}",
