@@ -37,7 +37,7 @@ async fn run_statement(
             let affected = conn
                 .execute_raw(stmt, row.raw())
                 .await
-                .map_err(sent_error)?;
+                .map_err(|e| conn.sent_error(e))?;
             return Ok(Ran {
                 affected,
                 last_insert_id: None,

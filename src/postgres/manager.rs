@@ -162,7 +162,8 @@ impl managed::Manager for Manager {
                 .map_err(|e| RecycleError::Backend(e.into()))?;
             client.busy = false;
         }
-        if !client.lent && !self.hooks.has_pre_recycle() {
+        let read_only_seen = client.read_only_seen.swap(false, Ordering::Relaxed);
+        if !client.lent && !self.hooks.has_pre_recycle() && !read_only_seen {
             // The pool's own connection, nothing to run: no round trip.
             return Ok(());
         }
@@ -172,6 +173,21 @@ impl managed::Manager for Manager {
         Box::pin(self.check(client))
             .await
             .map_err(RecycleError::Backend)?;
+        if read_only_seen
+            && Box::pin(read_only(&client.client))
+                .await
+                .map_err(RecycleError::Backend)?
+        {
+            // A standby (an old primary restarted as one, a host of a
+            // multi-host string that was promoted away from), or a server
+            // fenced with `default_transaction_read_only`: every write here
+            // would fail. A new connection is opened as the connection
+            // string says (`target_session_attrs=read-write` passes over
+            // read-only hosts).
+            return Err(RecycleError::message(
+                "the session is read-only (transaction_read_only = on)",
+            ));
+        }
         client.busy = false;
         Ok(())
     }
@@ -278,6 +294,7 @@ impl Manager {
             io: io.abort_handle(),
             types_lost: AtomicBool::new(false),
             retired: AtomicBool::new(false),
+            read_only_seen: AtomicBool::new(false),
             types: Mutex::new(HashSet::new()),
             pooled,
             busy: false,
@@ -379,6 +396,10 @@ pub struct ClientWrapper {
     /// server's (see [`retire`](ClientWrapper::retire)): nothing more is
     /// sent, and the connection goes.
     retired: AtomicBool,
+    /// A statement was refused because the transaction was read-only
+    /// (25006): the session is checked before the connection is used
+    /// again (see [`Manager::recycle`](managed::Manager::recycle)).
+    read_only_seen: AtomicBool,
     /// Unnamed mode: oids of the catalog types tokio-postgres has cached on
     /// this connection.
     types: Mutex<HashSet<u32>>,
@@ -431,6 +452,17 @@ fn names_limit(sql: &str) -> bool {
     sql.as_bytes()
         .windows(NAME.len())
         .any(|w| w.eq_ignore_ascii_case(NAME))
+}
+
+/// Whether the session's transactions are read-only (`SHOW
+/// transaction_read_only`, what tokio-postgres's
+/// `target_session_attrs=read-write` checks): a hot standby, or
+/// `default_transaction_read_only` on.
+async fn read_only(client: &tokio_postgres::Client) -> Result<bool, ConnectError> {
+    let replies = client.simple_query("SHOW transaction_read_only").await?;
+    Ok(replies.iter().any(
+        |m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some("on")),
+    ))
 }
 
 /// Reads the session's `statement_timeout`.
@@ -641,8 +673,14 @@ impl ClientWrapper {
     /// Maps an error of a statement that was sent. In unnamed mode a
     /// missing prepared statement can only be tokio-postgres's type lookup,
     /// made while reading the statement's answer: the statement itself has
-    /// run, with an outcome that is not known.
+    /// run, with an outcome that is not known. A statement refused as a
+    /// write in a read-only transaction (25006) has the session checked
+    /// before its next use: on a read-only server the connection goes.
     pub(crate) fn sent_error(&self, e: tokio_postgres::Error) -> Error {
+        if e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) {
+            // Nothing ran; the connection may be on a read-only server.
+            self.read_only_seen.store(true, Ordering::Relaxed);
+        }
         if self.unnamed()
             && e.code() == Some(&tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME)
         {

@@ -191,18 +191,26 @@ impl PgServer {
         let mut initdb = util::as_user("postgres", &server.bin.join("initdb"), &initdb);
         util::run_setup("initdb", &mut initdb, &server.dir);
 
-        let log = server.dir.join("postgres.log");
+        server.launch(settings, None);
+        server
+    }
+
+    /// Starts the cluster in its data dir with `settings` (see
+    /// [`start`](PgServer::start)) on `port`, or on a free port (retried
+    /// when another process takes it first).
+    fn launch(&mut self, settings: &[(&str, &str)], port: Option<u16>) {
+        let log = self.dir.join("postgres.log");
         for attempt in 1..=5 {
-            server.port = util::free_port();
+            self.port = port.unwrap_or_else(util::free_port);
             let mut opts = format!(
                 "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300",
-                server.port,
-                util::shell_quote(&server.dir.to_string_lossy())
+                self.port,
+                util::shell_quote(&self.dir.to_string_lossy())
             );
             if util::fast_mode() {
                 opts.push_str(" -c fsync=off -c synchronous_commit=off");
             }
-            if let Some(certs) = &server.certs {
+            if let Some(certs) = &self.certs {
                 for (name, path) in [("ssl_cert_file", &certs.cert), ("ssl_key_file", &certs.key)] {
                     opts.push_str(" -c ");
                     opts.push_str(&util::shell_quote(&format!("{name}={}", path.display())));
@@ -214,19 +222,19 @@ impl PgServer {
                 opts.push_str(&util::shell_quote(&format!("{name}={value}")));
             }
             let log_file = log.to_string_lossy();
-            let out = server
+            let out = self
                 .pg_ctl(&["-l", &log_file, "-o", &opts, "-w", "-t", "60", "start"])
-                .current_dir(&server.dir)
+                .current_dir(&self.dir)
                 .stdin(Stdio::null())
                 .output()
                 .unwrap_or_else(|e| panic!("cannot run pg_ctl: {e}"));
             if out.status.success() {
-                return server;
+                return;
             }
             let log_tail = util::tail(&log, 30);
             let port_taken = log_tail.contains("Address already in use")
                 || log_tail.contains("could not create any TCP/IP sockets");
-            if !(port_taken && attempt < 5) {
+            if !(port_taken && port.is_none() && attempt < 5) {
                 panic!(
                     "PostgreSQL failed to start (pg_ctl {}): {}\n--- {} (tail) ---\n{log_tail}",
                     out.status,
@@ -236,6 +244,113 @@ impl PgServer {
             }
         }
         unreachable!()
+    }
+
+    /// A streaming standby of `primary`: a base backup of it
+    /// (`pg_basebackup -R -X stream`, which writes `primary_conninfo` and
+    /// `standby.signal`) started with `settings` (see
+    /// [`start`](PgServer::start)) on `port`, or on a free port. Its own
+    /// temp dir and watchdog; stopped and removed on Drop. `auto_conf`
+    /// lines are appended to its `postgresql.auto.conf` before it starts:
+    /// unlike `-c` settings, `ALTER SYSTEM` can change them later (as an HA
+    /// manager does on the standby it promotes). Blocks until it accepts
+    /// connections (in recovery).
+    pub fn standby_of(
+        primary: &PgServer,
+        settings: &[(&str, &str)],
+        auto_conf: &[(&str, &str)],
+        port: Option<u16>,
+    ) -> PgServer {
+        let dir = util::new_server_dir("pg", "postgres");
+        let data = dir.join("data");
+        let watchdog = util::spawn_watchdog(&dir, &data.join("postmaster.pid"), "QUIT");
+        let mut server = PgServer {
+            dir,
+            bin: primary.bin.clone(),
+            port: 0,
+            watchdog,
+            certs: None,
+        };
+        let port_arg = primary.port.to_string();
+        let backup: Vec<OsString> = vec![
+            "-D".into(),
+            data.clone().into(),
+            "-h".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port_arg.into(),
+            "-U".into(),
+            "postgres".into(),
+            "-R".into(),
+            "-X".into(),
+            "stream".into(),
+            "--checkpoint=fast".into(),
+            "--no-sync".into(),
+        ];
+        let mut backup = util::as_user("postgres", &primary.tool("pg_basebackup"), &backup);
+        util::run_setup("pg_basebackup", &mut backup, &server.dir);
+        if !auto_conf.is_empty() {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("postgresql.auto.conf"))
+                .unwrap_or_else(|e| panic!("cannot open postgresql.auto.conf: {e}"));
+            for (name, value) in auto_conf {
+                writeln!(f, "{name} = '{}'", value.replace('\'', "''"))
+                    .unwrap_or_else(|e| panic!("cannot write postgresql.auto.conf: {e}"));
+            }
+        }
+        server.launch(settings, port);
+        server
+    }
+
+    /// `pg_ctl stop -m immediate`: every backend ends at once, without a
+    /// checkpoint (as a crash would). The data dir stays until Drop.
+    pub fn stop_immediate(&self) {
+        let out = self
+            .pg_ctl(&["-m", "immediate", "-w", "-t", "30", "stop"])
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run pg_ctl: {e}"));
+        assert!(
+            out.status.success(),
+            "pg_ctl stop -m immediate failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+
+    /// `pg_ctl promote -w`: the standby leaves recovery; returns once it
+    /// accepts writes.
+    pub fn promote(&self) {
+        let out = self
+            .pg_ctl(&["-w", "-t", "60", "promote"])
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run pg_ctl: {e}"));
+        assert!(
+            out.status.success(),
+            "pg_ctl promote failed: {}\n--- log (tail) ---\n{}",
+            String::from_utf8_lossy(&out.stderr).trim(),
+            util::tail(&self.dir.join("postgres.log"), 20)
+        );
+    }
+
+    /// A client program of the server's version: next to `pg_ctl`, else
+    /// next to what `initdb` links to (PATH may hold links to some of a
+    /// version's programs only), else on PATH.
+    fn tool(&self, name: &str) -> PathBuf {
+        let here = self.bin.join(name);
+        if util::is_executable(&here) {
+            return here;
+        }
+        std::fs::canonicalize(self.bin.join("initdb"))
+            .ok()
+            .and_then(|real| Some(real.parent()?.join(name)))
+            .filter(|p| util::is_executable(p))
+            .or_else(|| util::find_on_path_or(name, &[]))
+            .unwrap_or_else(|| panic!("{name} not found next to {}: {MISSING}", self.bin.display()))
     }
 
     /// `pg_ctl -D <data dir> args…`, as the `postgres` user when root.
