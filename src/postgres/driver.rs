@@ -157,6 +157,7 @@ impl Driver for Postgres {
             options.hooks,
         );
         Ok(Postgres {
+            catalog_warned: std::sync::atomic::AtomicBool::new(false),
             pool: settings.build_pool(manager)?,
             copy_threshold: options
                 .copy_threshold
