@@ -143,31 +143,82 @@ async fn upsert_pool(url: &str) -> Pool {
         .unwrap()
 }
 
+/// Lock mode 2 lets statements whose row count is not known in advance
+/// (`INSERT ... SELECT`) take ids interleaved with other statements'; a
+/// coalesced INSERT is a "simple insert", whose ids InnoDB reserves at
+/// once. Callers inserting through a pool of 4 while a plain connection
+/// runs `INSERT ... SELECT` into the same table: every caller is given its
+/// row's own id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ids_are_not_claimed_under_interleaved_lock_mode() {
-    // Lock mode 2 may interleave the ids of concurrent multi-row inserts.
+async fn ids_are_each_rows_own_under_interleaved_lock_mode() {
     let server = common::MysqlServer::start(&["--innodb-autoinc-lock-mode=2"]);
-    let pool = Pool::builder(&server.url()).max_size(2).build().unwrap();
+    let pool = Pool::builder(&server.url()).max_size(4).build().unwrap();
     pool.execute(
-        "CREATE TABLE il (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL)",
+        "CREATE TABLE il (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL UNIQUE)",
         (),
     )
     .await
     .unwrap();
-    let results = pool
-        .execute_many("INSERT INTO il (v) VALUES (?)", (0..30).map(|i| (i,)))
+    pool.execute("CREATE TABLE src (n INT NOT NULL)", ())
         .await
         .unwrap();
-    for r in &results {
-        let out = r.as_ref().unwrap();
-        assert_eq!(out.rows_affected(), 1);
-        assert_eq!(out.last_insert_id(), None, "{out:?}");
+    pool.execute(
+        "INSERT INTO src (n) VALUES (1), (2), (3), (4), (5), (6), (7), (8), (9), (10)",
+        (),
+    )
+    .await
+    .unwrap();
+    let callers = 400;
+    let bulk = {
+        let url = server.url();
+        tokio::spawn(async move {
+            let mut conn = mysql_async::Conn::from_url(&url).await.unwrap();
+            for round in 0..40 {
+                conn.query_drop(format!(
+                    "INSERT INTO il (v) SELECT n + {} FROM src",
+                    1_000_000 + round * 100
+                ))
+                .await
+                .unwrap();
+            }
+            conn.disconnect().await.unwrap();
+        })
+    };
+    let calls = (0..callers).map(|i: i32| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let out = pool
+                .execute("INSERT INTO il (v) VALUES (?)", (i,))
+                .await
+                .unwrap();
+            assert_eq!(out.rows_affected(), 1);
+            (i, out.last_insert_id())
+        })
+    });
+    let mut told = Vec::new();
+    for call in calls.collect::<Vec<_>>() {
+        told.push(call.await.unwrap());
     }
-    assert!(pool.stats().batches >= 1);
-    assert_eq!(count(&pool, "il").await, 30);
+    bulk.await.unwrap();
+    let stored: std::collections::HashMap<i32, u64> = pool
+        .query("SELECT v, id FROM il", ())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(mysql_async::from_row::<(i32, u64)>)
+        .collect();
+    for (v, id) in &told {
+        assert_eq!(*id, stored.get(v).copied(), "caller {v}");
+    }
+    let stats = pool.stats();
+    assert!(
+        stats.rows > stats.statements,
+        "rows were coalesced: {stats:?}"
+    );
+    assert_eq!(count(&pool, "il").await, i64::from(callers) + 400);
     // A statement that ran on its own still reports the server's id.
     let out = pool
-        .execute("INSERT INTO il (v) VALUES (1), (2)", ())
+        .execute("INSERT INTO il (v) VALUES (-1), (-2)", ())
         .await
         .unwrap();
     assert!(out.last_insert_id().is_some());

@@ -54,6 +54,10 @@
 //! grouped; `held` reproduces it for sure). Seeds that found differences
 //! are kept in `PG_REGRESSIONS` / `MY_REGRESSIONS`, run held.
 //!
+//! `mysql::oracle_on_a_galera_node` runs a few cases through node 1 of a
+//! throwaway 3-node MariaDB Galera cluster and compares both tables on
+//! every node.
+//!
 //! `oracle_self_check_without_coalescing` runs random cases with coalescing
 //! off: concurrent statements each on its own must match the plain driver
 //! exactly, which proves the cases' expectations order-independent.
@@ -749,6 +753,69 @@ mod mysql {
     }
 
     oracle_tests!(Flavor::My, "mysql", MY_REGRESSIONS, 80, false);
+
+    /// Random cases on a Galera cluster: few, as every statement there is a
+    /// cluster-wide commit and every table is read back on each node.
+    const GALERA_CASES: usize = 10;
+
+    /// The oracle against a node of a 3-node MariaDB Galera cluster: the
+    /// pool and the plain driver write through node 1, and every node must
+    /// hold what the plain driver's statements left (each node's tables
+    /// compared on their own, and the pool's ids the same on every node).
+    /// The random cases are those the pool coalesces by default (a plain
+    /// INSERT on a strict session), less those whose triggers write to
+    /// MyISAM tables, whose rows Galera does not replicate.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn oracle_on_a_galera_node() {
+        let cluster = common::galera_cluster();
+        let urls = cluster.fresh_db().await;
+        // A plain INSERT with generated ids and a third of its keys taken:
+        // coalesced, with rows failing alone.
+        let keyed = cases::keyed(
+            "keys and ids",
+            Flavor::My,
+            Col::new("k", Ty::Varchar(20)).unique(),
+            20,
+            60,
+            false,
+        );
+        // Every random case queues behind held connections, so each
+        // coalesces wherever it may, whatever the timing.
+        let cases: Vec<Case> = std::iter::once(keyed)
+            .chain(
+                seeds(Flavor::My, 8 * GALERA_CASES)
+                    .into_iter()
+                    .map(|s| {
+                        let mut c = generate(Flavor::My, s);
+                        c.start = Start::Held;
+                        c
+                    })
+                    // What the pool coalesces by default (a plain INSERT
+                    // on a strict session): the rest runs on its own.
+                    .filter(|c| {
+                        c.strict
+                            && c.verb == Verb::Insert
+                            && !matches!(
+                                c.triggers.audit,
+                                Some(Audit::AfterMyIsam | Audit::BeforeMyIsam)
+                            )
+                    })
+                    .take(GALERA_CASES),
+            )
+            .collect();
+        let started = Instant::now();
+        let mut verdicts = Vec::new();
+        for (i, case) in cases.iter().enumerate() {
+            verdicts.push(my_half::run_nodes(&urls, case, &format!("g{i}_")).await);
+        }
+        let tally = conclude(
+            "mysql::oracle_on_a_galera_node",
+            &verdicts,
+            started.elapsed(),
+            true,
+        );
+        assert_eq!(tally.bulk, 0, "a bulk command was sent to a Galera node");
+    }
 
     /// Problem 1: 4 of 200 callers give an `ENUM` column a label it does
     /// not have (1265 in strict mode); only they may fail.

@@ -167,10 +167,17 @@ impl MySql {
                     .into(),
             );
         }
+        // A coalesced statement is a "simple insert" (its VALUES list says
+        // how many rows it inserts): InnoDB reserves that many values for it
+        // at once, under the table's auto-increment lock (lock mode 0) or
+        // mutex (modes 1 and 2), each the session's increment after the
+        // last. Only statements whose row count is not known in advance
+        // (INSERT ... SELECT, LOAD DATA) take their values in pieces that
+        // other statements' can interleave with in mode 2.
         let lock_mode = self.server.get().and_then(|s| s.autoinc_lock_mode);
         let consecutive_ids = !upsert
             && facts.engine.eq_ignore_ascii_case("InnoDB")
-            && matches!(lock_mode, Some(0 | 1))
+            && matches!(lock_mode, Some(0..=2))
             && facts.triggers == 0
             && match (&facts.auto_increment, &shape.columns) {
                 (Some(auto), Some(columns)) => {
@@ -243,6 +250,9 @@ impl MySql {
             increment,
         ) {
             (true, Some(first), Some(step)) if first > 0 => Some((first, step)),
+            // One row: the id the server reported is its own, whatever the
+            // session's increment.
+            (true, Some(first), None) if first > 0 && n == 1 => Some((first, 0)),
             _ => None,
         };
         // RETURNING rows come in VALUES order, one per written row: a

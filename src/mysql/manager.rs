@@ -202,7 +202,9 @@ fn seconds(s: f64) -> Option<Duration> {
 /// What batchpool must know about one session.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Session {
-    /// `@@auto_increment_increment`.
+    /// `@@auto_increment_increment`, when it stays what it was read as
+    /// (`None` on a Galera node that sets it from the cluster's
+    /// membership: `wsrep_auto_increment_control` ON).
     pub(crate) auto_increment_increment: Option<u64>,
     /// `@@SESSION.sql_mode` is strict (`STRICT_TRANS_TABLES` or
     /// `STRICT_ALL_TABLES`): only then does a multi-row INSERT reject what
@@ -224,13 +226,19 @@ pub(crate) async fn read_settings(
     // Without what a server lacks, in turn: MySQL has no
     // `max_statement_time`, a server without InnoDB no lock mode.
     let mut row: Option<Row> = None;
+    // The wsrep variables exist on MariaDB built with Galera support
+    // (whether or not it is a cluster node); a server without them is no
+    // Galera node.
     for sql in [
         "SELECT @@max_allowed_packet, @@auto_increment_increment, \
-         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, @@SESSION.max_statement_time",
+         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, @@SESSION.max_statement_time, \
+         @@GLOBAL.wsrep_on OR @@SESSION.wsrep_on, @@GLOBAL.wsrep_auto_increment_control",
         "SELECT @@max_allowed_packet, @@auto_increment_increment, \
-         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, NULL",
+         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, @@SESSION.max_statement_time, 0, 0",
+        "SELECT @@max_allowed_packet, @@auto_increment_increment, \
+         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, NULL, 0, 0",
         "SELECT @@max_allowed_packet, @@auto_increment_increment, NULL, \
-         @@SESSION.sql_mode, NULL",
+         @@SESSION.sql_mode, NULL, 0, 0",
     ] {
         match conn.query_first(sql).await {
             Ok(found) => {
@@ -248,7 +256,15 @@ pub(crate) async fn read_settings(
             .flatten()
     };
     let packet = get_u64(0);
-    let increment = get_u64(1);
+    // A Galera node with `wsrep_auto_increment_control` ON sets every
+    // session's increment and offset from the cluster's membership before
+    // each command it runs: a node joining or leaving changes the stride of
+    // an open session between two statements, and a statement's reply does
+    // not say which stride it used. The session's increment is then not
+    // known, and no per-row id is computed from it.
+    let cluster_stride =
+        get_u64(5).is_some_and(|on| on != 0) && get_u64(6).is_some_and(|on| on != 0);
+    let increment = get_u64(1).filter(|_| !cluster_stride);
     let sql_mode = row
         .as_ref()
         .and_then(|r| r.get_opt::<Option<String>, _>(3))

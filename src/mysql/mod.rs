@@ -93,8 +93,21 @@
 //! statement that loses certification is a failure that may belong to
 //! one row, isolated like a duplicate key (its rows re-run in smaller
 //! statements, so only the callers whose own rows conflict get an error, the
-//! error their single-row INSERT gets). Per-row ids are `None` there
-//! (Galera needs `innodb_autoinc_lock_mode=2`).
+//! error their single-row INSERT gets).
+//!
+//! Per-row ids of coalesced rows are `None` on a node with
+//! `wsrep_auto_increment_control` ON (the default): the node then sets
+//! every session's `auto_increment_increment` and `auto_increment_offset`
+//! from the cluster's membership before each command, so a node joining or
+//! leaving changes the stride of an open connection between two statements
+//! (3 to 2 when a node of three leaves), and no reply says which stride a
+//! statement used. With it OFF (each node given its own
+//! `auto_increment_offset` and a common increment by the operator), a
+//! session's increment is its own, and ids are given as on one server (see
+//! Ids below). The setting is read when each connection opens: switch it on
+//! only with the pool's connections closed ([`Pool::close`](crate::Pool::close)
+//! and a new pool), since a connection opened while it was off would go on
+//! computing ids with the stride it read.
 //!
 //! # Per-row outcomes
 //!
@@ -120,12 +133,20 @@
 //! `first id + i × @@auto_increment_increment` (`i` = its position in the
 //! statement), but only where the ids are provably consecutive: a plain
 //! `INSERT` (not IGNORE, REPLACE or ON DUPLICATE KEY UPDATE) into an InnoDB
-//! table with `@@innodb_autoinc_lock_mode` 0 or 1, whose column list does not
-//! name the auto-increment column and which has no INSERT trigger (the table
-//! facts are read from `information_schema` when a statement text is first
-//! seen, `@@auto_increment_increment` when the connection opens). Everything
-//! else gets `None`: use `RETURNING id` on MariaDB, or read the row back by a
-//! key. `RETURNING` rows go to their callers in VALUES order.
+//! table, whose column list does not name the auto-increment column and
+//! which has no INSERT trigger (the table facts are read from
+//! `information_schema` when a statement text is first seen,
+//! `@@auto_increment_increment` when the connection opens), on a session
+//! whose increment the server does not change under it (not a Galera node
+//! with `wsrep_auto_increment_control` ON, see [Galera](#galera)). Such a
+//! statement is what InnoDB calls a "simple insert" (the number of rows is
+//! known when it starts): in every `innodb_autoinc_lock_mode` (0, 1 and the
+//! interleaved 2) InnoDB reserves all its values at once, one increment
+//! apart; only statements whose row count is not known in advance
+//! (`INSERT ... SELECT`, `LOAD DATA`) get values interleaved with other
+//! statements' in mode 2. Everything else gets `None`: use `RETURNING id` on
+//! MariaDB, or read the row back by a key. `RETURNING` rows go to their
+//! callers in VALUES order.
 //!
 //! # Round trips
 //!

@@ -15,7 +15,7 @@ use super::copy::{PgCopy, eligible, failed_row};
 use super::encode::{PgRow, RawValue};
 use super::errors::{sent_error, statement_level, unsent_error};
 use super::manager::{COPY_KEY, ClientWrapper, Prepared, lock};
-use super::table::{KeyMatch, refusal};
+use super::table::{KeyMatch, Refusal, refusal};
 use super::unnamed::Described;
 use super::{Client, Manager, Outcome, Postgres};
 use crate::classify::{Conflict, Dialect, InsertShape};
@@ -144,6 +144,19 @@ enum Ready<'a> {
 }
 
 impl Postgres {
+    /// Says once in the pool's life that the table facts cannot be read
+    /// from the catalog, so no statement is coalesced (each text's
+    /// [`explain`](crate::Pool::explain) gives the server's error).
+    fn warn_unreadable(&self, why: &str) {
+        if !self.catalog_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "batchpool cannot read the catalog facts of the tables it is asked to \
+                 coalesce into (pg_class, pg_attribute, pg_trigger, pg_rewrite, pg_proc, \
+                 pg_partition_tree...), so every INSERT runs as its own statement: {why}"
+            );
+        }
+    }
+
     /// Whether `n` rows of `shape` go out as one COPY.
     fn copies(&self, shape: &PgShape, n: usize) -> bool {
         shape.copy.is_some() && self.copy_threshold.is_some_and(|min| n >= min)
@@ -428,8 +441,13 @@ impl Backend for Postgres {
         let key = key_match
             .as_ref()
             .map(|(_, params, columns)| KeyMatch { columns, params });
-        if let Some(why) = refusal(conn, &shape, stmt.params(), key).await? {
-            return Ok(Err(NotCoalesced::Declined(why)));
+        match refusal(conn, &shape, stmt.params(), key).await? {
+            None => {}
+            Some(Refusal::Facts(why)) => return Ok(Err(NotCoalesced::Declined(why))),
+            Some(Refusal::Unreadable(why)) => {
+                self.warn_unreadable(&why);
+                return Ok(Err(NotCoalesced::Declined(why)));
+            }
         }
         Ok(Ok(PgShape {
             id: NEXT_SHAPE_ID.fetch_add(1, Ordering::Relaxed),

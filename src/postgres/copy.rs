@@ -119,11 +119,15 @@ pub(crate) async fn eligible(
     let Some(columns) = &shape.columns else {
         return Ok(None);
     };
-    let stmt = conn.prepare_cached(FACTS).await.map_err(unsent_error)?;
     let args: [&(dyn ToSql + Sync); 2] = [&shape.table, columns];
-    let row = match conn.query_opt(&stmt, &args).await {
+    let read = async {
+        let stmt = conn.prepare_cached(FACTS).await?;
+        conn.query_opt(&stmt, &args).await
+    };
+    let row = match read.await {
         Ok(row) => row,
-        // A catalog that cannot be read: no COPY.
+        // A catalog that cannot be read (or a server that does not know a
+        // column or function the query names): no COPY.
         Err(e) if e.as_db_error().is_some() => return Ok(None),
         Err(e) => return Err(unsent_error(e)),
     };

@@ -184,6 +184,7 @@ impl Driver for Postgres {
             settings.lifecycle(),
         );
         Ok(Postgres {
+            catalog_warned: std::sync::atomic::AtomicBool::new(false),
             pool: settings.build_pool(manager)?,
             copy_threshold: options
                 .copy_threshold

@@ -255,6 +255,9 @@ pub struct Postgres {
     pool: deadpool::managed::Pool<Manager>,
     /// Fewest rows a plain shape's statement sends as COPY (`None`: never).
     copy_threshold: Option<usize>,
+    /// Whether the warning that the catalog cannot be read was logged (once
+    /// per pool: every text learned after it meets the same catalog).
+    catalog_warned: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Postgres {

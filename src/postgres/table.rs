@@ -160,6 +160,17 @@ pub(crate) struct KeyMatch<'a> {
     pub(crate) params: &'a [usize],
 }
 
+/// Why a statement must not be coalesced, from its table's facts.
+pub(crate) enum Refusal {
+    /// What the catalog says of the table, the VALUES tuple or the key.
+    Facts(String),
+    /// The catalog could not be read (a PostgreSQL-wire engine without
+    /// `pg_partition_tree`, `pg_rewrite` or `pg_trigger`, or a role those
+    /// are not granted to): the server's error. Nothing about the table is
+    /// known, so nothing is coalesced.
+    Unreadable(String),
+}
+
 /// Reads the table's facts and says why its statement must not be
 /// coalesced, if it must not.
 pub(crate) async fn refusal(
@@ -167,7 +178,23 @@ pub(crate) async fn refusal(
     shape: &InsertShape,
     types: &[Type],
     key: Option<KeyMatch<'_>>,
-) -> Result<Option<String>, Error> {
+) -> Result<Option<Refusal>, Error> {
+    facts(conn, shape, types, key).await.map(|r| {
+        r.map(|why| match why {
+            Ok(why) => Refusal::Facts(why),
+            Err(unreadable) => Refusal::Unreadable(unreadable),
+        })
+    })
+}
+
+/// [`refusal`]: `Ok(why)` from the facts, `Err(error)` when the catalog
+/// could not be read.
+async fn facts(
+    conn: &ClientWrapper,
+    shape: &InsertShape,
+    types: &[Type],
+    key: Option<KeyMatch<'_>>,
+) -> Result<Option<Result<String, String>>, Error> {
     // INSERT triggers; ON CONFLICT DO UPDATE fires UPDATE triggers too.
     let events: i32 = match shape.conflict {
         Conflict::DoUpdate { .. } => 4 | 16,
@@ -197,18 +224,19 @@ pub(crate) async fn refusal(
         // A server that cannot answer (an old version, no catalog access):
         // not coalesced.
         Err(e) if e.as_db_error().is_some() => {
-            return Ok(Some(format!(
-                "the table's catalog facts could not be read: {}",
+            return Ok(Some(Err(format!(
+                "the table's catalog facts could not be read, so what a multi-row \
+                 statement would do differently is not known: {}",
                 Error::db(e)
-            )));
+            ))));
         }
         Err(e) => return Err(unsent_error(e)),
     };
     let table = &shape.table;
     let Some(row) = row else {
-        return Ok(Some(format!(
+        return Ok(Some(Ok(format!(
             "table {table} is not found as a table of its own (a temporary table?)"
-        )));
+        ))));
     };
     let relkind: String = row.get(0);
     let rules: bool = row.get(1);
@@ -217,40 +245,40 @@ pub(crate) async fn refusal(
     let defaults: Option<String> = row.get(4);
     let key_types: Vec<String> = row.get(5);
     if relkind != "r" && relkind != "p" {
-        return Ok(Some(format!(
+        return Ok(Some(Ok(format!(
             "{table} is not a table (a view or foreign table, relkind {relkind}): what an \
              INSERT into it does is not known"
-        )));
+        ))));
     }
     if rules {
-        return Ok(Some(format!(
+        return Ok(Some(Ok(format!(
             "table {table} has INSERT rules, which rewrite each statement"
-        )));
+        ))));
     }
     if let Some(triggers) = triggers {
-        return Ok(Some(format!(
+        return Ok(Some(Ok(format!(
             "table {table} has triggers ({triggers}): they may skip or change rows, see the \
              other rows of a multi-row statement, or act once per statement, and what they do \
              outside the transaction would be repeated when a failed statement is re-run"
-        )));
+        ))));
     }
     if let Some(calls) = calls {
-        return Ok(Some(format!(
+        return Ok(Some(Ok(format!(
             "the VALUES tuple calls volatile functions ({calls}), which a re-run after a \
              failed multi-row statement could repeat"
-        )));
+        ))));
     }
     if let Some(defaults) = defaults {
-        return Ok(Some(format!(
+        return Ok(Some(Ok(format!(
             "column defaults of table {table} call volatile functions ({defaults}), which a \
              re-run after a failed multi-row statement could repeat"
-        )));
+        ))));
     }
     if let Some(key) = key {
         if key_types.len() != key.columns.len() {
-            return Ok(Some(format!(
+            return Ok(Some(Ok(format!(
                 "the ON CONFLICT columns are not all columns of {table}"
-            )));
+            ))));
         }
         for ((column, &param), facts) in key.columns.iter().zip(key.params).zip(&key_types) {
             let mut parts = facts.split(' ');
@@ -263,11 +291,11 @@ pub(crate) async fn refusal(
                 && deterministic
                 && bound == Some(typid))
             {
-                return Ok(Some(format!(
+                return Ok(Some(Ok(format!(
                     "the ON CONFLICT key column {column} may store other bytes than those \
                      bound (its type, type modifier, collation or the parameter's type), so \
                      which rows were skipped cannot be told from the keys returned"
-                )));
+                ))));
             }
         }
     }

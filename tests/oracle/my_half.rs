@@ -303,6 +303,35 @@ async fn ids(conn: &mut Conn, case: &Case, t: &str) -> HashMap<String, String> {
 /// Runs `case` with tables `<prefix>a` (batchpool) and `<prefix>b` (plain
 /// driver) in the database of `url`.
 pub async fn run(url: &str, case: &Case, prefix: &str) -> Verdict {
+    run_nodes(&[url.to_string()], case, prefix).await
+}
+
+/// What is compared on each node of a cluster, by node.
+const NODE_CONTENTS: [&str; 3] = [
+    "table contents on node 1",
+    "table contents on node 2",
+    "table contents on node 3",
+];
+const NODE_AUDIT: [&str; 3] = [
+    "audit rows on node 1",
+    "audit rows on node 2",
+    "audit rows on node 3",
+];
+const NODE_IDS: [&str; 3] = [
+    "ids of the pool's table on node 1, against node 1",
+    "ids of the pool's table on node 2, against node 1",
+    "ids of the pool's table on node 3, against node 1",
+];
+
+/// [`run`] on the nodes of a cluster (`urls`, at most three, the same
+/// database on each): the pool and the plain driver write through the
+/// first node, and both tables are read back on every node, once it has
+/// applied every write set it received (`wsrep_sync_wait`), each node's
+/// compared on its own; the ids stored in the pool's table must be the
+/// same on every node.
+pub async fn run_nodes(urls: &[String], case: &Case, prefix: &str) -> Verdict {
+    assert!(!urls.is_empty() && urls.len() <= NODE_CONTENTS.len());
+    let url = urls[0].as_str();
     let started = Instant::now();
     let mut conn = connect(url, case.strict).await;
     let (ta, tb) = (format!("{prefix}a"), format!("{prefix}b"));
@@ -368,17 +397,54 @@ pub async fn run(url: &str, case: &Case, prefix: &str) -> Verdict {
     }
 
     let cols = case.names().join(", ");
-    let mut tables = vec![Table {
-        what: "table contents",
-        batchpool: text_rows(&mut conn, &format!("SELECT {cols} FROM {ta}")).await,
-        plain: text_rows(&mut conn, &format!("SELECT {cols} FROM {tb}")).await,
-    }];
-    if case.triggers.audit.is_some() {
+    let mut tables = Vec::new();
+    if urls.len() == 1 {
         tables.push(Table {
-            what: "audit rows",
-            batchpool: text_rows(&mut conn, &format!("SELECT tag, k FROM {ta}_audit")).await,
-            plain: text_rows(&mut conn, &format!("SELECT tag, k FROM {tb}_audit")).await,
+            what: "table contents",
+            batchpool: text_rows(&mut conn, &format!("SELECT {cols} FROM {ta}")).await,
+            plain: text_rows(&mut conn, &format!("SELECT {cols} FROM {tb}")).await,
         });
+        if case.triggers.audit.is_some() {
+            tables.push(Table {
+                what: "audit rows",
+                batchpool: text_rows(&mut conn, &format!("SELECT tag, k FROM {ta}_audit")).await,
+                plain: text_rows(&mut conn, &format!("SELECT tag, k FROM {tb}_audit")).await,
+            });
+        }
+    } else {
+        let ids_here = if case.serial_id {
+            text_rows(&mut conn, &format!("SELECT tag, id FROM {ta}")).await
+        } else {
+            Vec::new()
+        };
+        for (i, node_url) in urls.iter().enumerate() {
+            let mut node = connect(node_url, case.strict).await;
+            // Reads see every write set the node has received.
+            node.query_drop("SET SESSION wsrep_sync_wait = 1")
+                .await
+                .expect("wsrep_sync_wait");
+            tables.push(Table {
+                what: NODE_CONTENTS[i],
+                batchpool: text_rows(&mut node, &format!("SELECT {cols} FROM {ta}")).await,
+                plain: text_rows(&mut node, &format!("SELECT {cols} FROM {tb}")).await,
+            });
+            if case.triggers.audit.is_some() {
+                tables.push(Table {
+                    what: NODE_AUDIT[i],
+                    batchpool: text_rows(&mut node, &format!("SELECT tag, k FROM {ta}_audit"))
+                        .await,
+                    plain: text_rows(&mut node, &format!("SELECT tag, k FROM {tb}_audit")).await,
+                });
+            }
+            if case.serial_id {
+                tables.push(Table {
+                    what: NODE_IDS[i],
+                    batchpool: text_rows(&mut node, &format!("SELECT tag, id FROM {ta}")).await,
+                    plain: ids_here.clone(),
+                });
+            }
+            let _ = node.disconnect().await;
+        }
     }
     let seen = Seen {
         ddl: ddl(case, &ta),
