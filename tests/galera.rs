@@ -138,9 +138,24 @@ async fn round(urls: &[String], t: &str, builder: &impl Fn(&str) -> PoolBuilder)
         .collect();
     // Every pool's connections open (and the statement is learned) before
     // the writers start, so they overlap from the first row.
+    // Taking a connection here failed once in about ten runs, for a reason
+    // not yet known (the error was not kept): the warm-up is not what is
+    // under test, so it tries again for a while and logs each error.
     for pool in &pools {
-        let mut conn = pool.get().await.expect("warm up");
-        let _: Vec<i64> = conn.query("SELECT 1").await.expect("SELECT 1");
+        let patience = std::time::Instant::now();
+        loop {
+            match pool.get().await {
+                Ok(mut conn) => {
+                    let _: Vec<i64> = conn.query("SELECT 1").await.expect("SELECT 1");
+                    break;
+                }
+                Err(e) if patience.elapsed() < std::time::Duration::from_secs(20) => {
+                    eprintln!("warm-up: {e}; trying again");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("warm up: {e}"),
+            }
+        }
     }
     let before = lost_to_the_cluster(&urls[0]).await + lost_to_the_cluster(&urls[1]).await;
     let sql = format!("INSERT INTO {t} (k, w) VALUES (?, ?)");
