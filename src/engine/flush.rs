@@ -76,7 +76,13 @@ pub(super) async fn flusher<B: Backend>(
                 table = q.insert.table.as_str(),
                 rows = taken.rows.len(),
                 reason = ?reason,
+                kind = tracing::field::Empty,
+                outcome = tracing::field::Empty,
+                failed = tracing::field::Empty,
             );
+            for caller in &taken.callers {
+                span.follows_from(caller);
+            }
             let started = Instant::now();
             engine.counters.flushed(reason, taken.rows.len());
             let in_flight = InFlight::new(&engine, &q, taken.rows.len());
@@ -88,10 +94,11 @@ pub(super) async fn flusher<B: Backend>(
                     rows: &taken.rows,
                     chunks: &taken.chunks,
                     claims: &taken.claims,
+                    span: &span,
                 },
                 Pipeline::Independent,
             )
-            .instrument(span)
+            .instrument(span.clone())
             .await;
             // The connection goes back before the callers hear, so a caller
             // that issues its next statement finds it free.
@@ -301,6 +308,7 @@ pub(super) async fn inline<B: Backend>(
         return Err(row);
     };
     let (engine, q) = (engine.clone(), q.clone());
+    let caller = caller_span();
     let flush = async move {
         engine.counters.flushed(FlushReason::Natural, 1);
         let in_flight = InFlight::new(&engine, &q, 1);
@@ -309,7 +317,13 @@ pub(super) async fn inline<B: Backend>(
             table = q.insert.table.as_str(),
             rows = 1,
             reason = "idle",
+            kind = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            failed = tracing::field::Empty,
         );
+        if let Some(caller) = &caller {
+            span.follows_from(caller);
+        }
         // Counted failed if no outcome comes (a panic in a backend).
         let mut no_outcome = NoOutcome(Some(&engine));
         let mut out = execute_rows(
@@ -320,10 +334,11 @@ pub(super) async fn inline<B: Backend>(
                 rows: std::slice::from_ref(&row),
                 chunks: &[1],
                 claims: &[],
+                span: &span,
             },
             Pipeline::Off,
         )
-        .instrument(span)
+        .instrument(span.clone())
         .await;
         drop(conn);
         drop(slot);
@@ -439,6 +454,9 @@ pub(super) struct Rows<'a, R> {
     /// that are sent whenever their turn comes: an explicit batch, the idle
     /// fast path).
     pub(super) claims: &'a [Option<Arc<Claim>>],
+    /// The flush's span: records the kind of statements sent and the
+    /// outcome.
+    pub(super) span: &'a tracing::Span,
 }
 
 /// Runs `rows` as consecutive statements on one connection, in order:
@@ -466,6 +484,7 @@ pub(super) async fn execute_rows<B: Backend>(
         rows,
         chunks,
         claims,
+        span,
     }: Rows<'_, B::Row>,
     pipeline: Pipeline,
 ) -> Vec<Result<B::Output, Error>> {
@@ -489,6 +508,8 @@ pub(super) async fn execute_rows<B: Backend>(
     // stale or not-run statement) go to the front of `work` and hold rows
     // before it; rows after it are sent in order.
     let mut unsent_from = 0;
+    // Statements sent by the bulk path, and as multi-row texts.
+    let (mut bulk, mut multi) = (0usize, 0usize);
     let mut pairing = pipeline != Pipeline::Off && engine.pipelines(&q.shape);
     while let Some(first) = work.pop_front() {
         if first.0 >= unsent_from && !claims.is_empty() {
@@ -531,6 +552,9 @@ pub(super) async fn execute_rows<B: Backend>(
                 .uses_bulk(&q.shape, &rows[start..start + len])
             {
                 engine.counters.bulk();
+                bulk += 1;
+            } else {
+                multi += 1;
             }
         }
         let limit = B::Connections::answer_limit(conn);
@@ -600,10 +624,50 @@ pub(super) async fn execute_rows<B: Backend>(
         }
     }
     engine.counters.split(iso.splits);
-    results
+    let results: Vec<_> = results
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(Error::lost())))
-        .collect()
+        .collect();
+    if !span.is_disabled() {
+        record_outcome::<B>(span, bulk, multi, &results);
+    }
+    results
+}
+
+/// Records on a flush's span the kind of statements it sent (`multi-row`,
+/// the backend's bulk path: `copy` on PostgreSQL, `bulk` on MySQL, or
+/// `mixed`) and its outcome (`ok`, or `rows failed` with their count).
+fn record_outcome<B: Backend>(
+    span: &tracing::Span,
+    bulk: usize,
+    multi: usize,
+    results: &[Result<B::Output, Error>],
+) {
+    let bulk_kind = match B::DIALECT {
+        crate::classify::Dialect::Postgres => "copy",
+        crate::classify::Dialect::MySql => "bulk",
+    };
+    let kind = match (bulk, multi) {
+        (0, _) => "multi-row",
+        (_, 0) => bulk_kind,
+        _ => "mixed",
+    };
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    span.record("kind", kind);
+    span.record("outcome", if failed == 0 { "ok" } else { "rows failed" });
+    span.record("failed", failed);
+}
+
+/// The caller's span, for the flush that carries its row to link to
+/// (`follows_from`). `None`, at the cost of a level check, when no
+/// subscriber records this module's DEBUG spans (the flush spans): then
+/// nothing of the caller's span is kept.
+pub(super) fn caller_span() -> Option<tracing::Span> {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return None;
+    }
+    let span = tracing::Span::current();
+    (!span.is_disabled()).then_some(span)
 }
 
 /// The statements that send `len` rows from `start`: one bulk statement
@@ -775,6 +839,7 @@ pub(super) async fn direct<B: Backend>(
     rows: Vec<B::Row>,
     bytes: Vec<usize>,
     deadline: Option<Instant>,
+    caller: Option<tracing::Span>,
     reply: tokio::sync::oneshot::Sender<ManyResult<B>>,
 ) {
     let slot = engine.flush_slot();
@@ -828,7 +893,13 @@ pub(super) async fn direct<B: Backend>(
             rows = end - start,
             statements = chunks.len(),
             reason = "explicit",
+            kind = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            failed = tracing::field::Empty,
         );
+        if let Some(caller) = &caller {
+            span.follows_from(caller);
+        }
         for &chunk in &chunks {
             engine.counters.flushed(FlushReason::Full, chunk);
         }
@@ -841,10 +912,11 @@ pub(super) async fn direct<B: Backend>(
                 rows: &rows[start..end],
                 chunks: &chunks,
                 claims: &[],
+                span: &span,
             },
             Pipeline::InOrder,
         )
-        .instrument(span)
+        .instrument(span.clone())
         .await;
         drop(in_flight);
         engine

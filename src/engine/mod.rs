@@ -70,6 +70,9 @@ pub(crate) struct Engine<B: Backend> {
     /// Statement kinds of the texts run inside transactions and groups
     /// (bounded like `routes`).
     kinds: std::sync::Mutex<LruCache<Box<str>, StatementKind>>,
+    /// Texts already warned about as not coalesced (bounded like `routes`:
+    /// a text forgotten here may be warned about again).
+    warned: std::sync::Mutex<LruCache<Box<str>, ()>>,
     /// Queue slots: one permit per queued row. In an `Arc` so a caller can
     /// reserve an owned permit ahead of its row (the tower service does, in
     /// `poll_ready`) and hand it to [`Engine::submit`].
@@ -97,6 +100,7 @@ impl<B: Backend> Engine<B> {
             learning: std::sync::Mutex::default(),
             learnings: std::sync::atomic::AtomicU64::new(0),
             kinds: std::sync::Mutex::new(LruCache::new(cache)),
+            warned: std::sync::Mutex::new(LruCache::new(cache)),
             config,
             limits,
             counters: Counters::default(),
@@ -325,7 +329,10 @@ impl<B: Backend> Engine<B> {
                     .prepare_shape(c, sql, insert.clone()))?;
                 self.counters.learned();
                 let route = match learned? {
-                    Err(reason) => Route::Pass(Arc::new(reason)),
+                    Err(reason) => {
+                        self.warn_not_coalesced(sql, &reason);
+                        Route::Pass(Arc::new(reason))
+                    }
                     Ok(shape) => {
                         let ppr = insert.params_per_row.max(1);
                         let cap_rows = self
@@ -356,6 +363,22 @@ impl<B: Backend> Engine<B> {
                 }
             }
         })
+    }
+
+    /// Warns, once per text, that `sql` (an INSERT the classifier would
+    /// coalesce) runs on its own for `reason`, which the backend found on
+    /// the server (a trigger, a view, a table type...): nothing else tells
+    /// the operator short of `explain()`.
+    fn warn_not_coalesced(&self, sql: &str, reason: &NotCoalesced) {
+        let first = self
+            .warned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .put(sql.into(), ())
+            .is_none();
+        if first {
+            tracing::warn!(sql, reason = %reason, "INSERT not coalesced: each row runs on its own");
+        }
     }
 
     /// Reserves `n` queue slots, waiting or failing fast as configured.
@@ -460,6 +483,7 @@ impl<B: Backend> Engine<B> {
                 queued_at: Instant::now(),
                 deadline,
                 claim: claim.clone(),
+                caller: flush::caller_span(),
                 _work: work,
             },
         );
@@ -504,7 +528,8 @@ impl<B: Backend> Engine<B> {
         }
         let (rows, bytes): (Vec<B::Row>, Vec<usize>) = rows.into_iter().unzip();
         let (tx, rx) = oneshot::channel();
-        let direct = flush::direct(self.clone(), q.clone(), rows, bytes, deadline, tx);
+        let caller = flush::caller_span();
+        let direct = flush::direct(self.clone(), q.clone(), rows, bytes, deadline, caller, tx);
         tokio::spawn(Detached::new(work, direct));
         rx.await.unwrap_or_else(|_| Err(Error::lost()))
     }

@@ -87,10 +87,18 @@ pub(crate) struct Pending<B: Backend> {
     pub(crate) deadline: Option<Instant>,
     /// Set with `deadline`: whether the row was sent or timed out.
     pub(crate) claim: Option<Arc<Claim>>,
+    /// The caller's span, for the flush that carries the row to link to
+    /// (`follows_from`); `None` when no subscriber records flush spans.
+    pub(crate) caller: Option<tracing::Span>,
     /// The call's guard, until a flusher takes the row (see
     /// `Engine::submit`).
     pub(crate) _work: Work,
 }
+
+/// Most caller spans one flush links to: a subscriber keeps every link of a
+/// span, so a flush of thousands of rows would cost as much again in links;
+/// the first callers of a flush are enough to find it from them.
+pub(crate) const MAX_LINKS: usize = 64;
 
 pub(crate) struct State<B: Backend> {
     pub(crate) rows: VecDeque<Pending<B>>,
@@ -137,6 +145,9 @@ pub(crate) struct Taken<B: Backend> {
     /// sent when its deadline passes (it waits behind another statement of
     /// its flush) fails unsent all the same.
     pub(crate) claims: Vec<Option<Arc<Claim>>>,
+    /// The spans of the first [`MAX_LINKS`] callers of the taken rows that
+    /// have one.
+    pub(crate) callers: Vec<tracing::Span>,
     /// Rows whose deadline had passed when the flush took them: they fail
     /// unsent.
     pub(crate) expired: Vec<Expired<B>>,
@@ -280,6 +291,7 @@ impl<B: Backend> ShapeQueue<B> {
             rows: Vec::new(),
             replies: Vec::new(),
             claims: Vec::new(),
+            callers: Vec::new(),
             expired: Vec::new(),
             chunks: Vec::with_capacity(statements),
             cancelled: 0,
@@ -350,6 +362,9 @@ impl<B: Backend> ShapeQueue<B> {
             taken.rows.push(p.row);
             taken.replies.push(p.reply);
             taken.claims.push(p.claim);
+            if taken.callers.len() < MAX_LINKS {
+                taken.callers.extend(p.caller);
+            }
         }
         full
     }

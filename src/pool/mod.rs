@@ -85,7 +85,9 @@ impl<B: Backend> Pool<B> {
     ///
     /// Classifies the text as `execute` does (and caches the answer for it):
     /// the first call for a new batchable text asks the server about it
-    /// (one round trip), so this can fail like `execute`.
+    /// (one round trip), so this can fail like `execute`. A text that looks
+    /// batchable but that the server makes run on its own is also logged
+    /// once, at WARN, with this reason.
     ///
     /// ```no_run
     /// # async fn demo(pool: batchpool::postgres::Pool) -> Result<(), batchpool::Error> {
