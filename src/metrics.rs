@@ -3,8 +3,10 @@
 //!
 //! Install a recorder (for example `metrics-exporter-prometheus`) **before
 //! building the pool**: each pool registers its metrics once, when it is
-//! built, and keeps the handles, so a row costs a few relaxed atomic
-//! operations and no lookup. A pool built before any recorder was installed
+//! built, and keeps the handles, so a row costs no lookup, only the
+//! recorder's own updates (about 55 ns per row more than without the
+//! feature, with `metrics-exporter-prometheus`: the engine bench's
+//! `counting` group). A pool built before any recorder was installed
 //! exports nothing. Without the feature nothing of this is compiled.
 //!
 //! Every metric carries two labels: `pool`, the pool's name
