@@ -40,6 +40,12 @@
 //!     from them (mysql_common's `ComStmtBulkExecuteRequestBuilder`, as
 //!     mysql_async's `exec_batch` calls it).
 //!
+//! * `counting/stats_1000_rows`: the pool's counting (`Stats`) of 1000 rows
+//!   that queue and leave in one flush of two statements;
+//!   `counting/stats_and_metrics_1000_rows` (built with the `metrics`
+//!   feature): the same with a Prometheus recorder installed, what that
+//!   feature adds per row.
+//!
 //! The per-row hooks come from the crate's `bench` feature
 //! (`batchpool::bench`, not a stable API).
 
@@ -321,11 +327,44 @@ fn mysql_bulk(c: &mut Criterion) {
     group.finish();
 }
 
+/// The pool's counting of a 1000-row flush (two 500-row statements): its
+/// `Stats` counters alone, and with the `metrics` feature also a Prometheus
+/// recorder's metrics (`cargo bench --features bench,metrics --bench engine
+/// -- counting`), the cost that feature adds per row.
+fn counting(c: &mut Criterion) {
+    // Installed before the counters are made: they register their metrics
+    // once, as a pool does when it is built.
+    #[cfg(feature = "metrics")]
+    let _handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder of this process");
+    let counting = bench::FlushCounting::default();
+    let mut group = c.benchmark_group("counting");
+    group.throughput(Throughput::Elements(ROWS as u64));
+    let name = if cfg!(feature = "metrics") {
+        "stats_and_metrics_1000_rows"
+    } else {
+        "stats_1000_rows"
+    };
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            counting.flush(
+                black_box(ROWS),
+                black_box(500),
+                black_box(std::time::Duration::from_micros(250)),
+            )
+        })
+    });
+    group.finish();
+    assert!(counting.rows() > 0);
+}
+
 criterion_group!(
     engine,
     classify_and_batch,
     pg_paths,
     mysql_rewrite,
-    mysql_bulk
+    mysql_bulk,
+    counting
 );
 criterion_main!(engine);

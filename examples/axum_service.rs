@@ -11,6 +11,11 @@
 //! curl -s localhost:3000/events/1                     # 200 {"id":1,"key":"order-1","data":"hello"}
 //! ```
 //!
+//! Built with the `metrics` feature (`cargo run --features metrics --example
+//! axum_service`), it also serves the pool's metrics at `GET /metrics` in
+//! Prometheus' text format (`batchpool_rows_total`, ...; see
+//! `batchpool::metrics`).
+//!
 //! Errors map to statuses: a write whose outcome is unknown (its answer
 //! missed the deadline or the connection was lost after sending; it may be
 //! stored) → 500 saying so and never 503, a duplicate `key` (unique
@@ -68,10 +73,23 @@ impl IntoResponse for ApiError {
 #[allow(dead_code)] // unused where tests include this file for `app`
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The recorder goes in before the pool is built: a pool registers its
+    // metrics when it is built.
+    #[cfg(feature = "metrics")]
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
     let (pool, bind) = common::start().await?;
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, app(pool.clone()))
+    let router = app(pool.clone());
+    #[cfg(feature = "metrics")]
+    let router = router.route(
+        "/metrics",
+        get(move || {
+            let metrics = metrics.clone();
+            async move { metrics.render() }
+        }),
+    );
+    axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })

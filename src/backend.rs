@@ -128,6 +128,8 @@ pub(crate) trait Driver:
 
     /// Name for messages and `Debug`.
     const NAME: &'static str;
+    /// The `backend` label of the pool's metrics (the cargo feature's name).
+    const LABEL: &'static str;
     /// After a statement fails inside a transaction the server aborts the
     /// transaction itself and answers every later statement with an error,
     /// so later statements may be sent (PostgreSQL). When `false`, the pool

@@ -221,3 +221,57 @@ impl MyRows {
         crate::mysql::bulk_params(&self.0).collect()
     }
 }
+
+/// The pool's own counting (`Stats`, and with the `metrics` feature the
+/// metrics of whichever recorder is installed when this is made) of rows
+/// that queue, then leave in one flush.
+pub struct FlushCounting(crate::stats::Counters);
+
+impl std::fmt::Debug for FlushCounting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FlushCounting")
+    }
+}
+
+impl Default for FlushCounting {
+    fn default() -> Self {
+        FlushCounting(crate::stats::Counters::new("bench", "postgres"))
+    }
+}
+
+impl FlushCounting {
+    /// Counts what a pool counts for `rows` rows that queue one by one, each
+    /// waiting `waited`, then go in one flush of statements of at most
+    /// `per_statement` rows, all succeeding.
+    pub fn flush(&self, rows: usize, per_statement: usize, waited: std::time::Duration) {
+        use crate::stats::FlushReason;
+        let c = &self.0;
+        for _ in 0..rows {
+            c.queued_delta(1, 0);
+        }
+        c.queued_delta(0, rows);
+        for _ in 0..rows {
+            c.waited(waited);
+        }
+        c.flushed(FlushReason::Natural, rows);
+        c.in_flight_delta(true);
+        {
+            let _sending = c.sending(rows);
+            let mut left = rows;
+            while left > 0 {
+                let n = left.min(per_statement.max(1));
+                let started = c.round_trip();
+                c.statement(n);
+                c.answered(started);
+                left -= n;
+            }
+        }
+        c.in_flight_delta(false);
+        c.failed(0);
+    }
+
+    /// The rows counted so far (`Stats::rows`).
+    pub fn rows(&self) -> u64 {
+        self.0.snapshot().rows
+    }
+}

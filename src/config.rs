@@ -187,6 +187,8 @@ pub(crate) struct PoolSettings {
     pub(crate) max_lifetime: Option<Duration>,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) batching: BatchConfig,
+    /// The `pool` label of the pool's metrics.
+    pub(crate) name: String,
 }
 
 impl Default for PoolSettings {
@@ -208,6 +210,7 @@ impl Default for PoolSettings {
             max_lifetime: None,
             idle_timeout: None,
             batching: BatchConfig::default(),
+            name: "default".to_owned(),
         }
     }
 }

@@ -69,7 +69,10 @@
 //! adds the [`tower`] services; `rustls` (on by default) gives both
 //! backends TLS (PostgreSQL `sslmode=verify-full`, MySQL
 //! `ssl-mode=VERIFY_IDENTITY`, see [`postgres`](crate::postgres#tls) and
-//! [`mysql`](crate::mysql#tls)); `serde` adds [`PoolConfig`].
+//! [`mysql`](crate::mysql#tls)); `serde` adds [`PoolConfig`]; `metrics`
+//! (off by default) exports the pool's counters, gauges and histograms
+//! through the `metrics` facade, for Prometheus and other exporters: the
+//! `batchpool::metrics` module lists their names and labels.
 //!
 //! # Guarantees
 //!
@@ -131,6 +134,10 @@ mod pool;
 #[cfg(feature = "serde")]
 mod pool_config;
 mod stats;
+
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 
 #[cfg(feature = "mysql")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]

@@ -46,6 +46,8 @@ pub struct PoolConfig {
     pub url: Option<String>,
     /// Password, replacing the connection string's (keep it in a secret).
     pub password: Option<String>,
+    /// [`PoolBuilder::name`]: the `pool` label of the pool's metrics.
+    pub name: Option<String>,
     /// [`PoolBuilder::max_size`].
     pub max_size: Option<usize>,
     /// [`PoolBuilder::wait_timeout`].
@@ -244,6 +246,9 @@ impl PoolConfig {
             config = B::set_password(config, password);
         }
         let mut b = PoolBuilder::<B>::new(Ok(config)).batching(self.batching());
+        if let Some(name) = &self.name {
+            b = b.name(name.clone());
+        }
         if let Some(n) = self.max_size {
             b = b.max_size(n);
         }

@@ -17,7 +17,6 @@ pub(crate) enum FlushReason {
     Close,
 }
 
-#[derive(Default)]
 pub(crate) struct Counters {
     batches: AtomicU64,
     statements: AtomicU64,
@@ -39,75 +38,240 @@ pub(crate) struct Counters {
     in_flight: AtomicU64,
     learns: AtomicU64,
     learn_checks: AtomicU64,
+    /// The same counts as `metrics` metrics.
+    #[cfg(feature = "metrics")]
+    exported: crate::metrics::Exported,
+}
+
+/// When a statement's round trip started: nothing without the `metrics`
+/// feature, which alone needs it.
+pub(crate) struct Started {
+    #[cfg(feature = "metrics")]
+    at: crate::metrics::Started,
+}
+
+/// The rows of one flush, counted as sent when the flush ends (dropped),
+/// less those found not sent after all: a Prometheus counter only goes up,
+/// so `batchpool_rows_total` is added to once, with the final number.
+pub(crate) struct Flushed<'a> {
+    counters: &'a Counters,
+    #[cfg(feature = "metrics")]
+    rows: usize,
+}
+
+impl Flushed<'_> {
+    /// Rows of this flush counted as flushed that were not sent after all.
+    pub(crate) fn not_sent(&mut self, n: usize) {
+        #[cfg(feature = "metrics")]
+        {
+            self.rows -= n;
+        }
+        self.counters.not_sent(n);
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Flushed<'_> {
+    fn drop(&mut self) {
+        if self.rows > 0 {
+            self.counters.exported.rows.increment(self.rows as u64);
+        }
+    }
+}
+
+/// Adds to a `metrics` counter, with the feature on.
+macro_rules! export {
+    ($self:ident . $name:ident, $n:expr) => {
+        #[cfg(feature = "metrics")]
+        $self.exported.$name.increment($n as u64);
+    };
 }
 
 impl Counters {
+    /// Counters of the pool named `pool` (its `metrics` label) of backend
+    /// `backend` (`"postgres"`, `"mysql"`).
+    #[cfg_attr(
+        not(feature = "metrics"),
+        allow(unused_variables, reason = "the labels are for the metrics feature")
+    )]
+    pub(crate) fn new(pool: &str, backend: &'static str) -> Counters {
+        Counters {
+            batches: AtomicU64::default(),
+            statements: AtomicU64::default(),
+            rows: AtomicU64::default(),
+            rows_failed: AtomicU64::default(),
+            rows_cancelled: AtomicU64::default(),
+            rows_unsent: AtomicU64::default(),
+            split_statements: AtomicU64::default(),
+            bulk_statements: AtomicU64::default(),
+            pipelined_statements: AtomicU64::default(),
+            passthrough: AtomicU64::default(),
+            flush_natural: AtomicU64::default(),
+            flush_full: AtomicU64::default(),
+            flush_timer: AtomicU64::default(),
+            flush_close: AtomicU64::default(),
+            queue_wait_total_us: AtomicU64::default(),
+            queue_wait_max_us: AtomicU64::default(),
+            queued: AtomicU64::default(),
+            in_flight: AtomicU64::default(),
+            learns: AtomicU64::default(),
+            learn_checks: AtomicU64::default(),
+            #[cfg(feature = "metrics")]
+            exported: crate::metrics::Exported::new(pool, backend),
+        }
+    }
+
     pub(crate) fn flushed(&self, reason: FlushReason, rows: usize) {
         self.batches.fetch_add(1, Relaxed);
         self.rows.fetch_add(rows as u64, Relaxed);
         match reason {
-            FlushReason::Natural => &self.flush_natural,
-            FlushReason::Full => &self.flush_full,
-            FlushReason::Timer => &self.flush_timer,
-            FlushReason::Close => &self.flush_close,
+            FlushReason::Natural => {
+                self.flush_natural.fetch_add(1, Relaxed);
+                export!(self.flush_natural, 1);
+            }
+            FlushReason::Full => {
+                self.flush_full.fetch_add(1, Relaxed);
+                export!(self.flush_full, 1);
+            }
+            FlushReason::Timer => {
+                self.flush_timer.fetch_add(1, Relaxed);
+                export!(self.flush_timer, 1);
+            }
+            FlushReason::Close => {
+                self.flush_close.fetch_add(1, Relaxed);
+                export!(self.flush_close, 1);
+            }
         }
-        .fetch_add(1, Relaxed);
     }
-    pub(crate) fn statements(&self, n: usize) {
-        self.statements.fetch_add(n as u64, Relaxed);
+    /// `rows` rows about to be sent by one flush (already counted by
+    /// [`flushed`](Counters::flushed)), until the returned guard is dropped.
+    #[cfg_attr(
+        not(feature = "metrics"),
+        allow(unused_variables, reason = "the rows are for the metrics feature")
+    )]
+    pub(crate) fn sending(&self, rows: usize) -> Flushed<'_> {
+        Flushed {
+            counters: self,
+            #[cfg(feature = "metrics")]
+            rows,
+        }
+    }
+    /// One statement of `rows` rows sent.
+    #[cfg_attr(
+        not(feature = "metrics"),
+        allow(unused_variables, reason = "the rows are for the metrics feature")
+    )]
+    pub(crate) fn statement(&self, rows: usize) {
+        self.statements.fetch_add(1, Relaxed);
+        export!(self.statements, 1);
+        #[cfg(feature = "metrics")]
+        self.exported.statement_rows.record(rows as f64);
+    }
+    /// A round trip (one statement or a pipelined pair) starts.
+    pub(crate) fn round_trip(&self) -> Started {
+        Started {
+            #[cfg(feature = "metrics")]
+            at: crate::metrics::Started(std::time::Instant::now()),
+        }
+    }
+    /// The round trip begun at `started` is answered.
+    #[cfg_attr(
+        not(feature = "metrics"),
+        allow(unused_variables, reason = "the timing is for the metrics feature")
+    )]
+    pub(crate) fn answered(&self, started: Started) {
+        #[cfg(feature = "metrics")]
+        self.exported
+            .statement_duration
+            .record(started.at.0.elapsed().as_secs_f64());
     }
     pub(crate) fn pipelined(&self) {
         self.pipelined_statements.fetch_add(1, Relaxed);
+        export!(self.pipelined_statements, 1);
     }
     pub(crate) fn bulk(&self) {
         self.bulk_statements.fetch_add(1, Relaxed);
+        export!(self.bulk_statements, 1);
     }
     pub(crate) fn split(&self, n: usize) {
-        self.split_statements.fetch_add(n as u64, Relaxed);
+        if n > 0 {
+            self.split_statements.fetch_add(n as u64, Relaxed);
+            export!(self.split_statements, n);
+        }
     }
     pub(crate) fn failed(&self, n: usize) {
-        self.rows_failed.fetch_add(n as u64, Relaxed);
+        if n > 0 {
+            self.rows_failed.fetch_add(n as u64, Relaxed);
+            export!(self.rows_failed, n);
+        }
     }
     pub(crate) fn cancelled(&self, n: usize) {
-        self.rows_cancelled.fetch_add(n as u64, Relaxed);
+        if n > 0 {
+            self.rows_cancelled.fetch_add(n as u64, Relaxed);
+            export!(self.rows_cancelled, n);
+        }
     }
-    /// Rows counted as flushed that were not sent after all.
-    pub(crate) fn not_sent(&self, n: usize) {
+    /// Rows counted as flushed that were not sent after all (through
+    /// [`Flushed::not_sent`], which keeps the exported count right).
+    fn not_sent(&self, n: usize) {
         if n > 0 {
             self.rows.fetch_sub(n as u64, Relaxed);
             self.unsent(n);
         }
     }
     pub(crate) fn unsent(&self, n: usize) {
-        self.rows_unsent.fetch_add(n as u64, Relaxed);
+        if n > 0 {
+            self.rows_unsent.fetch_add(n as u64, Relaxed);
+            export!(self.rows_unsent, n);
+        }
     }
     pub(crate) fn learned(&self) {
         self.learns.fetch_add(1, Relaxed);
+        export!(self.learns, 1);
     }
     pub(crate) fn learn_checked(&self) {
         self.learn_checks.fetch_add(1, Relaxed);
+        export!(self.learn_checks, 1);
     }
     pub(crate) fn passthrough(&self) {
         self.passthrough.fetch_add(1, Relaxed);
+        export!(self.passthrough, 1);
     }
     pub(crate) fn waited(&self, d: Duration) {
         let us = d.as_micros().min(u64::MAX as u128) as u64;
         self.queue_wait_total_us.fetch_add(us, Relaxed);
         self.queue_wait_max_us.fetch_max(us, Relaxed);
+        // The same whole microseconds as `Stats::queue_wait_total`, so the
+        // histogram's sum matches it.
+        #[cfg(feature = "metrics")]
+        self.exported.queue_wait.record(us as f64 / 1e6);
+    }
+    /// The longest queue wait since the last call (or since the pool was
+    /// built), and a fresh start for `Stats::queue_wait_max`.
+    pub(crate) fn take_queue_wait_max(&self) -> Duration {
+        Duration::from_micros(self.queue_wait_max_us.swap(0, Relaxed))
     }
     pub(crate) fn queued_delta(&self, add: usize, sub: usize) {
         if add > 0 {
             self.queued.fetch_add(add as u64, Relaxed);
+            #[cfg(feature = "metrics")]
+            self.exported.queued.increment(add as f64);
         }
         if sub > 0 {
             self.queued.fetch_sub(sub as u64, Relaxed);
+            #[cfg(feature = "metrics")]
+            self.exported.queued.decrement(sub as f64);
         }
     }
     pub(crate) fn in_flight_delta(&self, up: bool) {
         if up {
             self.in_flight.fetch_add(1, Relaxed);
+            #[cfg(feature = "metrics")]
+            self.exported.in_flight.increment(1.0);
         } else {
             self.in_flight.fetch_sub(1, Relaxed);
+            #[cfg(feature = "metrics")]
+            self.exported.in_flight.decrement(1.0);
         }
     }
 
@@ -186,7 +350,8 @@ pub struct Stats {
     pub flush_close: u64,
     /// Total time rows spent queued before their flush took them.
     pub queue_wait_total: Duration,
-    /// Longest time one row spent queued.
+    /// Longest time one row spent queued since the pool was built, or since
+    /// the last [`Pool::take_queue_wait_max`](crate::Pool::take_queue_wait_max).
     pub queue_wait_max: Duration,
     /// Rows queued right now.
     pub queued: u64,

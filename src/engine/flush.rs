@@ -489,6 +489,8 @@ pub(super) async fn execute_rows<B: Backend>(
     pipeline: Pipeline,
 ) -> Vec<Result<B::Output, Error>> {
     let n = rows.len();
+    // The caller counted these rows flushed; sent, less those not sent.
+    let mut flushed = engine.counters.sending(n);
     debug_assert_eq!(chunks.iter().sum::<usize>(), n);
     debug_assert!(claims.is_empty() || claims.len() == n);
     let mut results: Vec<Option<Result<B::Output, Error>>> = (0..n).map(|_| None).collect();
@@ -517,9 +519,7 @@ pub(super) async fn execute_rows<B: Backend>(
             // deadline has won.
             let live = claim(engine, q, rows, claims, first, &mut results);
             if live.len() != 1 || live[0] != first {
-                engine
-                    .counters
-                    .not_sent(first.1 - live.iter().map(|p| p.1).sum::<usize>());
+                flushed.not_sent(first.1 - live.iter().map(|p| p.1).sum::<usize>());
                 for piece in live.into_iter().rev() {
                     work.push_front(piece);
                 }
@@ -546,7 +546,7 @@ pub(super) async fn execute_rows<B: Backend>(
             // Counted as it is sent: the inline path runs in the caller's
             // task, and a caller dropped mid-statement must not hide a
             // statement whose rows `Stats::rows` already counts.
-            engine.counters.statements(1);
+            engine.counters.statement(len);
             if engine
                 .backend
                 .uses_bulk(&q.shape, &rows[start..start + len])
@@ -558,6 +558,7 @@ pub(super) async fn execute_rows<B: Backend>(
             }
         }
         let limit = B::Connections::answer_limit(conn);
+        let started = engine.counters.round_trip();
         let sent = match second {
             None => {
                 let chunk = &rows[first.0..first.0 + first.1];
@@ -579,6 +580,7 @@ pub(super) async fn execute_rows<B: Backend>(
                 .map(|(ra, rb)| vec![(first, ra), (second, rb)])
             }
         };
+        engine.counters.answered(started);
         let outcomes = match sent {
             Ok(outcomes) => outcomes,
             Err(timeout) => {
@@ -596,7 +598,7 @@ pub(super) async fn execute_rows<B: Backend>(
                         *slot = Some(Err(Error::not_sent_after_timeout()));
                     }
                 }
-                engine.counters.not_sent(unsent);
+                flushed.not_sent(unsent);
                 break;
             }
         };

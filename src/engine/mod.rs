@@ -87,7 +87,12 @@ pub(crate) struct Engine<B: Backend> {
 }
 
 impl<B: Backend> Engine<B> {
-    pub(crate) fn new(backend: B, config: BatchConfig, limits: Limits) -> Result<Arc<Self>, Error> {
+    pub(crate) fn new(
+        backend: B,
+        config: BatchConfig,
+        limits: Limits,
+        counters: Counters,
+    ) -> Result<Arc<Self>, Error> {
         config.validate()?;
         let cache = NonZeroUsize::new(config.cache_capacity).unwrap_or(NonZeroUsize::MIN);
         let flush_slots = config.max_in_flight.map(|n| Arc::new(Semaphore::new(n)));
@@ -103,7 +108,7 @@ impl<B: Backend> Engine<B> {
             warned: std::sync::Mutex::new(LruCache::new(cache)),
             config,
             limits,
-            counters: Counters::default(),
+            counters,
             tracker: Arc::default(),
             closing: Notify::new(),
             flush_slots,

@@ -481,7 +481,8 @@ impl H {
 
     async fn limited(mut mem: Mem, config: BatchConfig, limits: TestLimits) -> H {
         mem.statement_limit = limits.statement;
-        let e = Engine::new(mem, config, limits.engine).unwrap();
+        let counters = crate::stats::Counters::new("default", "memory");
+        let e = Engine::new(mem, config, limits.engine, counters).unwrap();
         let Route::Batch(q) = e.route(SQL, None).await.unwrap() else {
             panic!("{SQL} should be batchable");
         };

@@ -103,6 +103,7 @@ impl Driver for MySql {
     type Bound = Params;
 
     const NAME: &'static str = "MySQL";
+    const LABEL: &'static str = "mysql";
     const SERVER_ABORTS_FAILED_TRANSACTION: bool = false;
     const RESUMES_AFTER_CUT: bool = false;
 

@@ -8,6 +8,7 @@ use crate::backend::Backend;
 use crate::config::{BatchConfig, PoolSettings};
 use crate::engine::Engine;
 use crate::error::Error;
+use crate::stats::Counters;
 
 /// Builds a [`Pool`]: from [`Pool::builder`] (a connection string) or the
 /// backend's own config type (`postgres::Pool::from_config`,
@@ -179,6 +180,14 @@ impl<B: Backend> PoolBuilder<B> {
         self
     }
 
+    /// The pool's name (default `"default"`): the `pool` label of its
+    /// metrics (feature `metrics`, see [`crate::metrics`]), to tell the pools
+    /// of one process apart.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.settings.name = name.into();
+        self
+    }
+
     /// How rows are coalesced (default [`BatchConfig::default`]).
     pub fn batching(mut self, config: BatchConfig) -> Self {
         self.settings.batching = config;
@@ -198,8 +207,9 @@ impl<B: Backend> PoolBuilder<B> {
     pub fn build(self) -> Result<Pool<B>, Error> {
         let backend = B::open(self.config?, &self.settings, self.options)?;
         let limits = self.settings.limits();
+        let counters = Counters::new(&self.settings.name, B::LABEL);
         Ok(Pool {
-            engine: Engine::new(backend, self.settings.batching, limits)?,
+            engine: Engine::new(backend, self.settings.batching, limits, counters)?,
         })
     }
 }

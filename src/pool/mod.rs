@@ -107,6 +107,15 @@ impl<B: Backend> Pool<B> {
         self.engine.stats()
     }
 
+    /// The longest time one row spent queued since the last call (or since
+    /// the pool was built), and a fresh start for
+    /// [`Stats::queue_wait_max`]: called once per reporting interval, it
+    /// gives each interval's own maximum. Only this resets it; every other
+    /// counter keeps counting from the build.
+    pub fn take_queue_wait_max(&self) -> std::time::Duration {
+        self.engine.counters.take_queue_wait_max()
+    }
+
     /// Connection pool sizes (deadpool's status).
     pub fn status(&self) -> Status {
         self.engine.backend.connections().status()

@@ -96,6 +96,7 @@ impl Driver for Postgres {
     type Bound = PgRow;
 
     const NAME: &'static str = "PostgreSQL";
+    const LABEL: &'static str = "postgres";
     const SERVER_ABORTS_FAILED_TRANSACTION: bool = true;
     const RESUMES_AFTER_CUT: bool = true;
 
