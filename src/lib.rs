@@ -76,34 +76,30 @@
 //!
 //! # Guarantees
 //!
-//! * **Durability:** a caller's future is `Ok` only after the statement
-//!   holding its row committed.
-//! * **No silent retry:** if the connection dies after a statement was sent
-//!   and before its reply, its callers get an error for which
-//!   [`Error::is_outcome_unknown`] is true.
-//! * **Cancellation:** a future dropped before a flush took its row means the
-//!   row is never sent; dropped after, the statement is finished anyway (the
-//!   outcome is discarded). Either way no queue slot or connection leaks,
-//!   and no connection goes back to the pool with a statement unanswered.
-//! * **Bounded waits:** `wait_timeout` bounds a call's wait for its text to
-//!   be learned, a queue slot and a connection end to end (a row not sent by
-//!   then fails with a timeout and is never sent). A statement is bounded by its session's
-//!   own time limit (PostgreSQL `statement_timeout`, MariaDB
-//!   `max_statement_time`: from the connection string, the role or user,
-//!   the database or the server, read from the server when a connection
-//!   opens and after every reset), or by the builder's `statement_timeout`
-//!   if you set one: on the server and, 1 s later, in the pool (then the
-//!   outcome is unknown and the connection is closed). A session without a
-//!   limit has none from the pool either; a peer that vanished is then
-//!   noticed by TCP keepalive and the TCP user timeout.
-//! * **Your settings win:** the pool never overrides a session setting you
-//!   or the server made. It sets one only when you ask it to
-//!   (`statement_timeout`), and your session setup (connection string,
-//!   MariaDB `init` statements and `after_connect`, `post_create` hooks)
-//!   holds again after every reset the pool does.
-//! * **Close:** [`Pool::close`] returns only after every call accepted
-//!   before it has its outcome and no statement of the pool is on the wire.
-//! * **Ordering:** rows of different callers have no order between them.
+//! Every caller gets the outcome its statement would have had run alone,
+//! in autocommit — its own count, row, id or error — or an honest "not
+//! known" ([`Error::is_outcome_unknown`], [`Outcome::is_exact`]); `Ok` only
+//! after the statement holding its row committed; nothing retried
+//! silently; every wait bounded by a setting; no session setting of yours
+//! overridden; [`Pool::close`] returns once every accepted call has its
+//! outcome. The [guide] says exactly what each of these means:
+//!
+//! * [What you get, exactly](guide#what-you-get-exactly): what is
+//!   coalesced, when a statement is sent, COPY and the MariaDB bulk
+//!   command, error isolation, time limits, cancellation, `close()`,
+//!   errors, metrics and tracing.
+//! * [Fewer round trips](guide#fewer-round-trips-atomic-and-lazy-transactions):
+//!   `atomic` and lazy transactions.
+//! * [Supported server versions](guide#supported-server-versions):
+//!   PostgreSQL 12 and later, MariaDB 10.2.7 and later, PgBouncer in
+//!   transaction mode; which ones the tests run against.
+//! * [Behind a pooler](guide#behind-a-pooler-pgbouncer-and-friends),
+//!   [beyond one server](guide#beyond-one-server) (Galera, failover) and
+//!   [in production](guide#connecting-in-production): connection limits,
+//!   session hygiene, hooks, configuration from the environment, TLS, Unix
+//!   sockets.
+//! * [Use it in your service](guide#use-it-in-your-service): axum,
+//!   actix-web and tower, with an error-to-HTTP mapping.
 //!
 //! [`tokio-postgres`]: https://docs.rs/tokio-postgres
 //! [`mysql_async`]: https://docs.rs/mysql_async
@@ -157,6 +153,22 @@ pub mod bench;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+
+// The reference guide: text only, written once in docs/GUIDE.md and
+// included here, so that docs.rs shows it and `cargo test` compiles its
+// examples (which use every default feature).
+#[cfg(any(
+    doc,
+    all(
+        feature = "postgres",
+        feature = "mysql",
+        feature = "tower",
+        feature = "serde",
+        feature = "rustls"
+    )
+))]
+#[doc = include_str!("../docs/GUIDE.md")]
+pub mod guide {}
 
 // The README's examples, compiled by `cargo test` so they cannot rot.
 #[cfg(all(doctest, feature = "postgres", feature = "mysql"))]

@@ -21,7 +21,7 @@
 //! | `batchpool_rows_total` | counter | `rows`: coalesced rows sent |
 //! | `batchpool_flushes_total{reason}` | counter | `flush_natural`, `flush_full`, `flush_timer`, `flush_close` (`reason` = `natural`, `full`, `timer`, `close`); their sum is `batches` |
 //! | `batchpool_statements_total` | counter | `statements`: multi-row statements sent |
-//! | `batchpool_bulk_statements_total` | counter | `bulk_statements`: of those, sent by the bulk path (PostgreSQL `COPY`) |
+//! | `batchpool_bulk_statements_total` | counter | `bulk_statements`: of those, sent by the bulk path (PostgreSQL `COPY`, the MariaDB bulk command `COM_STMT_BULK_EXECUTE`) |
 //! | `batchpool_pipelined_statements_total` | counter | `pipelined_statements` |
 //! | `batchpool_split_statements_total` | counter | `split_statements`: re-runs that isolate failing rows |
 //! | `batchpool_passthrough_statements_total` | counter | `passthrough`: statements run as they are |
@@ -140,7 +140,7 @@ fn describe() {
     describe_counter!(
         "batchpool_bulk_statements_total",
         Unit::Count,
-        "Statements sent by the backend's bulk path (PostgreSQL COPY)"
+        "Statements sent by the backend's bulk path (PostgreSQL COPY, MariaDB COM_STMT_BULK_EXECUTE)"
     );
     describe_counter!(
         "batchpool_pipelined_statements_total",

@@ -8,13 +8,14 @@ mod common;
 use std::time::Duration;
 
 use batchpool::BatchConfig;
-use common::backend::{Patience, TestBackend, both, wait_for};
+use common::backend::{Patience, TestBackend, TestOutcome, Val, both, wait_for};
 
 both! {
     (flavor = "multi_thread", worker_threads = 2) => [
         max_lifetime_replaces_connections_but_never_one_in_use,
         idle_timeout_closes_idle_connections_only,
         retire_all_replaces_every_connection_without_cutting_work,
+        coalesced_rows_run_across_lifetime_and_idle_limits,
     ],
 }
 
@@ -225,6 +226,68 @@ async fn retire_all_replaces_every_connection_without_cutting_work<B: Life>() {
     );
     // Connections opened after retire_all stay.
     assert!(after.contains(&fresh), "{after:?} has {fresh}");
+}
+
+async fn coalesced_rows_run_across_lifetime_and_idle_limits<B: Life>() {
+    let url = B::fresh_db().await;
+    let mut admin = B::admin(&url).await;
+    let limit = Duration::from_millis(600);
+    let pool = B::pool_with(&url, None, BatchConfig::default(), 2, |b| {
+        b.max_lifetime(limit).idle_timeout(limit)
+    });
+    let create = B::pick(
+        "CREATE TABLE t (id int PRIMARY KEY, v text NOT NULL)",
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL) ENGINE=InnoDB",
+    );
+    B::execute(&pool, create, &[]).await.expect("create");
+    let insert = B::sql("INSERT INTO t (id, v) VALUES (?, ?)");
+
+    // Bursts of coalesced rows, each on connections the limits retired
+    // after the one before: every row is stored once and every caller
+    // hears its own count.
+    const ROUNDS: i32 = 4;
+    const PER_ROUND: i32 = 100;
+    let mut rounds: Vec<Vec<i64>> = Vec::new();
+    for round in 0..ROUNDS {
+        let calls = (0..PER_ROUND).map(|i| {
+            let id = round * PER_ROUND + i;
+            let (pool, insert) = (pool.clone(), insert.clone());
+            async move {
+                let params = [Val::from(id), Val::from(format!("r{id}"))];
+                B::execute(&pool, &insert, &params).await
+            }
+        });
+        for out in futures_util::future::join_all(calls).await {
+            assert_eq!(out.expect("a coalesced insert").rows_affected(), 1);
+        }
+        let open = sessions::<B>(&mut admin).await;
+        assert!(!open.is_empty(), "round {round} ran on a session");
+        // Idle past both limits: each is closed before the next round.
+        for id in &open {
+            gone::<B>(&mut admin, *id).await;
+        }
+        rounds.push(open);
+    }
+    for (i, earlier) in rounds.iter().enumerate() {
+        for later in &rounds[i + 1..] {
+            assert!(
+                earlier.iter().all(|id| !later.contains(id)),
+                "a session outlived its limits: {rounds:?}"
+            );
+        }
+    }
+
+    let stored = B::query_i64(&pool, "SELECT COUNT(*) FROM t", &[])
+        .await
+        .expect("count");
+    assert_eq!(stored, i64::from(ROUNDS * PER_ROUND));
+    let stats = B::stats(&pool);
+    assert_eq!(stats.rows, (ROUNDS * PER_ROUND) as u64, "{stats:?}");
+    assert_eq!(stats.rows_failed, 0, "{stats:?}");
+    assert!(
+        stats.statements < stats.rows,
+        "rows were coalesced: {stats:?}"
+    );
 }
 
 fn pool_retire<B: Life>(pool: &B::Pool) {

@@ -1,19 +1,42 @@
 //! The `metrics` feature: a burst of coalesced INSERTs (multi-row INSERTs
-//! and COPY, one failing row, a few statements run as they are) on a real
-//! PostgreSQL, scraped in Prometheus' text format and compared with the
-//! pool's own `stats()`.
+//! and the bulk path — COPY on PostgreSQL, the bulk command on MariaDB —
+//! one failing row, a few statements run as they are) on a real PostgreSQL
+//! and a real MariaDB, scraped in Prometheus' text format and compared with
+//! each pool's own `stats()`.
 
 mod common;
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use batchpool::Stats;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-/// One scrape: every sample line, as (name, labels, value).
-struct Scrape(Vec<(String, String, f64)>);
+/// The process's one recorder, installed before the first pool is built
+/// (a pool registers its metrics when it is built). Histograms with
+/// buckets, as a Prometheus user sets them, so `_count` and `_sum` cover
+/// every value since the start. The tests' pools tell their samples apart
+/// by the `backend` label.
+fn recorder() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .set_buckets(&[0.000_1, 0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0])
+            .unwrap()
+            .install_recorder()
+            .unwrap()
+    })
+}
+
+/// One scrape of pool "orders" of one backend: every sample line, as
+/// (name, labels, value).
+struct Scrape {
+    backend: &'static str,
+    samples: Vec<(String, String, f64)>,
+}
 
 impl Scrape {
-    fn of(handle: &PrometheusHandle) -> Scrape {
+    fn of(handle: &PrometheusHandle, backend: &'static str) -> Scrape {
         let text = handle.render();
         let samples = text
             .lines()
@@ -28,16 +51,16 @@ impl Scrape {
                 (name.to_owned(), labels.to_owned(), value)
             })
             .collect();
-        Scrape(samples)
+        Scrape { backend, samples }
     }
 
-    /// The value of the one sample `name` of pool "orders" on PostgreSQL
-    /// with the `extra` labels too; `None` when there is none.
+    /// The value of the one sample `name` of pool "orders" on this scrape's
+    /// backend with the `extra` labels too; `None` when there is none.
     fn find(&self, name: &str, extra: &[(&str, &str)]) -> Option<f64> {
-        let mut want = vec![("pool", "orders"), ("backend", "postgres")];
+        let mut want = vec![("pool", "orders"), ("backend", self.backend)];
         want.extend_from_slice(extra);
         let hits: Vec<f64> = self
-            .0
+            .samples
             .iter()
             .filter(|(n, labels, _)| {
                 n == name
@@ -66,15 +89,7 @@ impl Scrape {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scraped_metrics_match_stats_after_a_burst() {
-    // Installed before the pool is built: the pool registers its metrics
-    // when it is built. Histograms with buckets, as a Prometheus user sets
-    // them, so `_count` and `_sum` cover every value since the start.
-    let handle = PrometheusBuilder::new()
-        .set_buckets(&[0.000_1, 0.001, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0])
-        .unwrap()
-        .install_recorder()
-        .unwrap();
-
+    let handle = recorder();
     let url = common::pg_fresh_db().await;
     let pool = batchpool::postgres::Pool::builder(&url)
         .name("orders")
@@ -128,10 +143,21 @@ async fn scraped_metrics_match_stats_after_a_burst() {
     // sides are final.
     pool.close().await;
     let stats = pool.stats();
-    let m = Scrape::of(&handle);
+    let m = Scrape::of(handle, "postgres");
+    compare(&m, &stats, 2 * N as u64);
+    // The maximum queue wait, taken: returned once, then counted afresh.
+    let max = stats.queue_wait_max;
+    assert!(max <= stats.queue_wait_total);
+    assert_eq!(pool.take_queue_wait_max(), max);
+    assert_eq!(pool.stats().queue_wait_max, Duration::ZERO);
+    assert_eq!(pool.take_queue_wait_max(), Duration::ZERO);
+}
 
+/// The scrape `m` says what `stats` says, for a finished burst of `rows`
+/// rows with one failing row and a few statements run as they are.
+fn compare(m: &Scrape, stats: &Stats, rows: u64) {
     // The failing row was sent too.
-    assert_eq!(stats.rows, 2 * N as u64, "{stats:?}");
+    assert_eq!(stats.rows, rows, "{stats:?}");
     assert_eq!(m.get("batchpool_rows_total", &[]), stats.rows);
     assert_eq!(m.get("batchpool_statements_total", &[]), stats.statements);
     assert_eq!(
@@ -205,17 +231,73 @@ async fn scraped_metrics_match_stats_after_a_burst() {
         .unwrap_or(0.0);
     let total = stats.queue_wait_total.as_secs_f64();
     assert!(
-        (waited - total).abs() <= 1e-9 * (1.0 + total) * 2.0 * N as f64,
+        (waited - total).abs() <= 1e-9 * (1.0 + total) * rows as f64,
         "histogram sum {waited} vs queue_wait_total {total}"
     );
     if stats.queue_wait_total > Duration::ZERO {
         assert!(m.get("batchpool_queue_wait_seconds_count", &[]) > 0);
     }
+}
 
-    // The maximum queue wait, taken: returned once, then counted afresh.
-    let max = stats.queue_wait_max;
-    assert!(max <= stats.queue_wait_total);
-    assert_eq!(pool.take_queue_wait_max(), max);
-    assert_eq!(pool.stats().queue_wait_max, Duration::ZERO);
-    assert_eq!(pool.take_queue_wait_max(), Duration::ZERO);
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scraped_metrics_match_stats_after_a_burst_on_mariadb() {
+    let handle = recorder();
+    let url = common::mysql_fresh_db().await;
+    let pool = batchpool::mysql::Pool::builder(&url)
+        .name("orders")
+        .max_size(2)
+        .build()
+        .unwrap();
+    pool.execute(
+        "CREATE TABLE plain (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB",
+        (),
+    )
+    .await
+    .unwrap();
+    pool.execute(
+        "CREATE TABLE keyed (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(20) NOT NULL) \
+         ENGINE=InnoDB",
+        (),
+    )
+    .await
+    .unwrap();
+    pool.execute("INSERT INTO plain (id, v) SELECT 0, 'taken'", ())
+        .await
+        .unwrap();
+
+    // Ids 0..300: id 0 is taken, so exactly one row fails. `plain` names
+    // every column: the bulk command carries its flushes. `keyed` gets
+    // its ids from the auto-increment column: multi-row INSERTs.
+    const N: i32 = 300;
+    let plain = (0..N).map(|id| {
+        let pool = pool.clone();
+        async move {
+            pool.execute(
+                "INSERT INTO plain (id, v) VALUES (?, ?)",
+                (id, format!("p{id}")),
+            )
+            .await
+        }
+    });
+    let keyed = (0..N).map(|i| {
+        let pool = pool.clone();
+        async move {
+            pool.execute("INSERT INTO keyed (v) VALUES (?)", (format!("k{i}"),))
+                .await
+        }
+    });
+    let (plain, keyed) = tokio::join!(
+        futures_util::future::join_all(plain),
+        futures_util::future::join_all(keyed)
+    );
+    let failed = plain.iter().filter(|r| r.is_err()).count();
+    assert_eq!(failed, 1, "only the taken id fails");
+    assert!(plain[0].is_err());
+    assert!(keyed.iter().all(Result::is_ok));
+
+    pool.close().await;
+    let stats = pool.stats();
+    let m = Scrape::of(handle, "mysql");
+    compare(&m, &stats, 2 * N as u64);
 }

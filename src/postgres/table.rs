@@ -187,6 +187,51 @@ pub(crate) async fn refusal(
     })
 }
 
+/// The oldest PostgreSQL release whose catalog answers [`FACTS`]:
+/// `pg_partition_tree()` and `pg_collation.collisdeterministic` are new in
+/// PostgreSQL 12.
+pub(crate) const MIN_SERVER_VERSION_NUM: i32 = 120_000;
+
+/// The server's `server_version_num` (`150004` for 15.4), `None` when it
+/// cannot be read (a transaction the failed catalog query aborted, an
+/// engine without the setting). Asked only after the catalog query failed,
+/// to say why.
+async fn server_version_num(conn: &ClientWrapper) -> Option<i32> {
+    let messages = conn.simple_query("SHOW server_version_num").await.ok()?;
+    messages.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse().ok(),
+        _ => None,
+    })
+}
+
+/// Why nothing is coalesced when the catalog query failed with `error`, on
+/// a server of `version` (its `server_version_num`, when known).
+fn unreadable(version: Option<i32>, error: &Error) -> String {
+    match version {
+        Some(v) if v < MIN_SERVER_VERSION_NUM => format!(
+            "the server is PostgreSQL {}, older than 12, the oldest release batchpool \
+             coalesces on (the table's catalog facts need pg_partition_tree() and \
+             pg_collation.collisdeterministic, new in 12), so every INSERT runs as its own \
+             statement: {error}",
+            major(v)
+        ),
+        _ => format!(
+            "the table's catalog facts could not be read, so what a multi-row \
+             statement would do differently is not known: {error}"
+        ),
+    }
+}
+
+/// The release a `server_version_num` names: `11` for 110022, `9.6` for
+/// 90624.
+fn major(version_num: i32) -> String {
+    if version_num >= 100_000 {
+        (version_num / 10_000).to_string()
+    } else {
+        format!("{}.{}", version_num / 10_000, version_num / 100 % 100)
+    }
+}
+
 /// [`refusal`]: `Ok(why)` from the facts, `Err(error)` when the catalog
 /// could not be read.
 async fn facts(
@@ -224,11 +269,8 @@ async fn facts(
         // A server that cannot answer (an old version, no catalog access):
         // not coalesced.
         Err(e) if e.as_db_error().is_some() => {
-            return Ok(Some(Err(format!(
-                "the table's catalog facts could not be read, so what a multi-row \
-                 statement would do differently is not known: {}",
-                Error::db(e)
-            ))));
+            let version = server_version_num(conn).await;
+            return Ok(Some(Err(unreadable(version, &Error::db(e)))));
         }
         Err(e) => return Err(unsent_error(e)),
     };
@@ -300,4 +342,32 @@ async fn facts(
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_older_than_12_is_named_in_the_reason() {
+        let error = Error::new(
+            crate::error::Kind::Config,
+            "function pg_partition_tree(oid) does not exist",
+        );
+        let old = unreadable(Some(110_022), &error);
+        assert!(old.contains("PostgreSQL 11, older than 12"), "{old}");
+        assert!(
+            old.contains("pg_partition_tree(oid) does not exist"),
+            "{old}"
+        );
+        let older = unreadable(Some(90_624), &error);
+        assert!(older.contains("PostgreSQL 9.6, older than 12"), "{older}");
+        for version in [Some(MIN_SERVER_VERSION_NUM), Some(150_004), None] {
+            let why = unreadable(version, &error);
+            assert!(
+                why.starts_with("the table's catalog facts could not be read"),
+                "{why}"
+            );
+        }
+    }
 }
