@@ -181,7 +181,7 @@ impl<B: Backend> PoolBuilder<B> {
     }
 
     /// The pool's name (default `"default"`): the `pool` label of its
-    /// metrics (feature `metrics`, see [`crate::metrics`]), to tell the pools
+    /// metrics (feature `metrics`, see `batchpool::metrics`), to tell the pools
     /// of one process apart.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.settings.name = name.into();
