@@ -25,6 +25,15 @@ use crate::engine;
 use crate::error::Error;
 use crate::outcome::Outcome;
 
+/// Whether a SQLSTATE belongs to a class of transient failures, after which
+/// the same statement may succeed when sent again: 08 connection exception,
+/// 40 transaction rollback (deadlock, serialization failure), 53
+/// insufficient resources, 57 operator intervention (admin shutdown,
+/// terminated session). Both servers report these standard classes.
+pub(crate) fn transient_sqlstate(code: &str) -> bool {
+    code.len() == 5 && matches!(code.get(..2), Some("08" | "40" | "53" | "57"))
+}
+
 /// A pooled connection of backend `B`.
 pub(crate) type Conn<B> = deadpool::managed::Object<<B as Driver>::Manager>;
 

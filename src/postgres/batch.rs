@@ -13,7 +13,7 @@ use tokio_postgres::{Row, Statement};
 
 use super::copy::{PgCopy, eligible, failed_row};
 use super::encode::{PgRow, RawValue};
-use super::errors::{sent_error, statement_level, unsent_error};
+use super::errors::{sent_error, unsent_error};
 use super::manager::{COPY_KEY, ClientWrapper, Prepared, lock};
 use super::table::{KeyMatch, Refusal, refusal};
 use super::unnamed::Described;
@@ -295,13 +295,11 @@ impl Postgres {
                 Err(ChunkError::Stale(sent_error(e)))
             }
             Err(e) => {
-                let row = e
-                    .as_db_error()
-                    .is_some_and(|db| !statement_level(db.code().code()));
                 let at = matches!(ready, Ready::Copy(..))
                     .then(|| failed_row(&e))
                     .flatten();
                 let err = conn.sent_error(e);
+                let row = err.is_db() && !err.is_statement_level();
                 Err(match (row, at) {
                     (true, Some(at)) => ChunkError::RowAt(at, err),
                     (true, None) => ChunkError::Row(err),
