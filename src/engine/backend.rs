@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::classify::{Dialect, InsertShape};
 use crate::error::Error;
 use crate::explain::NotCoalesced;
+use crate::sync::lock;
 
 /// Why one multi-row statement failed.
 #[derive(Debug)]
@@ -185,7 +186,7 @@ pub(crate) struct ConnectionCap {
 
 impl ConnectionCap {
     fn capped(&self) -> std::sync::MutexGuard<'_, Option<(usize, Instant)>> {
-        self.capped.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.capped)
     }
 
     /// Whether the manager may try to open a connection now: not while as

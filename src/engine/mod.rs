@@ -38,6 +38,7 @@ use crate::config::{BatchConfig, Limits, QueueFull};
 use crate::error::Error;
 use crate::explain::NotCoalesced;
 use crate::stats::{Counters, Stats};
+use crate::sync::lock;
 
 /// A text being learned in a task of its own, awaited by its concurrent
 /// callers, each for as long as its own wait allows.
@@ -139,12 +140,11 @@ impl<B: Backend> Engine<B> {
     /// What kind of statement `sql` is (transaction control, implicit
     /// commit, other): classified once per text, then cached.
     pub(crate) fn statement_kind(&self, sql: &str) -> StatementKind {
-        let lock = || self.kinds.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(kind) = lock().get(sql) {
+        if let Some(kind) = lock(&self.kinds).get(sql) {
             return *kind;
         }
         let kind = classify::statement_kind(B::DIALECT, sql);
-        lock().put(sql.into(), kind);
+        lock(&self.kinds).put(sql.into(), kind);
         kind
     }
 
@@ -191,7 +191,7 @@ impl<B: Backend> Engine<B> {
     ) -> Result<Route<B>, Error> {
         loop {
             let (learning, mine) = {
-                let mut map = self.learning.lock().unwrap_or_else(|p| p.into_inner());
+                let mut map = lock(&self.learning);
                 match map.get(sql) {
                     Some(l) => (l.clone(), false),
                     None => {
@@ -227,7 +227,7 @@ impl<B: Backend> Engine<B> {
                 .learn(&sql, deadline)
                 .await
                 .map(|r| engine.routes.put_first(&sql, r));
-            let mut map = engine.learning.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = lock(&engine.learning);
             if map.get(&sql).is_some_and(|l| l.id == id) {
                 map.remove(&sql);
             }
@@ -375,12 +375,7 @@ impl<B: Backend> Engine<B> {
     /// the server (a trigger, a view, a table type...): nothing else tells
     /// the operator short of `explain()`.
     fn warn_not_coalesced(&self, sql: &str, reason: &NotCoalesced) {
-        let first = self
-            .warned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .put(sql.into(), ())
-            .is_none();
+        let first = lock(&self.warned).put(sql.into(), ()).is_none();
         if first {
             tracing::warn!(sql, reason = %reason, "INSERT not coalesced: each row runs on its own");
         }

@@ -40,7 +40,7 @@ fn map(e: tokio_postgres::Error, after_send: bool) -> Error {
 /// may finish in time, and a row waiting for a lock is one row) and class 53
 /// (out of memory, disk full: smaller statements may pass).
 pub(crate) fn statement_level(code: &str) -> bool {
-    code != "42501"
+    code != SqlState::INSUFFICIENT_PRIVILEGE.code()
         && (code.starts_with("57P")
             || matches!(
                 code.get(..2),
@@ -53,9 +53,9 @@ pub(crate) fn statement_level(code: &str) -> bool {
 /// `RETURNING *` ("cached plan must not change result type"), or the
 /// statement is gone ("prepared statement ... does not exist").
 pub(crate) fn stale_db(db: &tokio_postgres::error::DbError) -> bool {
-    let code = db.code().code();
-    code == "26000"
-        || (code == "0A000"
+    let code = db.code();
+    code == &SqlState::INVALID_SQL_STATEMENT_NAME
+        || (code == &SqlState::FEATURE_NOT_SUPPORTED
             && db
                 .message()
                 .contains("cached plan must not change result type"))

@@ -26,6 +26,7 @@ use crate::engine::backend::{CapRefused, Capped, ConnectionCap};
 use crate::engine::lifecycle::{Lifecycle, Stamp};
 use crate::error::{Error, Kind};
 use crate::pool::hooks::Hooks;
+use crate::sync::lock;
 
 /// What a session reset undoes: an open transaction, cursors, the role,
 /// settings, `LISTEN`s, advisory locks, temporary tables and sequence state
@@ -889,10 +890,6 @@ impl Prepared {
             Prepared::Unnamed(described) => &described.params,
         }
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
