@@ -9,9 +9,7 @@
 //!   multi-row statement through the [`Backend`], isolate failing rows, and
 //!   send each caller its own outcome.
 
-pub(crate) mod backend;
 mod flush;
-pub(crate) mod lifecycle;
 pub(crate) mod queue;
 mod route;
 #[cfg(test)]
@@ -28,11 +26,12 @@ use lru::LruCache;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
-pub(crate) use self::backend::{Backend, ChunkError, ChunkResult, Connections, Wire, exchange};
 use self::queue::{Pending, ShapeQueue};
 pub(crate) use self::route::Route;
 use self::route::{Check, Learned, Routes};
 pub(crate) use self::work::{Detached, Tracker, Work};
+use crate::backend::batch::{Backend, ChunkError, ChunkResult};
+use crate::backend::{Connections, exchange};
 use crate::classify::{self, Classified, StatementKind};
 use crate::config::{BatchConfig, Limits, QueueFull};
 use crate::error::Error;

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use super::backend::Backend;
 use super::work::Work;
+use crate::backend::batch::Backend;
 use crate::classify::InsertShape;
 use crate::error::Error;
 use crate::sync::lock;

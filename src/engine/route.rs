@@ -20,8 +20,8 @@ use std::time::Duration;
 use lru::LruCache;
 use tokio::time::Instant;
 
-use super::backend::Backend;
 use super::queue::ShapeQueue;
+use crate::backend::batch::Backend;
 use crate::classify::InsertShape;
 use crate::explain::{Explain, NotCoalesced};
 use crate::sync::lock;

@@ -3,8 +3,8 @@
 
 use mysql_async::DriverError;
 
+use crate::backend::batch::ChunkError;
 use crate::backend::transient_sqlstate;
-use crate::engine::ChunkError;
 use crate::error::{Error, Kind, ServerClass, ServerError};
 
 /// Whether a param-related driver error (raised before anything is sent).

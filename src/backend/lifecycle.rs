@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use deadpool::managed::Metrics;
 
-use super::backend::{Capped, Wire};
+use super::{Capped, Wire};
 use crate::sync::lock;
 
 /// Shortest pause between two sweeps.
