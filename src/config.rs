@@ -224,8 +224,8 @@ impl PoolSettings {
     }
 
     /// The connections' lifecycle, for the manager.
-    pub(crate) fn lifecycle(&self) -> crate::engine::lifecycle::Lifecycle {
-        crate::engine::lifecycle::Lifecycle::new(self.max_lifetime, self.idle_timeout)
+    pub(crate) fn lifecycle(&self) -> crate::backend::Lifecycle {
+        crate::backend::Lifecycle::new(self.max_lifetime, self.idle_timeout)
     }
 
     /// The deadpool pool for `manager`, with these sizes and timeouts.

@@ -54,6 +54,39 @@ struct Inner {
     kind: Kind,
     message: String,
     source: Option<BoxError>,
+    /// What the backend found out about a server error when it mapped it.
+    server: Option<ServerClass>,
+}
+
+/// What a backend finds out about one of its server's errors, once, when it
+/// maps the driver's error into an [`Error`]: the core never looks inside a
+/// driver's error type.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ServerClass {
+    /// The SQLSTATE.
+    pub(crate) code: String,
+    /// The server's error as one line, shown as the error's `Display`.
+    pub(crate) message: String,
+    /// Sending the statement again is safe and may succeed (deadlock,
+    /// serialization failure, server shutting down, too many connections...).
+    pub(crate) retryable: bool,
+    /// The server cancelled the statement at its statement time limit.
+    pub(crate) statement_timeout: bool,
+    /// The error is about a multi-row statement as a whole, not about one
+    /// row's values.
+    #[cfg_attr(
+        not(feature = "postgres"),
+        allow(dead_code, reason = "the MySQL backend judges its raw errors")
+    )]
+    pub(crate) statement_level: bool,
+}
+
+/// A driver error its backend can classify: implemented by each backend for
+/// its driver's error type.
+pub(crate) trait ServerError: StdError + Send + Sync + Sized + 'static {
+    /// The classification when the error is the server's answer to a
+    /// statement; `None` for any other error of the driver.
+    fn classify(&self) -> Option<ServerClass>;
 }
 
 /// An error from batchpool: a database error for this caller's own row, a lost
@@ -89,6 +122,7 @@ impl Error {
             kind,
             message: message.into(),
             source: None,
+            server: None,
         }))
     }
 
@@ -101,6 +135,7 @@ impl Error {
             kind,
             message: message.into(),
             source: Some(source.into()),
+            server: None,
         }))
     }
 
@@ -123,18 +158,46 @@ impl Error {
         Error::new(Kind::TooLarge, message)
     }
 
-    /// The server answered the statement with an error.
     /// The server answered the statement with an error. Its `Display` is
-    /// the server's own: severity, code, message, and detail and hint when
-    /// present.
-    pub(crate) fn db(source: impl Into<BoxError>) -> Error {
-        let source = source.into();
-        let message = server_message(&*source).unwrap_or_else(|| source.to_string());
+    /// the server's own, as the backend words it (for PostgreSQL: severity,
+    /// code, message, and detail and hint when present).
+    pub(crate) fn db(source: impl ServerError) -> Error {
+        let server = source.classify();
+        let message = match &server {
+            Some(class) => class.message.clone(),
+            None => source.to_string(),
+        };
         Error(Arc::new(Inner {
             kind: Kind::Db,
             message,
-            source: Some(source),
+            source: Some(Box::new(source)),
+            server,
         }))
+    }
+
+    /// The driver's error behind this one, for the backend that made it to
+    /// look into.
+    pub(crate) fn driver_source(&self) -> Option<&(dyn StdError + Send + Sync + 'static)> {
+        self.0.source.as_deref()
+    }
+
+    /// The backend's classification of the server error behind this one.
+    fn server(&self) -> Option<&ServerClass> {
+        match self.0.kind {
+            Kind::Db => self.0.server.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Whether the server error behind this one is about a multi-row
+    /// statement as a whole rather than one row's values (as the backend
+    /// judged it). False for any other error.
+    #[cfg_attr(
+        not(feature = "postgres"),
+        allow(dead_code, reason = "the MySQL backend judges its raw errors")
+    )]
+    pub(crate) fn is_statement_level(&self) -> bool {
+        self.server().is_some_and(|class| class.statement_level)
     }
 
     /// The driver lost the connection: after the statement was sent its
@@ -223,50 +286,7 @@ impl Error {
     /// The SQLSTATE of a database error (`"23505"` for a unique violation),
     /// for either backend. `None` when the error did not come from the server.
     pub fn code(&self) -> Option<&str> {
-        if self.0.kind != Kind::Db {
-            return None;
-        }
-        let source = self.0.source.as_deref()?;
-        #[cfg(feature = "postgres")]
-        if let Some(db) = source
-            .downcast_ref::<tokio_postgres::Error>()
-            .and_then(|e| e.as_db_error())
-        {
-            return Some(db.code().code());
-        }
-        #[cfg(feature = "mysql")]
-        if let Some(mysql_async::Error::Server(e)) = source.downcast_ref::<mysql_async::Error>() {
-            return Some(e.state.as_str());
-        }
-        let _ = source;
-        None
-    }
-
-    /// The PostgreSQL server error behind this error, if any.
-    #[cfg(feature = "postgres")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-    pub fn as_db_error(&self) -> Option<&tokio_postgres::error::DbError> {
-        self.0
-            .source
-            .as_deref()?
-            .downcast_ref::<tokio_postgres::Error>()?
-            .as_db_error()
-    }
-
-    /// The MySQL/MariaDB server error behind this error, if any
-    /// (`code` 1062 for a duplicate key).
-    #[cfg(feature = "mysql")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
-    pub fn as_mysql_error(&self) -> Option<&mysql_async::ServerError> {
-        match self
-            .0
-            .source
-            .as_deref()?
-            .downcast_ref::<mysql_async::Error>()?
-        {
-            mysql_async::Error::Server(e) => Some(e),
-            _ => None,
-        }
+        self.server().map(|class| class.code.as_str())
     }
 
     kind_predicates! {
@@ -328,21 +348,9 @@ impl Error {
     pub fn is_statement_timeout(&self) -> bool {
         match self.0.kind {
             Kind::StatementTimeout => true,
-            Kind::Db => self.server_statement_timeout(),
+            Kind::Db => self.server().is_some_and(|class| class.statement_timeout),
             _ => false,
         }
-    }
-
-    fn server_statement_timeout(&self) -> bool {
-        #[cfg(feature = "postgres")]
-        if let Some(db) = self.as_db_error() {
-            return db.code().code() == "57014" && db.message().contains("statement timeout");
-        }
-        #[cfg(feature = "mysql")]
-        if let Some(e) = self.as_mysql_error() {
-            return matches!(e.code, 1969 | 3024);
-        }
-        false
     }
 
     /// Sending the same statement again is safe and may succeed: the row
@@ -353,27 +361,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self.0.kind {
             Kind::ConnectionClosed | Kind::Timeout | Kind::Overloaded | Kind::Connect => true,
-            Kind::Db => match self.code() {
-                // 08: connection exception, 40: transaction rollback (deadlock,
-                // serialization), 53: insufficient resources, 57: operator
-                // intervention (admin shutdown, terminate_backend).
-                Some(code) if code.len() == 5 => {
-                    matches!(&code[..2], "08" | "40" | "53" | "57") || self.mysql_retryable_code()
-                }
-                _ => self.mysql_retryable_code(),
-            },
+            Kind::Db => self.server().is_some_and(|class| class.retryable),
             _ => false,
         }
-    }
-
-    fn mysql_retryable_code(&self) -> bool {
-        #[cfg(feature = "mysql")]
-        if let Some(e) = self.as_mysql_error() {
-            // 1205 lock wait timeout, 1213 deadlock, 1927 connection killed,
-            // 1053 server shutdown, 1040 too many connections.
-            return matches!(e.code, 1205 | 1213 | 1927 | 1053 | 1040);
-        }
-        false
     }
 }
 
@@ -412,32 +402,6 @@ impl fmt::Display for Error {
         }
         Ok(())
     }
-}
-
-/// The server's error as one line: `ERROR 23505: duplicate key value ...
-/// (DETAIL: Key (k)=(1) already exists.)` for PostgreSQL, mysql_async's
-/// `ERROR 1062 (23000): Duplicate entry ...` for MySQL.
-fn server_message(source: &(dyn StdError + Send + Sync + 'static)) -> Option<String> {
-    #[cfg(feature = "postgres")]
-    if let Some(db) = source
-        .downcast_ref::<tokio_postgres::Error>()
-        .and_then(|e| e.as_db_error())
-    {
-        let mut out = format!("{} {}: {}", db.severity(), db.code().code(), db.message());
-        if let Some(detail) = db.detail() {
-            out.push_str(&format!(" (DETAIL: {detail})"));
-        }
-        if let Some(hint) = db.hint() {
-            out.push_str(&format!(" (HINT: {hint})"));
-        }
-        return Some(out);
-    }
-    #[cfg(feature = "mysql")]
-    if let Some(mysql_async::Error::Server(e)) = source.downcast_ref::<mysql_async::Error>() {
-        return Some(e.to_string());
-    }
-    let _ = source;
-    None
 }
 
 impl StdError for Error {

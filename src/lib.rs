@@ -130,6 +130,7 @@ mod pool;
 #[cfg(feature = "serde")]
 mod pool_config;
 mod stats;
+mod sync;
 
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
@@ -145,8 +146,9 @@ pub mod postgres;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
+// Entry points for the crate's benchmarks, not an API.
 #[cfg(feature = "bench")]
-#[cfg_attr(docsrs, doc(cfg(feature = "bench")))]
+#[doc(hidden)]
 pub mod bench;
 // The classifier's fuzzing hooks: also built for the crate's own tests,
 // which run the fuzz targets' render check on the committed seeds.

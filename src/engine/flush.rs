@@ -9,9 +9,9 @@ use tracing::Instrument;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::backend::{Conn, Lease, exchange};
 use super::queue::{Claim, ShapeQueue, Taken, decompose};
 use super::{Backend, ChunkError, Connections, Detached, Engine, Work};
+use crate::backend::{Conn, Lease, exchange};
 use crate::error::Error;
 use crate::stats::FlushReason;
 

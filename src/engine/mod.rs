@@ -9,9 +9,7 @@
 //!   multi-row statement through the [`Backend`], isolate failing rows, and
 //!   send each caller its own outcome.
 
-pub(crate) mod backend;
 mod flush;
-pub(crate) mod lifecycle;
 pub(crate) mod queue;
 mod route;
 #[cfg(test)]
@@ -28,16 +26,18 @@ use lru::LruCache;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
-pub(crate) use self::backend::{Backend, ChunkError, ChunkResult, Connections, Wire, exchange};
 use self::queue::{Pending, ShapeQueue};
 pub(crate) use self::route::Route;
 use self::route::{Check, Learned, Routes};
 pub(crate) use self::work::{Detached, Tracker, Work};
+use crate::backend::batch::{Backend, ChunkError, ChunkResult};
+use crate::backend::{Connections, exchange};
 use crate::classify::{self, Classified, StatementKind};
 use crate::config::{BatchConfig, Limits, QueueFull};
 use crate::error::Error;
 use crate::explain::NotCoalesced;
 use crate::stats::{Counters, Stats};
+use crate::sync::lock;
 
 /// A text being learned in a task of its own, awaited by its concurrent
 /// callers, each for as long as its own wait allows.
@@ -139,12 +139,11 @@ impl<B: Backend> Engine<B> {
     /// What kind of statement `sql` is (transaction control, implicit
     /// commit, other): classified once per text, then cached.
     pub(crate) fn statement_kind(&self, sql: &str) -> StatementKind {
-        let lock = || self.kinds.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(kind) = lock().get(sql) {
+        if let Some(kind) = lock(&self.kinds).get(sql) {
             return *kind;
         }
         let kind = classify::statement_kind(B::DIALECT, sql);
-        lock().put(sql.into(), kind);
+        lock(&self.kinds).put(sql.into(), kind);
         kind
     }
 
@@ -191,7 +190,7 @@ impl<B: Backend> Engine<B> {
     ) -> Result<Route<B>, Error> {
         loop {
             let (learning, mine) = {
-                let mut map = self.learning.lock().unwrap_or_else(|p| p.into_inner());
+                let mut map = lock(&self.learning);
                 match map.get(sql) {
                     Some(l) => (l.clone(), false),
                     None => {
@@ -227,7 +226,7 @@ impl<B: Backend> Engine<B> {
                 .learn(&sql, deadline)
                 .await
                 .map(|r| engine.routes.put_first(&sql, r));
-            let mut map = engine.learning.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = lock(&engine.learning);
             if map.get(&sql).is_some_and(|l| l.id == id) {
                 map.remove(&sql);
             }
@@ -375,12 +374,7 @@ impl<B: Backend> Engine<B> {
     /// the server (a trigger, a view, a table type...): nothing else tells
     /// the operator short of `explain()`.
     fn warn_not_coalesced(&self, sql: &str, reason: &NotCoalesced) {
-        let first = self
-            .warned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .put(sql.into(), ())
-            .is_none();
+        let first = lock(&self.warned).put(sql.into(), ()).is_none();
         if first {
             tracing::warn!(sql, reason = %reason, "INSERT not coalesced: each row runs on its own");
         }

@@ -9,10 +9,11 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use super::backend::Backend;
 use super::work::Work;
+use crate::backend::batch::Backend;
 use crate::classify::InsertShape;
 use crate::error::Error;
+use crate::sync::lock;
 
 /// The reply channel of one queued row.
 pub(crate) type Reply<B> = oneshot::Sender<Result<<B as Backend>::Output, Error>>;
@@ -219,7 +220,7 @@ impl<B: Backend> ShapeQueue<B> {
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State<B>> {
         // A panic while holding this lock cannot leave the queue inconsistent
         // (every critical section is a few pushes/pops), so poisoning is ignored.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Nothing queued and no flusher on its way.

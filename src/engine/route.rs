@@ -20,10 +20,11 @@ use std::time::Duration;
 use lru::LruCache;
 use tokio::time::Instant;
 
-use super::backend::Backend;
 use super::queue::ShapeQueue;
+use crate::backend::batch::Backend;
 use crate::classify::InsertShape;
 use crate::explain::{Explain, NotCoalesced};
+use crate::sync::lock;
 
 /// Where a statement goes.
 pub(crate) enum Route<B: Backend> {
@@ -111,12 +112,12 @@ pub(crate) struct TableProbe {
 impl TableProbe {
     /// The latest fingerprint if it was taken after `after`.
     pub(crate) fn since(&self, after: Instant) -> Option<(Instant, Option<Box<str>>)> {
-        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        let latest = lock(&self.latest);
         latest.as_ref().filter(|(at, _)| *at > after).cloned()
     }
 
     pub(crate) fn set(&self, at: Instant, fingerprint: Option<Box<str>>) {
-        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        let mut latest = lock(&self.latest);
         if latest.as_ref().is_none_or(|(old, _)| *old < at) {
             *latest = Some((at, fingerprint));
         }
@@ -134,7 +135,7 @@ impl<B: Backend> Routes<B> {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<Box<str>, Entry<B>>> {
         // Each critical section is one map operation: poisoning is ignored.
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.cache)
     }
 
     /// The cached route of `sql`, and whether the caller should check it in
@@ -175,7 +176,7 @@ impl<B: Backend> Routes<B> {
             key.push('\0');
             key.push_str(call);
         }
-        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tables = lock(&self.tables);
         if let Some(probe) = tables.get(key.as_str()) {
             return probe.clone();
         }

@@ -32,9 +32,9 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::backend::Lease;
 use super::queue::{ShapeQueue, statement_size};
 use super::{Backend, ChunkError, ChunkResult, Connections, Engine, Route};
+use crate::backend::Lease;
 use crate::classify::{Dialect, InsertShape};
 use crate::config::{BatchConfig, Limits, QueueFull, STATEMENT_GRACE};
 use crate::error::{Error, Kind};

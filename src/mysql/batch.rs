@@ -13,10 +13,11 @@ use mysql_async::{Params, Row, Value};
 use super::errors::{chunk_error, sent_error, stale, unsent_error};
 use super::table::{stored_functions, table_facts};
 use super::{Client, Manager, MySql, Outcome};
+use crate::backend::batch::{Backend, ChunkError, ChunkResult};
 use crate::classify::{Conflict, Dialect, InsertShape, Verb};
-use crate::engine::{Backend, ChunkError, ChunkResult};
 use crate::error::{Error, Kind};
 use crate::explain::NotCoalesced;
+use crate::sync::lock;
 
 /// Statement text and packet headers a coalesced statement may need beyond
 /// its rows' share, at most; shapes whose own text is longer are not
@@ -31,10 +32,6 @@ const FALLBACK_PACKET: usize = 1 << 20;
 pub(crate) const DEFAULT_BULK_THRESHOLD: usize = 2;
 
 static NEXT_SHAPE_ID: AtomicU64 = AtomicU64::new(1);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// A batchable statement shape, prepared once.
 pub(crate) struct MyShape {

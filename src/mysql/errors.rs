@@ -3,8 +3,9 @@
 
 use mysql_async::DriverError;
 
-use crate::engine::ChunkError;
-use crate::error::{Error, Kind};
+use crate::backend::batch::ChunkError;
+use crate::backend::transient_sqlstate;
+use crate::error::{Error, Kind, ServerClass, ServerError};
 
 /// Whether a param-related driver error (raised before anything is sent).
 fn params_error(e: &mysql_async::Error) -> bool {
@@ -93,6 +94,60 @@ pub(crate) fn chunk_error<O>(e: mysql_async::Error) -> ChunkError<O> {
         Some(Some(at)) => ChunkError::RowAt(at, err),
         Some(None) => ChunkError::Row(err),
         None => ChunkError::Statement(err),
+    }
+}
+
+/// MySQL and MariaDB server error codes that batchpool tells apart.
+pub(crate) mod codes {
+    /// `ER_CON_COUNT_ERROR`: too many connections.
+    pub(crate) const TOO_MANY_CONNECTIONS: u16 = 1040;
+    /// `ER_SERVER_SHUTDOWN`: the server is shutting down.
+    pub(crate) const SERVER_SHUTDOWN: u16 = 1053;
+    /// `ER_LOCK_WAIT_TIMEOUT`: lock wait timeout exceeded.
+    pub(crate) const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    /// `ER_LOCK_DEADLOCK`: deadlock found when trying to get a lock.
+    pub(crate) const LOCK_DEADLOCK: u16 = 1213;
+    /// `ER_CONNECTION_KILLED` (MariaDB): the connection was killed.
+    pub(crate) const CONNECTION_KILLED: u16 = 1927;
+    /// `ER_STATEMENT_TIMEOUT` (MariaDB): `max_statement_time` exceeded.
+    pub(crate) const STATEMENT_TIMEOUT: u16 = 1969;
+    /// `ER_QUERY_TIMEOUT` (MySQL): `max_execution_time` exceeded.
+    pub(crate) const QUERY_TIMEOUT: u16 = 3024;
+}
+
+impl ServerError for mysql_async::Error {
+    fn classify(&self) -> Option<ServerClass> {
+        use codes::*;
+        let mysql_async::Error::Server(e) = self else {
+            return None;
+        };
+        Some(ServerClass {
+            code: e.state.clone(),
+            message: e.to_string(),
+            retryable: transient_sqlstate(&e.state)
+                || matches!(
+                    e.code,
+                    LOCK_WAIT_TIMEOUT
+                        | LOCK_DEADLOCK
+                        | CONNECTION_KILLED
+                        | SERVER_SHUTDOWN
+                        | TOO_MANY_CONNECTIONS
+                ),
+            statement_timeout: matches!(e.code, STATEMENT_TIMEOUT | QUERY_TIMEOUT),
+            statement_level: statement_level(e),
+        })
+    }
+}
+
+impl Error {
+    /// The MySQL/MariaDB server error behind this error, if any
+    /// (`code` 1062 for a duplicate key).
+    #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+    pub fn as_mysql_error(&self) -> Option<&mysql_async::ServerError> {
+        match self.driver_source()?.downcast_ref::<mysql_async::Error>()? {
+            mysql_async::Error::Server(e) => Some(e),
+            _ => None,
+        }
     }
 }
 

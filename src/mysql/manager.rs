@@ -15,9 +15,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 
 use super::tls::Connect;
-use crate::engine::Wire;
-use crate::engine::backend::{CapRefused, Capped, ConnectionCap};
-use crate::engine::lifecycle::{Lifecycle, Stamp};
+use crate::backend::{CapRefused, Capped, ConnectionCap, Lifecycle, Stamp, Wire};
 use crate::pool::hooks::Hooks;
 
 /// A connection idle for at least this long is pinged before it is handed

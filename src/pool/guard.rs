@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{self, Backend, Conn, End};
-use crate::engine::{Connections, Engine, Tracker, Wire, exchange};
+use crate::backend::{self, Backend, Conn, Connections, End, Wire, exchange};
+use crate::engine::{Engine, Tracker};
 use crate::error::Error;
 
 /// A pooled connection that may be inside a transaction.

@@ -23,9 +23,9 @@ use tokio::time::Instant;
 pub use self::builder::PoolBuilder;
 pub use self::hooks::{HookError, HookFuture};
 pub use self::transaction::Transaction;
-use crate::backend::{Backend, Conn, Ran, Stmt};
+use crate::backend::{Backend, Conn, Connections, Ran, Stmt, exchange};
 use crate::classify::StatementKind;
-use crate::engine::{Connections, Detached, Engine, Route, Work, exchange};
+use crate::engine::{Detached, Engine, Route, Work};
 use crate::error::{AtomicError, Error};
 use crate::explain::{Explain, NotCoalesced};
 use crate::stats::Stats;
@@ -138,9 +138,9 @@ impl<B: Backend> Pool<B> {
     /// closed when next taken).
     pub fn retire_all(&self) {
         let connections = self.engine.backend.connections();
-        crate::engine::backend::Capped::lifecycle(connections.manager()).retire_all();
-        crate::engine::lifecycle::sweep(connections);
-        crate::engine::lifecycle::ensure_sweeper(connections);
+        crate::backend::Capped::lifecycle(connections.manager()).retire_all();
+        crate::backend::lifecycle::sweep(connections);
+        crate::backend::lifecycle::ensure_sweeper(connections);
     }
 
     /// Stops accepting work, flushes every queued row, waits for all

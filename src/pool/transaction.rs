@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use super::guard::TxConn;
 use super::{Pool, at_most_one, exactly_one, refuse_statement, single};
-use crate::backend::{Backend, End, Group, GroupReplies, Ran, Stmt};
-use crate::engine::{Connections, exchange};
+use crate::backend::{Backend, Connections, End, Group, GroupReplies, Ran, Stmt, exchange};
 use crate::error::{AtomicError, Error, Kind};
 
 /// A transaction with a lazy `BEGIN`, from [`Pool::begin`].

@@ -160,7 +160,7 @@ impl Pool {
     pub async fn listen(&self, channels: &[&str]) -> Result<Listener, Error> {
         let engine = self.engine();
         let _work = engine.enter()?;
-        let connections = crate::engine::Backend::connections(&engine.backend);
+        let connections = crate::backend::batch::Backend::connections(&engine.backend);
         let open = connections.manager().open_listener();
         let (client, received, io, limit) = match connections.timeouts().create {
             None => open.await,

@@ -13,15 +13,16 @@ use tokio_postgres::{Row, Statement};
 
 use super::copy::{PgCopy, eligible, failed_row};
 use super::encode::{PgRow, RawValue};
-use super::errors::{sent_error, statement_level, unsent_error};
-use super::manager::{COPY_KEY, ClientWrapper, Prepared, lock};
+use super::errors::{sent_error, unsent_error};
+use super::manager::{COPY_KEY, ClientWrapper, Prepared};
 use super::table::{KeyMatch, Refusal, refusal};
 use super::unnamed::Described;
-use super::{Client, Manager, Outcome, Postgres};
+use super::{Client, Manager, Outcome, Postgres, quote_ident};
+use crate::backend::batch::{Backend, ChunkError, ChunkResult};
 use crate::classify::{Conflict, Dialect, InsertShape};
-use crate::engine::{Backend, ChunkError, ChunkResult};
 use crate::error::Error;
 use crate::explain::NotCoalesced;
+use crate::sync::lock;
 
 static NEXT_SHAPE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -44,10 +45,6 @@ pub(crate) struct PgShape {
     key_match: Option<(String, Vec<usize>)>,
     /// Named mode, a plain shape COPY may write (see [`super::copy`]).
     copy: Option<PgCopy>,
-}
-
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// The conflict key of an `ON CONFLICT` that may skip rows: the quoted
@@ -295,13 +292,11 @@ impl Postgres {
                 Err(ChunkError::Stale(sent_error(e)))
             }
             Err(e) => {
-                let row = e
-                    .as_db_error()
-                    .is_some_and(|db| !statement_level(db.code().code()));
                 let at = matches!(ready, Ready::Copy(..))
                     .then(|| failed_row(&e))
                     .flatten();
                 let err = conn.sent_error(e);
+                let row = err.is_db() && !err.is_statement_level();
                 Err(match (row, at) {
                     (true, Some(at)) => ChunkError::RowAt(at, err),
                     (true, None) => ChunkError::Row(err),

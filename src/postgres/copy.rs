@@ -15,7 +15,7 @@
 //! When COPY fails on a row, the server's error context names the row's
 //! line: the engine re-runs the rows before it, that row on its own (as the
 //! single-row INSERT, so its caller gets that statement's own error), and the
-//! rows after it ([`ChunkError::RowAt`](crate::engine::ChunkError::RowAt)).
+//! rows after it ([`ChunkError::RowAt`](crate::backend::batch::ChunkError::RowAt)).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio_postgres::types::{ToSql, Type};
@@ -23,6 +23,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::encode::PgRow;
 use super::errors::unsent_error;
 use super::manager::ClientWrapper;
+use super::quote_ident;
 use crate::classify::{Conflict, InsertShape};
 use crate::error::Error;
 
@@ -83,10 +84,6 @@ pub(crate) fn failed_row(e: &tokio_postgres::Error) -> Option<usize> {
         .take_while(char::is_ascii_digit)
         .collect();
     digits.parse::<usize>().ok()?.checked_sub(1)
-}
-
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// What the catalog says about the columns COPY would write, and whether any

@@ -1,6 +1,9 @@
 //! How tokio-postgres errors map to batchpool's [`Error`] kinds.
 
-use crate::error::Error;
+use tokio_postgres::error::SqlState;
+
+use crate::backend::transient_sqlstate;
+use crate::error::{Error, ServerClass, ServerError};
 
 /// Maps a tokio-postgres error from running a statement that was sent.
 pub(crate) fn sent_error(e: tokio_postgres::Error) -> Error {
@@ -37,7 +40,7 @@ fn map(e: tokio_postgres::Error, after_send: bool) -> Error {
 /// may finish in time, and a row waiting for a lock is one row) and class 53
 /// (out of memory, disk full: smaller statements may pass).
 pub(crate) fn statement_level(code: &str) -> bool {
-    code != "42501"
+    code != SqlState::INSUFFICIENT_PRIVILEGE.code()
         && (code.starts_with("57P")
             || matches!(
                 code.get(..2),
@@ -50,10 +53,44 @@ pub(crate) fn statement_level(code: &str) -> bool {
 /// `RETURNING *` ("cached plan must not change result type"), or the
 /// statement is gone ("prepared statement ... does not exist").
 pub(crate) fn stale_db(db: &tokio_postgres::error::DbError) -> bool {
-    let code = db.code().code();
-    code == "26000"
-        || (code == "0A000"
+    let code = db.code();
+    code == &SqlState::INVALID_SQL_STATEMENT_NAME
+        || (code == &SqlState::FEATURE_NOT_SUPPORTED
             && db
                 .message()
                 .contains("cached plan must not change result type"))
+}
+
+impl ServerError for tokio_postgres::Error {
+    fn classify(&self) -> Option<ServerClass> {
+        let db = self.as_db_error()?;
+        let code = db.code().code();
+        let mut message = format!("{} {code}: {}", db.severity(), db.message());
+        if let Some(detail) = db.detail() {
+            message.push_str(&format!(" (DETAIL: {detail})"));
+        }
+        if let Some(hint) = db.hint() {
+            message.push_str(&format!(" (HINT: {hint})"));
+        }
+        Some(ServerClass {
+            code: code.to_owned(),
+            message,
+            retryable: transient_sqlstate(code),
+            // 57014 is also a cancel request's code; only the time limit's
+            // message says "statement timeout".
+            statement_timeout: db.code() == &SqlState::QUERY_CANCELED
+                && db.message().contains("statement timeout"),
+            statement_level: statement_level(code),
+        })
+    }
+}
+
+impl Error {
+    /// The PostgreSQL server error behind this error, if any.
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub fn as_db_error(&self) -> Option<&tokio_postgres::error::DbError> {
+        self.driver_source()?
+            .downcast_ref::<tokio_postgres::Error>()?
+            .as_db_error()
+    }
 }

@@ -16,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, Connection, Notification};
 
+use super::quote_ident;
 use crate::error::{Error, Kind};
 
 /// What the connection task sends: a notification, or why the connection
@@ -146,13 +147,14 @@ impl Listener {
     /// name in `NOTIFY Orders` is folded to lower case by the server).
     /// Listening twice on one channel is the same as once.
     pub async fn listen(&self, channel: &str) -> Result<(), Error> {
-        self.send(&format!("LISTEN {}", quote(channel))).await
+        self.send(&format!("LISTEN {}", quote_ident(channel))).await
     }
 
     /// Stops listening on `channel` (`UNLISTEN`). Notifications of it
     /// already received are still in the stream.
     pub async fn unlisten(&self, channel: &str) -> Result<(), Error> {
-        self.send(&format!("UNLISTEN {}", quote(channel))).await
+        self.send(&format!("UNLISTEN {}", quote_ident(channel)))
+            .await
     }
 
     /// Stops listening on every channel (`UNLISTEN *`).
@@ -252,14 +254,9 @@ impl std::fmt::Debug for Listener {
 fn listen_all(channels: &[&str]) -> String {
     channels
         .iter()
-        .map(|c| format!("LISTEN {}", quote(c)))
+        .map(|c| format!("LISTEN {}", quote_ident(c)))
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// `name` as a quoted SQL identifier.
-fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 #[cfg(test)]
@@ -268,8 +265,8 @@ mod tests {
 
     #[test]
     fn names_are_quoted() {
-        assert_eq!(quote("orders"), "\"orders\"");
-        assert_eq!(quote("Or\"ders"), "\"Or\"\"ders\"");
+        assert_eq!(quote_ident("orders"), "\"orders\"");
+        assert_eq!(quote_ident("Or\"ders"), "\"Or\"\"ders\"");
         assert_eq!(listen_all(&["a", "B"]), "LISTEN \"a\"; LISTEN \"B\"");
     }
 }

@@ -21,11 +21,10 @@ use super::pipeline::{Step, in_order};
 use super::pooler::behind_pooler;
 use super::statements::Statements;
 use super::unnamed::{Described, Learned, look_up, preload_types};
-use crate::engine::Wire;
-use crate::engine::backend::{CapRefused, Capped, ConnectionCap};
-use crate::engine::lifecycle::{Lifecycle, Stamp};
+use crate::backend::{CapRefused, Capped, ConnectionCap, Lifecycle, Stamp, Wire};
 use crate::error::{Error, Kind};
 use crate::pool::hooks::Hooks;
+use crate::sync::lock;
 
 /// What a session reset undoes: an open transaction, cursors, the role,
 /// settings, `LISTEN`s, advisory locks, temporary tables and sequence state
@@ -889,10 +888,6 @@ impl Prepared {
             Prepared::Unnamed(described) => &described.params,
         }
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -295,3 +295,9 @@ pub type Status = deadpool::Status;
 pub type Params<'a> = [&'a (dyn tokio_postgres::types::ToSql + Sync)];
 
 pub use crate::error::AtomicError;
+
+/// `name` as a quoted SQL identifier: in double quotes, each double quote
+/// in it doubled.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

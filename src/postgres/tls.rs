@@ -7,6 +7,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+#[cfg(feature = "rustls")]
+use super::verify::{Verify, client_config};
 use crate::error::{Error, Kind};
 
 /// Whether and how a connection uses TLS: libpq's `sslmode`.
@@ -97,21 +99,6 @@ impl FromStr for SslMode {
             )),
         }
     }
-}
-
-/// What a connection checks of the server's certificate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(
-    not(feature = "rustls"),
-    allow(dead_code, reason = "only the built-in rustls connector verifies")
-)]
-pub(crate) enum Verify {
-    /// Nothing (the handshake's signatures only).
-    Nothing,
-    /// The chain, up to a trusted root.
-    Chain,
-    /// The chain and the host name.
-    Full,
 }
 
 /// The TLS parameters of a PostgreSQL connection string, as libpq names
@@ -214,10 +201,7 @@ impl TlsConfig {
     }
 
     /// What the server's certificate must pass in this mode.
-    #[cfg_attr(
-        not(feature = "rustls"),
-        allow(dead_code, reason = "only the built-in rustls connector verifies")
-    )]
+    #[cfg(feature = "rustls")]
     pub(crate) fn verify(&self) -> Verify {
         match self.mode() {
             SslMode::Disable | SslMode::Prefer => Verify::Nothing,
@@ -237,7 +221,12 @@ impl TlsConfig {
     #[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
     pub fn rustls_connector(&self) -> Result<tokio_postgres_rustls::MakeRustlsConnect, Error> {
         Ok(tokio_postgres_rustls::MakeRustlsConnect::new(
-            super::verify::client_config(self)?,
+            client_config(
+                self.verify(),
+                self.root_cert.as_deref(),
+                self.cert.as_deref(),
+                self.key.as_deref(),
+            )?,
         ))
     }
 }
@@ -283,6 +272,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "rustls")]
     fn what_each_mode_verifies() {
         let with = |mode, root: bool| TlsConfig {
             mode: Some(mode),

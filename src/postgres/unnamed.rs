@@ -13,6 +13,8 @@ use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 
 use super::pipeline::{Step, in_order};
+use super::quote_ident;
+use crate::sync::lock;
 use tokio_postgres::error::SqlState;
 
 /// A statement text as the server described it.
@@ -34,7 +36,7 @@ pub(crate) struct Learned {
 
 impl Learned {
     fn texts(&self) -> std::sync::MutexGuard<'_, LruCache<Box<str>, Arc<Described>>> {
-        self.texts.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.texts)
     }
 
     pub(crate) fn new(capacity: NonZeroUsize) -> Learned {
@@ -206,10 +208,15 @@ pub(crate) async fn preload_types(client: &Client) -> Result<Vec<u32>, tokio_pos
 /// Looks up `types` inside a transaction (they were created after the
 /// connection opened).
 pub(crate) async fn look_up(client: &Client, types: &[&Type]) -> Result<(), tokio_postgres::Error> {
-    let quote = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
     let exprs: Vec<String> = types
         .iter()
-        .map(|t| format!("NULL::{}.{}", quote(t.schema()), quote(t.name())))
+        .map(|t| {
+            format!(
+                "NULL::{}.{}",
+                quote_ident(t.schema()),
+                quote_ident(t.name())
+            )
+        })
         .collect();
     let select = format!("SELECT {}", exprs.join(", "));
     learn_once(client, &[&select], false)

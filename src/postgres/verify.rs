@@ -2,6 +2,7 @@
 //! provider, and a certificate verifier for each libpq mode (nothing, the
 //! chain, the chain and the host name).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -12,22 +13,40 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use super::tls::{TlsConfig, Verify};
 use crate::error::{Error, Kind};
 
-/// The rustls configuration for `tls`, its files read now.
-pub(crate) fn client_config(tls: &TlsConfig) -> Result<ClientConfig, Error> {
+/// What a connection checks of the server's certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verify {
+    /// Nothing (the handshake's signatures only).
+    Nothing,
+    /// The chain, up to a trusted root.
+    Chain,
+    /// The chain and the host name.
+    Full,
+}
+
+/// The rustls configuration that checks `verify` of the server's
+/// certificate against the roots of the PEM file `root_cert` (else
+/// Mozilla's), with the client certificate of the PEM files `cert` and
+/// `key` when both are given; the files are read now.
+pub(crate) fn client_config(
+    verify: Verify,
+    root_cert: Option<&Path>,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<ClientConfig, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier: Arc<dyn ServerCertVerifier> = match tls.verify() {
+    let verifier: Arc<dyn ServerCertVerifier> = match verify {
         Verify::Nothing => Arc::new(AnyCertificate {
             provider: Arc::clone(&provider),
         }),
         Verify::Chain => Arc::new(ChainOnly {
-            roots: roots(tls)?,
+            roots: roots(root_cert)?,
             provider: Arc::clone(&provider),
         }),
         Verify::Full => WebPkiServerVerifier::builder_with_provider(
-            Arc::new(roots(tls)?),
+            Arc::new(roots(root_cert)?),
             Arc::clone(&provider),
         )
         .build()
@@ -38,7 +57,7 @@ pub(crate) fn client_config(tls: &TlsConfig) -> Result<ClientConfig, Error> {
         .map_err(|e| config_error("no TLS protocol version", e))?
         .dangerous()
         .with_custom_certificate_verifier(verifier);
-    match (&tls.cert, &tls.key) {
+    match (cert, key) {
         (Some(cert), Some(key)) => {
             let chain = CertificateDer::pem_file_iter(cert)
                 .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
@@ -58,8 +77,8 @@ fn config_error(what: &str, e: impl std::error::Error + Send + Sync + 'static) -
 }
 
 /// The roots to trust: those of `sslrootcert`, else Mozilla's.
-fn roots(tls: &TlsConfig) -> Result<RootCertStore, Error> {
-    let Some(path) = &tls.root_cert else {
+fn roots(root_cert: Option<&Path>) -> Result<RootCertStore, Error> {
+    let Some(path) = root_cert else {
         return Ok(RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         });

@@ -10,6 +10,7 @@ use std::task::Context;
 use futures_util::task::AtomicWaker;
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
+use crate::sync::lock;
 use crate::tower::BoxError;
 
 /// One row's reply: its type-erased result (`O`, boxed) or its error.
@@ -74,7 +75,7 @@ impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Queue>> {
         // Critical sections are a few map operations: a panic cannot leave
         // them half done, so poisoning is ignored.
-        self.queues.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.queues)
     }
 
     pub(crate) fn push(&self, key: &Key, entry: Entry) -> u64 {

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use deadpool::managed::Metrics;
 
-use super::backend::{Capped, Wire};
+use super::{Capped, Wire};
+use crate::sync::lock;
 
 /// Shortest pause between two sweeps.
 const MIN_SWEEP: Duration = Duration::from_millis(10);
@@ -90,7 +91,7 @@ impl Lifecycle {
         let Some(idle_timeout) = self.idle_timeout else {
             return true;
         };
-        let mut since = stamp.idle_since.lock().unwrap_or_else(|p| p.into_inner());
+        let mut since = lock(&stamp.idle_since);
         match *since {
             Some((count, at)) if count == metrics.recycle_count => {
                 now.saturating_duration_since(at) < idle_timeout

@@ -1,32 +1,17 @@
-//! What a database backend supplies to the generic pool: the leaf interface
-//! under [`Pool`](crate::Pool), [`Transaction`](crate::Transaction) and
-//! [`PoolBuilder`](crate::PoolBuilder).
-//!
-//! Two traits, both implemented by [`Postgres`](crate::postgres::Postgres)
-//! and [`MySql`](crate::mysql::MySql) only:
-//!
-//! * [`engine::Backend`](crate::engine::Backend): rows of a batchable shape
-//!   (encode, build and run one multi-row statement, map its result back to
-//!   rows).
-//! * [`Driver`]: everything else that differs between the servers: opening
-//!   connections, preparing and running one statement, running a group of
-//!   statements with `BEGIN`/`COMMIT` (pipelined on PostgreSQL, one command
-//!   at a time on MySQL), ending a transaction, and telling a dead
-//!   connection from a live one.
-//!
-//! The public [`Backend`] trait only names them: it is sealed by its private
-//! supertrait, so the pool's internals stay private.
+//! The connection-level role of a backend: opening connections, preparing
+//! and running one statement, running a group of statements with
+//! `BEGIN`/`COMMIT` (pipelined on PostgreSQL, one command at a time on
+//! MySQL), ending a transaction, and telling a dead connection from a live
+//! one.
 
 use std::fmt;
 use std::future::Future;
 
+use super::batch;
+use super::{Backend, Capped, Conn, Wire};
 use crate::config::PoolSettings;
-use crate::engine;
 use crate::error::Error;
 use crate::outcome::Outcome;
-
-/// A pooled connection of backend `B`.
-pub(crate) type Conn<B> = deadpool::managed::Object<<B as Driver>::Manager>;
 
 /// The result of one statement that ran on its own.
 #[derive(Debug)]
@@ -99,16 +84,16 @@ pub(crate) struct GroupReplies<R> {
     pub(crate) end: Option<(Result<(), Error>, bool)>,
 }
 
-/// The connection-level half of a backend (see the module docs).
+/// The connection-level role of a backend (see the module docs).
 pub(crate) trait Driver:
-    engine::Backend<
+    batch::Backend<
         Connections = deadpool::managed::Pool<Self::Manager>,
         Output = Outcome<Self::QueryRow>,
     >
 {
     /// The deadpool manager of this backend's connections.
-    type Manager: engine::backend::Capped<
-            Type: Send + engine::Wire,
+    type Manager: Capped<
+            Type: Send + Wire,
             Error: Into<Box<dyn std::error::Error + Send + Sync>> + fmt::Debug + fmt::Display,
         > + Send
         + Sync
@@ -277,22 +262,4 @@ impl<R> Ran<R> {
             self.rows.into_iter().next(),
         )
     }
-}
-
-/// A database backend of the pool: [`Postgres`](crate::postgres::Postgres)
-/// or [`MySql`](crate::mysql::MySql).
-///
-/// Sealed: its working parts are private to batchpool, and it cannot be
-/// implemented outside it. Name it to write code generic over both pools
-/// (`fn report<B: Backend>(pool: &Pool<B>)`).
-#[allow(
-    private_bounds,
-    reason = "sealed: the backend interface is private to the crate"
-)]
-pub trait Backend: Driver {}
-
-/// Takes a connection out of the pool for good: it is closed when dropped
-/// (the server then rolls back whatever it had open).
-pub(crate) fn discard<M: deadpool::managed::Manager>(conn: deadpool::managed::Object<M>) {
-    drop(deadpool::managed::Object::take(conn));
 }
