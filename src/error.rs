@@ -370,8 +370,10 @@ impl Error {
         #[cfg(feature = "mysql")]
         if let Some(e) = self.as_mysql_error() {
             // 1205 lock wait timeout, 1213 deadlock, 1927 connection killed,
-            // 1053 server shutdown, 1040 too many connections.
-            return matches!(e.code, 1205 | 1213 | 1927 | 1053 | 1040);
+            // 1053 server shutdown, 1040 too many connections, 1047 a
+            // Galera node not ready for writes (the statement did not run;
+            // its connection is retired).
+            return matches!(e.code, 1205 | 1213 | 1927 | 1053 | 1040 | 1047);
         }
         false
     }

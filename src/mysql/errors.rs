@@ -54,6 +54,7 @@ fn statement_level(e: &mysql_async::ServerError) -> bool {
             | 1046 | 1049 | 1051 | 1054 | 1146 // no such database, table, column
             | 1064 // syntax
             | 1053 | 1927 // server shutdown, connection killed
+            | 1047 // a Galera node not ready for writes: nothing ran
             | 1317 // statement interrupted (KILL QUERY)
             | 1290 | 1792 | 1836 // read-only server or transaction
     )

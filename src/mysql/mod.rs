@@ -239,6 +239,7 @@ mod api;
 mod batch;
 mod driver;
 mod errors;
+mod hosts;
 mod manager;
 mod table;
 mod tls;
@@ -300,6 +301,8 @@ pub(crate) struct MyOptions {
     hooks: crate::pool::hooks::Hooks<mysql_async::Conn>,
     /// [`PoolBuilder::ssl_mode`] and [`PoolBuilder::ssl_opts`].
     tls: self::tls::MyTls,
+    /// [`PoolBuilder::hosts`]: replaces the URL's hosts.
+    hosts: Option<Result<Vec<self::hosts::Host>, crate::Error>>,
 }
 
 impl MyOptions {
