@@ -457,3 +457,72 @@ async fn a_node_not_ready_is_passed_over() {
         assert_eq!(keys.len() as i64, rows, "every row on {url}");
     }
 }
+
+/// A malformed host list is the builder's error, for the caller who gave
+/// it; so is one combined with a Unix socket.
+#[test]
+fn a_bad_host_list_is_refused_at_build() {
+    for bad in ["", "db:x", "db:0", "::1"] {
+        let e = Pool::builder("mysql://root@127.0.0.1/test")
+            .hosts(["127.0.0.1:3306", bad])
+            .build()
+            .expect_err(bad);
+        assert!(e.is_config(), "{bad:?}: {e}");
+    }
+    let e = Pool::builder("mysql://root@127.0.0.1/test")
+        .hosts(Vec::<String>::new())
+        .build()
+        .expect_err("empty list");
+    assert!(e.is_config(), "{e}");
+    let e = Pool::builder("mysql://root@a:3306,b:3306,:3306/test")
+        .build()
+        .expect_err("URL list");
+    assert!(e.is_config(), "{e}");
+    let e = Pool::builder("mysql://root@a:3306,b:3306/test?socket=/tmp/my.sock")
+        .build()
+        .expect_err("socket");
+    assert!(e.is_config(), "{e}");
+}
+
+/// On a plain server too: a host that refuses connections is passed over,
+/// and the pool stays on the one that took them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_is_down_is_passed_over() {
+    let url = common::mysql_fresh_db().await;
+    // A port nothing listens on.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let (head, db) = url.rsplit_once('/').expect("database in the URL");
+    let (user, host) = head.rsplit_once('@').expect("user in the URL");
+    let url = format!("{user}@127.0.0.1:{dead},{host}/{db}");
+    let pool = builder(&url).build().expect("build pool");
+    pool.execute("CREATE TABLE t (k INT PRIMARY KEY) ENGINE=InnoDB", ())
+        .await
+        .expect("create");
+    for k in 0..20 {
+        pool.execute("INSERT INTO t (k) VALUES (?)", (k,))
+            .await
+            .expect("insert");
+    }
+    let n: i64 = pool
+        .query_one("SELECT COUNT(*) FROM t", ())
+        .await
+        .expect("count")
+        .get(0)
+        .expect("count");
+    assert_eq!(n, 20);
+    pool.close().await;
+
+    // Only dead hosts: the error names each.
+    let pool = builder(&format!(
+        "mysql://root@127.0.0.1:{dead},127.0.0.1:{dead}/test"
+    ))
+    .build()
+    .expect("build pool");
+    let e = pool.execute("SELECT 1", ()).await.expect_err("no host");
+    assert!(e.is_connect(), "{e}");
+    let text = format!("{e} {:?}", std::error::Error::source(&e));
+    assert!(text.contains(&format!("127.0.0.1:{dead}")), "{text}");
+}

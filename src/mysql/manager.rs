@@ -813,3 +813,27 @@ impl ConnWrapper {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::wsrep_not_ready;
+
+    #[test]
+    fn a_galera_node_ready_for_writes() {
+        let ready = "wsrep_cluster_status=Primary wsrep_local_state=4 wsrep_ready=ON";
+        assert_eq!(wsrep_not_ready(ready), None);
+        for not in [
+            "wsrep_cluster_status=non-Primary wsrep_local_state=4 wsrep_ready=OFF",
+            "wsrep_cluster_status=Primary wsrep_local_state=2 wsrep_ready=ON",
+            "wsrep_cluster_status=Primary wsrep_local_state=1 wsrep_ready=ON",
+            "wsrep_cluster_status=Disconnected wsrep_local_state=0 wsrep_ready=OFF",
+            "wsrep_cluster_status=Primary wsrep_local_state=4",
+        ] {
+            assert_eq!(wsrep_not_ready(not).as_deref(), Some(not));
+        }
+        assert_eq!(
+            wsrep_not_ready("").as_deref(),
+            Some("its wsrep status cannot be read")
+        );
+    }
+}
