@@ -133,7 +133,8 @@ impl PoolBuilder {
     /// others in list order (going round once), each attempt bounded by
     /// [`create_timeout`](crate::PoolBuilder::create_timeout); a host is
     /// passed over when it is down, when its session cannot be set up, or
-    /// when it is a Galera node not ready for writes. See
+    /// when it is a Galera node not ready for writes (a node that is not
+    /// synced is used only when no host is). See
     /// [Several hosts](super#several-hosts-failover) for what happens to
     /// statements on a node that dies. A malformed entry makes
     /// [`build`](crate::PoolBuilder::build) fail with an error for which

@@ -137,7 +137,7 @@ impl Manager {
                 auto_increment_increment: None,
                 strict: false,
                 statement_limit: None,
-                not_ready: None,
+                readiness: Readiness::Ready,
             },
             broken: false,
             lent: false,
@@ -167,6 +167,9 @@ impl Manager {
         }
         let first = self.preferred.load(Ordering::Relaxed) % n;
         let mut failures: Vec<(usize, mysql_async::Error)> = Vec::with_capacity(n);
+        // The first connection to a node that takes writes but is not
+        // synced, in case no host is.
+        let mut fallback: Option<ConnWrapper> = None;
         for k in 0..n {
             let i = (first + k) % n;
             let attempt = self.connect(&self.targets[i]);
@@ -178,12 +181,20 @@ impl Manager {
                 None => attempt.await,
             };
             match result {
-                Ok(wrapper) => {
+                Ok(wrapper) if wrapper.session.readiness == Readiness::Ready => {
                     self.preferred.store(i, Ordering::Relaxed);
                     return Ok(wrapper);
                 }
+                Ok(wrapper) => {
+                    if fallback.is_none() {
+                        fallback = Some(wrapper);
+                    }
+                }
                 Err(e) => failures.push((i, e)),
             }
+        }
+        if let Some(wrapper) = fallback {
+            return Ok(wrapper);
         }
         if failures.iter().all(|(_, e)| Self::is_limit(e)) {
             // Every host is at its connection limit: the pool's cap
@@ -269,8 +280,8 @@ impl Manager {
         let (pool_set, own) = self.setup(wrapper).await?;
         self.post_create(wrapper).await?;
         wrapper.session = read_settings(wrapper, &self.server).await?;
-        if let Some(why) = wrapper.session.not_ready.take() {
-            return Err(mysql_async::Error::Other(Box::new(NotReady(why))));
+        if let Readiness::NotReady(why) = &wrapper.session.readiness {
+            return Err(mysql_async::Error::Other(Box::new(NotReady(why.clone()))));
         }
         wrapper.settle_limit(pool_set, own, self.statement_timeout);
         Ok(())
@@ -281,7 +292,7 @@ impl Manager {
 /// [Several hosts](super#several-hosts-failover)): its connection is not
 /// used.
 #[derive(Debug)]
-pub(crate) struct NotReady(String);
+struct NotReady(String);
 
 impl std::fmt::Display for NotReady {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -344,9 +355,24 @@ pub(crate) struct Session {
     /// `@@SESSION.max_statement_time` (MariaDB; `None`: no limit, or a
     /// server without it).
     pub(crate) statement_limit: Option<Duration>,
-    /// A Galera node (`wsrep_on`) not ready for writes: why
-    /// (`wsrep_ready`, `wsrep_local_state` or `wsrep_cluster_status`).
-    pub(crate) not_ready: Option<String>,
+    /// Whether the server takes writes (a Galera node may not).
+    pub(crate) readiness: Readiness,
+}
+
+/// Whether a server is ready for writes, read with the session's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// Not a Galera node, or one that is synced with its cluster's primary
+    /// component.
+    Ready,
+    /// A Galera node that takes writes (`wsrep_ready` ON, in the primary
+    /// component) but is not synced (a donor, or desynced for a backup):
+    /// used only when no host of the list is [`Ready`](Readiness::Ready).
+    NotSynced(String),
+    /// A Galera node that refuses writes (`wsrep_ready` OFF, outside the
+    /// primary component), or whose state cannot be read: never used. Its
+    /// status, for the error.
+    NotReady(String),
 }
 
 /// Reads the settings batchpool depends on: the pool-wide ones the first
@@ -440,30 +466,30 @@ pub(crate) async fn read_settings(
         .flatten()
         .and_then(seconds);
     let galera = get_u64(5).is_some_and(|on| on != 0);
-    let not_ready = if galera {
+    let readiness = if galera {
         let status = row
             .as_ref()
             .and_then(|r| r.get_opt::<Option<String>, _>(7))
             .and_then(Result::ok)
             .flatten()
             .unwrap_or_default();
-        wsrep_not_ready(&status)
+        wsrep_readiness(&status)
     } else {
-        None
+        Readiness::Ready
     };
     Ok(Session {
         auto_increment_increment: increment,
         strict,
         statement_limit,
-        not_ready,
+        readiness,
     })
 }
 
-/// Why a Galera node whose status reads `status` (`name=value` pairs
-/// separated by spaces, names in lower case) is not ready for writes, or
-/// `None` when it is: `wsrep_ready` ON, `wsrep_local_state` 4 (Synced) and
-/// `wsrep_cluster_status` Primary. A missing variable counts as not ready.
-fn wsrep_not_ready(status: &str) -> Option<String> {
+/// How ready for writes a Galera node whose status reads `status` is
+/// (`name=value` pairs separated by spaces, names in lower case): ready
+/// when `wsrep_ready` is ON, `wsrep_cluster_status` Primary and
+/// `wsrep_local_state` 4 (Synced). A missing variable counts as not ready.
+fn wsrep_readiness(status: &str) -> Readiness {
     let get = |name: &str| {
         status.split(' ').find_map(|pair| {
             let (n, v) = pair.split_once('=')?;
@@ -471,15 +497,16 @@ fn wsrep_not_ready(status: &str) -> Option<String> {
         })
     };
     let ready = get("wsrep_ready").is_some_and(|v| v.eq_ignore_ascii_case("ON"));
-    let synced = get("wsrep_local_state") == Some("4");
     let primary = get("wsrep_cluster_status").is_some_and(|v| v.eq_ignore_ascii_case("Primary"));
-    (!(ready && synced && primary)).then(|| {
-        if status.is_empty() {
-            "its wsrep status cannot be read".to_owned()
-        } else {
-            status.to_owned()
+    let synced = get("wsrep_local_state") == Some("4");
+    match (ready && primary, synced) {
+        (true, true) => Readiness::Ready,
+        (true, false) => Readiness::NotSynced(status.to_owned()),
+        (false, _) if status.is_empty() => {
+            Readiness::NotReady("its wsrep status cannot be read".to_owned())
         }
-    })
+        (false, _) => Readiness::NotReady(status.to_owned()),
+    }
 }
 
 impl Capped for Manager {
@@ -816,24 +843,33 @@ impl ConnWrapper {
 
 #[cfg(test)]
 mod tests {
-    use super::wsrep_not_ready;
+    use super::{Readiness, wsrep_readiness};
 
     #[test]
     fn a_galera_node_ready_for_writes() {
         let ready = "wsrep_cluster_status=Primary wsrep_local_state=4 wsrep_ready=ON";
-        assert_eq!(wsrep_not_ready(ready), None);
-        for not in [
-            "wsrep_cluster_status=non-Primary wsrep_local_state=4 wsrep_ready=OFF",
+        assert_eq!(wsrep_readiness(ready), Readiness::Ready);
+        // A donor, a desynced node: they take writes, as a last resort.
+        for not_synced in [
             "wsrep_cluster_status=Primary wsrep_local_state=2 wsrep_ready=ON",
             "wsrep_cluster_status=Primary wsrep_local_state=1 wsrep_ready=ON",
+        ] {
+            assert_eq!(
+                wsrep_readiness(not_synced),
+                Readiness::NotSynced(not_synced.into())
+            );
+        }
+        for not in [
+            "wsrep_cluster_status=non-Primary wsrep_local_state=4 wsrep_ready=OFF",
+            "wsrep_cluster_status=non-Primary wsrep_local_state=4 wsrep_ready=ON",
             "wsrep_cluster_status=Disconnected wsrep_local_state=0 wsrep_ready=OFF",
             "wsrep_cluster_status=Primary wsrep_local_state=4",
         ] {
-            assert_eq!(wsrep_not_ready(not).as_deref(), Some(not));
+            assert_eq!(wsrep_readiness(not), Readiness::NotReady(not.into()));
         }
         assert_eq!(
-            wsrep_not_ready("").as_deref(),
-            Some("its wsrep status cannot be read")
+            wsrep_readiness(""),
+            Readiness::NotReady("its wsrep status cannot be read".into())
         );
     }
 }

@@ -130,11 +130,13 @@
 //! connection takes at most the list's length times that. A host is passed
 //! over when it cannot be reached or its session cannot be set up, and,
 //! on a Galera node (`wsrep_on`), when it is not ready for writes:
-//! `wsrep_ready` not ON, `wsrep_local_state` not 4 (Synced: a joiner, a
-//! donor or a desynced node is passed over) or `wsrep_cluster_status` not
-//! `Primary` (a node cut off from the majority). The readiness is read in
-//! the query that reads the session's settings, so it costs no round trip
-//! of its own, also after a session reset. When no host gives a
+//! `wsrep_ready` not ON or `wsrep_cluster_status` not `Primary` (a joining
+//! node, a node cut off from the majority) — such a node is never used,
+//! with one host as with several — or `wsrep_local_state` not 4 (Synced:
+//! a donor, a node desynced for a backup), which takes writes but lags:
+//! it is used only when no host of the list is synced. The readiness is
+//! read in the query that reads the session's settings, so it costs no
+//! round trip of its own, also after a session reset. When no host gives a
 //! connection, the error ([`Error::is_connect`](crate::Error::is_connect))
 //! names each host's failure. The pool stays on the host it moved to: it
 //! does not move back when an earlier host returns
