@@ -14,6 +14,7 @@ impl Pool {
         crate::pool::PoolBuilder::new(Ok(super::driver::MyConfig {
             opts: opts.into(),
             tls: Default::default(),
+            hosts: Vec::new(),
         }))
     }
 
@@ -122,6 +123,55 @@ impl Pool {
 }
 
 impl PoolBuilder {
+    /// Hosts to open connections on, in order, replacing the URL's (or
+    /// the options') host: `"host"`, `"host:port"`, `"[v6]:port"` (port
+    /// 3306 when none is given). Everything else (user, password,
+    /// database, TLS, parameters) is the URL's, for every host. The URL
+    /// form `mysql://app@a:3306,b:3306,c/app` sets the same list.
+    ///
+    /// A new connection tries the host the last one opened on, then the
+    /// others in list order (going round once), each attempt bounded by
+    /// [`create_timeout`](crate::PoolBuilder::create_timeout); a host is
+    /// passed over when it is down, when its session cannot be set up, or
+    /// when it is a Galera node not ready for writes (a node that is not
+    /// synced is used only when no host is). See
+    /// [Several hosts](super#several-hosts-failover) for what happens to
+    /// statements on a node that dies. A malformed entry makes
+    /// [`build`](crate::PoolBuilder::build) fail with an error for which
+    /// [`Error::is_config`] is true.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), batchpool::Error> {
+    /// use batchpool::mysql::Pool;
+    ///
+    /// let pool = Pool::builder("mysql://app@db1:3306/app")
+    ///     .hosts(["db1:3306", "db2:3306", "db3:3306"])
+    ///     .build()?;
+    /// # let _ = pool; Ok(()) }
+    /// ```
+    pub fn hosts<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let parsed = hosts
+            .into_iter()
+            .map(|h| super::hosts::parse_host(h.as_ref()))
+            .collect::<Result<Vec<_>, Error>>()
+            .and_then(|list| {
+                if list.is_empty() {
+                    Err(Error::new(
+                        crate::error::Kind::Config,
+                        "hosts: the list is empty",
+                    ))
+                } else {
+                    Ok(list)
+                }
+            });
+        self.options.hosts = Some(parsed);
+        self
+    }
+
     /// Whether `INSERT IGNORE`, `REPLACE` and `ON DUPLICATE KEY UPDATE` are
     /// coalesced (default `false`: they run one by one and report MySQL's
     /// exact counts and ids). With `true` (an opt-in to inexact outcomes)

@@ -109,9 +109,10 @@ impl Driver for MySql {
 
     fn parse_config(config: &str) -> Result<MyConfig, Error> {
         let (rest, tls) = tls::split(config)?;
+        let (rest, hosts) = super::hosts::split_hosts(&rest)?;
         let opts = Opts::from_url(&rest)
             .map_err(|e| Error::with_source(Kind::Config, "invalid MySQL URL", e))?;
-        Ok(MyConfig { opts, tls })
+        Ok(MyConfig { opts, tls, hosts })
     }
 
     fn set_password(config: MyConfig, password: &str) -> MyConfig {
@@ -120,6 +121,7 @@ impl Driver for MySql {
                 .pass(Some(password))
                 .into(),
             tls: config.tls,
+            hosts: config.hosts,
         }
     }
 
@@ -159,14 +161,32 @@ impl Driver for MySql {
     fn fmt_config(config: &MyConfig, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // mysql_async's own `Debug` prints the password.
         fmt::Debug::fmt(&Redacted(&config.opts), f)?;
+        if config.hosts.len() > 1 {
+            write!(f, " hosts={:?}", config.hosts)?;
+        }
         if let Some(mode) = config.tls.mode {
             write!(f, " ssl-mode={mode}")?;
         }
         Ok(())
     }
 
-    fn open(config: MyConfig, settings: &PoolSettings, options: MyOptions) -> Result<MySql, Error> {
+    fn open(
+        config: MyConfig,
+        settings: &PoolSettings,
+        mut options: MyOptions,
+    ) -> Result<MySql, Error> {
         let opts = config.opts;
+        // The builder's list replaces the URL's.
+        let hosts = match options.hosts.take() {
+            Some(hosts) => hosts?,
+            None => config.hosts,
+        };
+        if !hosts.is_empty() && opts.socket().is_some() {
+            return Err(Error::new(
+                Kind::Config,
+                "a host list cannot be combined with socket= (a Unix socket is one server)",
+            ));
+        }
         if settings.statement_cache == 0 {
             // mysql_async never closes statements it does not cache.
             return Err(Error::new(
@@ -182,16 +202,36 @@ impl Driver for MySql {
             .stmt_cache_size(settings.statement_cache)
             .tcp_keepalive(keepalive)
             .into();
-        let connect = tls::connect_opts(opts, config.tls, &options.tls)?;
+        let targets = if hosts.is_empty() {
+            vec![tls::connect_opts(opts, config.tls, &options.tls)?]
+        } else {
+            hosts
+                .iter()
+                .map(|(host, port)| {
+                    let opts = OptsBuilder::from_opts(opts.clone())
+                        .ip_or_hostname(host.clone())
+                        .tcp_port(*port);
+                    tls::connect_opts(opts.into(), config.tls.clone(), &options.tls)
+                })
+                .collect::<Result<Vec<_>, Error>>()?
+        };
+        // Each host gets `create_timeout`; deadpool's bound on opening one
+        // connection covers them all.
+        let mut pool_settings = settings.clone();
+        if let Some(each) = settings.create_timeout {
+            pool_settings.create_timeout =
+                Some(each.saturating_mul(u32::try_from(targets.len()).unwrap_or(u32::MAX)));
+        }
         let manager = Manager::new(
-            connect,
+            targets,
+            settings.create_timeout,
             settings.statement_timeout,
             options.hooks,
             settings.lifecycle(),
         );
         let server = manager.server.clone();
         Ok(MySql {
-            pool: settings.build_pool(manager)?,
+            pool: pool_settings.build_pool(manager)?,
             server,
             coalesce_upserts: options.coalesce_upserts,
             found_rows,
@@ -338,6 +378,8 @@ impl Driver for MySql {
 pub(crate) struct MyConfig {
     pub(crate) opts: Opts,
     pub(crate) tls: MyTls,
+    /// The URL's host list (empty: the one host of `opts`).
+    pub(crate) hosts: Vec<super::hosts::Host>,
 }
 
 impl MySql {

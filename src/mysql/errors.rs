@@ -55,6 +55,7 @@ fn statement_level(e: &mysql_async::ServerError) -> bool {
             | 1046 | 1049 | 1051 | 1054 | 1146 // no such database, table, column
             | 1064 // syntax
             | 1053 | 1927 // server shutdown, connection killed
+            | 1047 // a Galera node not ready for writes: nothing ran
             | 1317 // statement interrupted (KILL QUERY)
             | 1290 | 1792 | 1836 // read-only server or transaction
     )
@@ -101,6 +102,9 @@ pub(crate) fn chunk_error<O>(e: mysql_async::Error) -> ChunkError<O> {
 pub(crate) mod codes {
     /// `ER_CON_COUNT_ERROR`: too many connections.
     pub(crate) const TOO_MANY_CONNECTIONS: u16 = 1040;
+    /// `ER_UNKNOWN_COM_ERROR` as a Galera node answers while it is not ready
+    /// for writes (not synced or not in the primary component): nothing ran.
+    pub(crate) const NODE_NOT_READY: u16 = 1047;
     /// `ER_SERVER_SHUTDOWN`: the server is shutting down.
     pub(crate) const SERVER_SHUTDOWN: u16 = 1053;
     /// `ER_LOCK_WAIT_TIMEOUT`: lock wait timeout exceeded.
@@ -132,6 +136,7 @@ impl ServerError for mysql_async::Error {
                         | CONNECTION_KILLED
                         | SERVER_SHUTDOWN
                         | TOO_MANY_CONNECTIONS
+                        | NODE_NOT_READY
                 ),
             statement_timeout: matches!(e.code, STATEMENT_TIMEOUT | QUERY_TIMEOUT),
             statement_level: statement_level(e),

@@ -6,6 +6,7 @@
 //! size limit.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -33,10 +34,17 @@ pub(crate) struct ServerInfo {
 
 /// Creates and recycles connections for the pool.
 pub struct Manager {
-    opts: Opts,
-    /// `ssl-mode=PREFERRED`: the options without TLS, for a server that
-    /// offers none.
-    plain: Option<Opts>,
+    /// What to connect to: one entry per host, in the order given (see
+    /// [Several hosts](super#several-hosts-failover)). Each holds the
+    /// options and, for `ssl-mode=PREFERRED`, the same without TLS for a
+    /// server that offers none.
+    targets: Vec<Connect>,
+    /// The host the last connection opened on: the next one tries it
+    /// first.
+    preferred: AtomicUsize,
+    /// Bound on each host's attempt when there are several
+    /// ([`PoolBuilder::create_timeout`](crate::PoolBuilder::create_timeout)).
+    attempt_timeout: Option<Duration>,
     pub(crate) server: Arc<OnceLock<ServerInfo>>,
     /// The statement time limit the user asked the pool to set
     /// ([`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout)):
@@ -53,8 +61,9 @@ pub struct Manager {
 
 impl std::fmt::Debug for Manager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hosts: Vec<Redacted<'_>> = self.targets.iter().map(|t| Redacted(&t.opts)).collect();
         f.debug_struct("Manager")
-            .field("opts", &Redacted(&self.opts))
+            .field("hosts", &hosts)
             .finish_non_exhaustive()
     }
 }
@@ -77,14 +86,17 @@ impl std::fmt::Debug for Redacted<'_> {
 
 impl Manager {
     pub(crate) fn new(
-        connect: Connect,
+        targets: Vec<Connect>,
+        attempt_timeout: Option<Duration>,
         statement_timeout: Option<Duration>,
         hooks: Hooks<Conn>,
         lifecycle: Lifecycle,
     ) -> Manager {
+        assert!(!targets.is_empty(), "at least one host");
         Manager {
-            opts: connect.opts,
-            plain: connect.plain,
+            targets,
+            preferred: AtomicUsize::new(0),
+            attempt_timeout,
             server: Arc::new(OnceLock::new()),
             statement_timeout,
             hooks,
@@ -95,20 +107,107 @@ impl Manager {
 
     /// Opens a connection; under `ssl-mode=PREFERRED` one without TLS when
     /// the server offers none.
-    async fn open(&self) -> Result<Conn, mysql_async::Error> {
+    async fn open(target: &Connect) -> Result<Conn, mysql_async::Error> {
         #[cfg(feature = "rustls")]
-        if self.opts.ssl_opts().is_some() {
+        if target.opts.ssl_opts().is_some() {
             super::tls::ensure_crypto_provider();
         }
-        match Conn::new(self.opts.clone()).await {
+        match Conn::new(target.opts.clone()).await {
             Err(mysql_async::Error::Driver(
                 mysql_async::DriverError::NoClientSslFlagFromServer,
-            )) if self.plain.is_some() => {
-                let plain = self.plain.clone().unwrap_or_else(|| self.opts.clone());
+            )) if target.plain.is_some() => {
+                let plain = target.plain.clone().unwrap_or_else(|| target.opts.clone());
                 Conn::new(plain).await
             }
             other => other,
         }
+    }
+
+    /// Opens and sets up a connection to one host: a session ready for the
+    /// pool's statements, on a server ready for writes.
+    async fn connect(&self, target: &Connect) -> Result<ConnWrapper, mysql_async::Error> {
+        // Before connecting: a `retire_all` meanwhile retires it too.
+        let stamp = self.lifecycle.stamp();
+        let conn = Self::open(target).await?;
+        let mut wrapper = ConnWrapper {
+            conn: Some(conn),
+            session: Session {
+                auto_increment_increment: None,
+                strict: false,
+                statement_limit: None,
+                readiness: Readiness::Ready,
+            },
+            broken: false,
+            lent: false,
+            busy: false,
+            own_limit: None,
+            pool_set: false,
+            limit: None,
+            limit_stale: false,
+            explicit_limit: self.statement_timeout,
+            server: Arc::clone(&self.server),
+            stamp,
+        };
+        self.settle(&mut wrapper).await?;
+        Ok(wrapper)
+    }
+
+    /// Opens a connection on the first host that takes it, starting from
+    /// the one the last connection opened on and going round the list
+    /// once; each attempt is bounded by `create_timeout` when there are
+    /// several hosts. A host is passed over when it cannot be reached, its
+    /// session cannot be set up, or (a Galera node) it is not ready for
+    /// writes. The error, when none takes it, names every host's.
+    async fn connect_any(&self) -> Result<ConnWrapper, mysql_async::Error> {
+        let n = self.targets.len();
+        if n == 1 {
+            return self.connect(&self.targets[0]).await;
+        }
+        let first = self.preferred.load(Ordering::Relaxed) % n;
+        let mut failures: Vec<(usize, mysql_async::Error)> = Vec::with_capacity(n);
+        // The first connection to a node that takes writes but is not
+        // synced, in case no host is.
+        let mut fallback: Option<ConnWrapper> = None;
+        for k in 0..n {
+            let i = (first + k) % n;
+            let attempt = self.connect(&self.targets[i]);
+            let result = match self.attempt_timeout {
+                Some(limit) => match tokio::time::timeout(limit, attempt).await {
+                    Ok(result) => result,
+                    Err(_) => Err(mysql_async::Error::Other(Box::new(HostTimeout(limit)))),
+                },
+                None => attempt.await,
+            };
+            match result {
+                Ok(wrapper) if wrapper.session.readiness == Readiness::Ready => {
+                    self.preferred.store(i, Ordering::Relaxed);
+                    return Ok(wrapper);
+                }
+                Ok(wrapper) => {
+                    if fallback.is_none() {
+                        fallback = Some(wrapper);
+                    }
+                }
+                Err(e) => failures.push((i, e)),
+            }
+        }
+        if let Some(wrapper) = fallback {
+            return Ok(wrapper);
+        }
+        if failures.iter().all(|(_, e)| Self::is_limit(e)) {
+            // Every host is at its connection limit: the pool's cap
+            // learns from that as from one server.
+            return Err(failures.pop().map(|(_, e)| e).expect("n > 1 attempts"));
+        }
+        let text = failures
+            .iter()
+            .map(|(i, e)| {
+                let o = &self.targets[*i].opts;
+                format!("{}:{}: {e}", o.ip_or_hostname(), o.tcp_port())
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(mysql_async::Error::Other(Box::new(NoHost(text))))
     }
 
     /// The `post_create` hooks, after [`setup`](Self::setup) and before
@@ -179,10 +278,51 @@ impl Manager {
         let (pool_set, own) = self.setup(wrapper).await?;
         self.post_create(wrapper).await?;
         wrapper.session = read_settings(wrapper, &self.server).await?;
+        if let Readiness::NotReady(why) = &wrapper.session.readiness {
+            return Err(mysql_async::Error::Other(Box::new(NotReady(why.clone()))));
+        }
         wrapper.settle_limit(pool_set, own, self.statement_timeout);
         Ok(())
     }
 }
+
+/// A Galera node that is not ready for writes (see
+/// [Several hosts](super#several-hosts-failover)): its connection is not
+/// used.
+#[derive(Debug)]
+struct NotReady(String);
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the Galera node is not ready for writes ({})", self.0)
+    }
+}
+
+impl std::error::Error for NotReady {}
+
+/// One host's attempt took longer than `create_timeout`.
+#[derive(Debug)]
+struct HostTimeout(Duration);
+
+impl std::fmt::Display for HostTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no connection within {} ms", self.0.as_millis())
+    }
+}
+
+impl std::error::Error for HostTimeout {}
+
+/// No host of the list gave a connection: each one's error.
+#[derive(Debug)]
+struct NoHost(String);
+
+impl std::fmt::Display for NoHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no host gave a connection ready for writes: {}", self.0)
+    }
+}
+
+impl std::error::Error for NoHost {}
 
 /// `SET SESSION max_statement_time` to `limit` (`None`: no limit).
 fn set_limit(limit: Option<Duration>) -> String {
@@ -198,7 +338,7 @@ fn seconds(s: f64) -> Option<Duration> {
 }
 
 /// What batchpool must know about one session.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Session {
     /// `@@auto_increment_increment`, when it stays what it was read as
     /// (`None` on a Galera node that sets it from the cluster's
@@ -213,6 +353,24 @@ pub(crate) struct Session {
     /// `@@SESSION.max_statement_time` (MariaDB; `None`: no limit, or a
     /// server without it).
     pub(crate) statement_limit: Option<Duration>,
+    /// Whether the server takes writes (a Galera node may not).
+    pub(crate) readiness: Readiness,
+}
+
+/// Whether a server is ready for writes, read with the session's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// Not a Galera node, or one that is synced with its cluster's primary
+    /// component.
+    Ready,
+    /// A Galera node that takes writes (`wsrep_ready` ON, in the primary
+    /// component) but is not synced (a donor, or desynced for a backup):
+    /// used only when no host of the list is [`Ready`](Readiness::Ready).
+    NotSynced(String),
+    /// A Galera node that refuses writes (`wsrep_ready` OFF, outside the
+    /// primary component), or whose state cannot be read: never used. Its
+    /// status, for the error.
+    NotReady(String),
 }
 
 /// Reads the settings batchpool depends on: the pool-wide ones the first
@@ -227,21 +385,34 @@ pub(crate) async fn read_settings(
     // The wsrep variables exist on MariaDB built with Galera support
     // (whether or not it is a cluster node); a server without them is no
     // Galera node.
+    //
+    // A Galera node's readiness for writes comes in the same round trip:
+    // `wsrep_ready`, `wsrep_local_state` and `wsrep_cluster_status`, from
+    // the status table (readable on a node that is not ready).
     for sql in [
         "SELECT @@max_allowed_packet, @@auto_increment_increment, \
          @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, @@SESSION.max_statement_time, \
-         @@GLOBAL.wsrep_on OR @@SESSION.wsrep_on, @@GLOBAL.wsrep_auto_increment_control",
+         @@GLOBAL.wsrep_on OR @@SESSION.wsrep_on, @@GLOBAL.wsrep_auto_increment_control, \
+         (SELECT GROUP_CONCAT(LOWER(VARIABLE_NAME), '=', VARIABLE_VALUE ORDER BY VARIABLE_NAME \
+          SEPARATOR ' ') FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN \
+          ('WSREP_READY', 'WSREP_LOCAL_STATE', 'WSREP_CLUSTER_STATUS'))",
         "SELECT @@max_allowed_packet, @@auto_increment_increment, \
-         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, @@SESSION.max_statement_time, 0, 0",
+         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, @@SESSION.max_statement_time, 0, 0, \
+         NULL",
         "SELECT @@max_allowed_packet, @@auto_increment_increment, \
-         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, NULL, 0, 0",
+         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, NULL, 0, 0, NULL",
         "SELECT @@max_allowed_packet, @@auto_increment_increment, NULL, \
-         @@SESSION.sql_mode, NULL, 0, 0",
+         @@SESSION.sql_mode, NULL, 0, 0, NULL",
     ] {
         match conn.query_first(sql).await {
             Ok(found) => {
                 row = found;
                 break;
+            }
+            // A node that refuses even this (1047: not ready) is no server
+            // to fall back on a smaller query for.
+            Err(mysql_async::Error::Server(e)) if e.code == 1047 => {
+                return Err(mysql_async::Error::Server(e));
             }
             Err(mysql_async::Error::Server(_)) => continue,
             Err(e) => return Err(e),
@@ -292,11 +463,48 @@ pub(crate) async fn read_settings(
         .and_then(Result::ok)
         .flatten()
         .and_then(seconds);
+    let galera = get_u64(5).is_some_and(|on| on != 0);
+    let readiness = if galera {
+        let status = row
+            .as_ref()
+            .and_then(|r| r.get_opt::<Option<String>, _>(7))
+            .and_then(Result::ok)
+            .flatten()
+            .unwrap_or_default();
+        wsrep_readiness(&status)
+    } else {
+        Readiness::Ready
+    };
     Ok(Session {
         auto_increment_increment: increment,
         strict,
         statement_limit,
+        readiness,
     })
+}
+
+/// How ready for writes a Galera node whose status reads `status` is
+/// (`name=value` pairs separated by spaces, names in lower case): ready
+/// when `wsrep_ready` is ON, `wsrep_cluster_status` Primary and
+/// `wsrep_local_state` 4 (Synced). A missing variable counts as not ready.
+fn wsrep_readiness(status: &str) -> Readiness {
+    let get = |name: &str| {
+        status.split(' ').find_map(|pair| {
+            let (n, v) = pair.split_once('=')?;
+            (n == name).then_some(v)
+        })
+    };
+    let ready = get("wsrep_ready").is_some_and(|v| v.eq_ignore_ascii_case("ON"));
+    let primary = get("wsrep_cluster_status").is_some_and(|v| v.eq_ignore_ascii_case("Primary"));
+    let synced = get("wsrep_local_state") == Some("4");
+    match (ready && primary, synced) {
+        (true, true) => Readiness::Ready,
+        (true, false) => Readiness::NotSynced(status.to_owned()),
+        (false, _) if status.is_empty() => {
+            Readiness::NotReady("its wsrep status cannot be read".to_owned())
+        }
+        (false, _) => Readiness::NotReady(status.to_owned()),
+    }
 }
 
 impl Capped for Manager {
@@ -331,37 +539,15 @@ impl managed::Manager for Manager {
         // Boxed: these state machines are part of every checkout's future
         // (every pending caller's) otherwise.
         let wrapper = Box::pin(async {
-            // Before connecting: a `retire_all` meanwhile retires it too.
-            let stamp = self.lifecycle.stamp();
-            let conn = match self.open().await {
-                Ok(conn) => conn,
+            match self.connect_any().await {
+                Ok(wrapper) => Ok(wrapper),
                 Err(e) => {
                     if Self::is_limit(&e) {
                         self.cap.refused();
                     }
-                    return Err(e);
+                    Err(e)
                 }
-            };
-            let mut wrapper = ConnWrapper {
-                conn: Some(conn),
-                session: Session {
-                    auto_increment_increment: None,
-                    strict: false,
-                    statement_limit: None,
-                },
-                broken: false,
-                lent: false,
-                busy: false,
-                own_limit: None,
-                pool_set: false,
-                limit: None,
-                limit_stale: false,
-                explicit_limit: self.statement_timeout,
-                server: Arc::clone(&self.server),
-                stamp,
-            };
-            self.settle(&mut wrapper).await?;
-            Ok(wrapper)
+            }
         })
         .await?;
         self.cap.opened();
@@ -644,9 +830,44 @@ impl ConnWrapper {
     /// As [`note_error`](Self::note_error), from the server error code.
     pub(crate) fn note_code(&mut self, code: u16) {
         // 1053 shutdown, 1152-1161 network errors and packet limits, 1927
-        // connection killed.
-        if matches!(code, 1053 | 1152..=1161 | 1927) {
+        // connection killed, 1047 a Galera node not ready for writes
+        // (WSREP has not yet prepared node for application use): new
+        // connections go to a node that is.
+        if matches!(code, 1047 | 1053 | 1152..=1161 | 1927) {
             self.broken = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Readiness, wsrep_readiness};
+
+    #[test]
+    fn a_galera_node_ready_for_writes() {
+        let ready = "wsrep_cluster_status=Primary wsrep_local_state=4 wsrep_ready=ON";
+        assert_eq!(wsrep_readiness(ready), Readiness::Ready);
+        // A donor, a desynced node: they take writes, as a last resort.
+        for not_synced in [
+            "wsrep_cluster_status=Primary wsrep_local_state=2 wsrep_ready=ON",
+            "wsrep_cluster_status=Primary wsrep_local_state=1 wsrep_ready=ON",
+        ] {
+            assert_eq!(
+                wsrep_readiness(not_synced),
+                Readiness::NotSynced(not_synced.into())
+            );
+        }
+        for not in [
+            "wsrep_cluster_status=non-Primary wsrep_local_state=4 wsrep_ready=OFF",
+            "wsrep_cluster_status=non-Primary wsrep_local_state=4 wsrep_ready=ON",
+            "wsrep_cluster_status=Disconnected wsrep_local_state=0 wsrep_ready=OFF",
+            "wsrep_cluster_status=Primary wsrep_local_state=4",
+        ] {
+            assert_eq!(wsrep_readiness(not), Readiness::NotReady(not.into()));
+        }
+        assert_eq!(
+            wsrep_readiness(""),
+            Readiness::NotReady("its wsrep status cannot be read".into())
+        );
     }
 }

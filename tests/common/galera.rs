@@ -6,7 +6,7 @@ use super::mysql::MysqlServer;
 use super::util;
 use mysql_async::prelude::Queryable;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// What to tell a user whose machine lacks the cluster's pieces.
@@ -33,12 +33,25 @@ static CLUSTER: OnceLock<GaleraCluster> = OnceLock::new();
 ///
 /// Blocks while the nodes start (about 10 to 30 s): call it before awaiting.
 pub fn galera_cluster() -> &'static GaleraCluster {
-    CLUSTER.get_or_init(GaleraCluster::start)
+    CLUSTER.get_or_init(|| GaleraCluster::start(""))
+}
+
+/// As [`galera_cluster`], with `provider_options` added to every node's
+/// `wsrep_provider_options` (`;`-separated, e.g. shorter failure detection
+/// timeouts). The first call in a process starts the cluster: later calls
+/// get it as it was started, whatever options they name.
+pub fn galera_cluster_with(provider_options: &str) -> &'static GaleraCluster {
+    CLUSTER.get_or_init(|| GaleraCluster::start(provider_options))
 }
 
 /// The nodes of a Galera cluster (see [`galera_cluster`]).
 pub struct GaleraCluster {
-    nodes: Vec<MysqlServer>,
+    /// Behind a lock so a node can be killed and restarted.
+    nodes: Mutex<Vec<MysqlServer>>,
+    /// Every node's client URL (ports do not change on a restart).
+    urls: Vec<String>,
+    /// Every node's temp dir.
+    dirs: Vec<PathBuf>,
 }
 
 /// The Galera provider, where Debian and the upstream packages put it.
@@ -56,7 +69,12 @@ fn provider() -> Option<PathBuf> {
 }
 
 impl GaleraCluster {
-    fn start() -> GaleraCluster {
+    fn start(provider_options: &str) -> GaleraCluster {
+        let extra = if provider_options.is_empty() {
+            String::new()
+        } else {
+            format!(";{provider_options}")
+        };
         let bins = ["/usr/bin", "/usr/sbin", "/bin", "/sbin"];
         let Some(provider) = provider() else {
             panic!("{MISSING}");
@@ -91,7 +109,7 @@ impl GaleraCluster {
                 format!("--wsrep-sst-receive-address=127.0.0.1:{sst}"),
                 format!(
                     "--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:{group};\
-                     ist.recv_addr=127.0.0.1:{ist};gcache.size=64M"
+                     ist.recv_addr=127.0.0.1:{ist};gcache.size=64M{extra}"
                 ),
                 "--wsrep-sst-method=rsync".to_string(),
                 "--binlog-format=ROW".to_string(),
@@ -108,24 +126,60 @@ impl GaleraCluster {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             nodes.push(MysqlServer::start(&args));
         }
-        let cluster = GaleraCluster { nodes };
+        let cluster = GaleraCluster {
+            urls: nodes.iter().map(MysqlServer::url).collect(),
+            dirs: nodes.iter().map(|n| n.dir().to_path_buf()).collect(),
+            nodes: Mutex::new(nodes),
+        };
         cluster.wait_formed();
         cluster
     }
 
+    fn nodes(&self) -> MutexGuard<'_, Vec<MysqlServer>> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Connection URL of node `i` (0-based), database `test`.
     pub fn url(&self, i: usize) -> String {
-        self.nodes[i].url()
+        self.urls[i].clone()
     }
 
     /// Connection URLs of every node, database `test`.
     pub fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(MysqlServer::url).collect()
+        self.urls.clone()
+    }
+
+    /// `host:port` of every node's client port.
+    pub fn hosts(&self) -> Vec<String> {
+        self.urls
+            .iter()
+            .map(|u| {
+                let rest = u.split_once('@').map_or(u.as_str(), |(_, r)| r);
+                rest.split('/').next().unwrap_or(rest).to_string()
+            })
+            .collect()
     }
 
     /// The temp dir of node `i` (its `mariadbd.log`).
     pub fn dir(&self, i: usize) -> &Path {
-        self.nodes[i].dir()
+        &self.dirs[i]
+    }
+
+    /// Kills node `i` with SIGKILL, as a crash: the other nodes find it
+    /// gone when their group communication times it out.
+    pub fn kill(&self, i: usize) {
+        self.nodes()[i].sigkill();
+    }
+
+    /// Starts node `i` again after [`kill`](GaleraCluster::kill), as a
+    /// joiner (never as the node that forms the cluster): it takes the
+    /// writes it missed from a donor (incremental or full state transfer).
+    /// Blocks (call it from `spawn_blocking`) until every node is back in
+    /// one synced cluster of [`GALERA_NODES`] (as [`galera_cluster`] waits
+    /// at the start).
+    pub fn restart(&self, i: usize) {
+        self.nodes()[i].restart(&["--wsrep-new-cluster"]);
+        self.wait_formed();
     }
 
     /// A new, uniquely named database (created on node 1, replicated to
@@ -146,7 +200,7 @@ impl GaleraCluster {
 
     /// Waits until every node sees all [`GALERA_NODES`] in its primary
     /// component and is synced and ready for writes.
-    fn wait_formed(&self) {
+    pub fn wait_formed(&self) {
         let urls = self.urls();
         let deadline = Instant::now() + FORM_TIMEOUT;
         std::thread::scope(|s| {

@@ -63,7 +63,7 @@ pub use bouncer::{
 };
 #[cfg(feature = "mysql")]
 #[allow(unused_imports)] // each test binary uses only some of these
-pub use galera::{GALERA_NODES, GaleraCluster, galera_cluster};
+pub use galera::{GALERA_NODES, GaleraCluster, galera_cluster, galera_cluster_with};
 #[cfg(feature = "mysql")]
 #[allow(unused_imports)] // each test binary uses only some of these
 pub use mysql::{

@@ -126,6 +126,8 @@ pub struct MysqlServer {
     watchdog: Option<Child>,
     /// TLS: the certificates it presents.
     certs: Option<TestCerts>,
+    /// How it was started (binary, arguments), for [`restart`](MysqlServer::restart).
+    command: Option<(PathBuf, Vec<OsString>)>,
 }
 
 impl MysqlServer {
@@ -180,6 +182,7 @@ impl MysqlServer {
             child: None,
             watchdog,
             certs: None,
+            command: None,
         };
         if tls {
             server.certs = Some(write_certs(&server.dir, "mysql"));
@@ -250,7 +253,10 @@ impl MysqlServer {
             server.child = Some(child);
 
             match server.wait_ready() {
-                Ok(()) => return server,
+                Ok(()) => {
+                    server.command = Some((mariadbd, args));
+                    return server;
+                }
                 Err(why) => {
                     server.kill();
                     let log_tail =
@@ -339,6 +345,46 @@ impl MysqlServer {
             .join()
             .unwrap_or_else(|_| Err("readiness thread panicked".into()))
         })
+    }
+
+    /// Kills `mariadbd` with SIGKILL (as a crash: no shutdown, the data
+    /// dir stays as it was) and reaps it; [`restart`](MysqlServer::restart)
+    /// starts it again.
+    pub fn sigkill(&mut self) {
+        self.kill();
+    }
+
+    /// Whether `mariadbd` runs (it was started and not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Starts `mariadbd` again on the same data dir and port, with the
+    /// arguments it was first started with except those in `drop_args`
+    /// (e.g. `--wsrep-new-cluster`), after [`sigkill`](MysqlServer::sigkill).
+    /// Blocks until it accepts `SELECT 1` (up to 60 s); panics with the
+    /// log tail if it does not.
+    pub fn restart(&mut self, drop_args: &[&str]) {
+        assert!(self.child.is_none(), "restart a server that is not running");
+        let (mariadbd, args) = self.command.clone().expect("a server that started once");
+        let args: Vec<OsString> = args
+            .into_iter()
+            .filter(|a| !drop_args.iter().any(|d| a == d))
+            .collect();
+        let tmp = self.dir.join("tmp");
+        let out_file = self.dir.join("mariadbd.out");
+        let child = spawn_detached(&mariadbd, &args, &self.dir, &tmp, &out_file)
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", mariadbd.display()));
+        let _ = std::fs::write(self.dir.join("server.pid"), format!("{}\n", child.id()));
+        self.child = Some(child);
+        if let Err(why) = self.wait_ready() {
+            let log = self.dir.join("mariadbd.log");
+            panic!(
+                "MariaDB did not restart ({why})\n{}\n{}",
+                util::tail(&out_file, 10),
+                util::tail(&log, 40)
+            );
+        }
     }
 
     /// Kills `mariadbd` (SIGKILL: the data is thrown away) and reaps it.
