@@ -532,7 +532,7 @@ pub fn render_text(r: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<14}{:>10}{:>10}{:>8}{rw_head}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
+            "{:<14}{:>10}{:>10}{:>8}{rw_head}{:>10}{:>10}{:>10}{:>10}{:>11}{:>11}",
             "mode",
             "rows/s",
             "×nobatch",
@@ -554,7 +554,7 @@ pub fn render_text(r: &Report) -> String {
             };
             let _ = writeln!(
                 out,
-                "{:<14}{:>10}{:>10}{:>8}{rw_cell}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
+                "{:<14}{:>10}{:>10}{:>8}{rw_cell}{:>10}{:>10}{:>10}{:>10}{:>11}{:>11}",
                 m.mode.name(),
                 thousands(m.rows_per_sec),
                 ratio(m.ratio_to_nobatch),
