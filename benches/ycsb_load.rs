@@ -18,11 +18,18 @@
 //! cargo bench --bench ycsb_load -- --pg-url 'postgresql://app@db.example.com/app?sslmode=verify-full'
 //! cargo bench --bench ycsb_load -- --pg-url postgresql://postgres@127.0.0.1:6432/postgres \
 //!     --statements unnamed                                          # through PgBouncer
+//! cargo bench --bench ycsb_load -- --db mariadb --cluster galera --tasks-sweep 64,1024
+//! cargo bench --bench ycsb_load -- --db mariadb --cluster galera \
+//!     --mysql-url mysql://root@node1/test,mysql://root@node2/test,mysql://root@node3/test
+//! cargo bench --bench ycsb_load -- --db postgresql --cluster pg-sync --repeat 3
 //! ```
 //!
 //! Without `--pg-url` / `--mysql-url` it starts a throwaway PostgreSQL
 //! cluster / MariaDB server (the tests' harness, `tests/common`) and removes
-//! it afterwards. See `--help`.
+//! it afterwards; with `--cluster galera` a throwaway 3-node Galera cluster
+//! (`common::galera_cluster`, removed when the bench exits), with
+//! `--cluster pg-sync` a throwaway primary and synchronous standby
+//! (`common::PgServer::standby_of`). See `--help`.
 //!
 //! Run by `cargo test --benches` (no `--bench` flag, no arguments), it only
 //! checks that it works: every mode of both databases on 500 rows, a sweep
@@ -40,7 +47,9 @@ use batchpool::postgres::Statements;
 use clap::Parser;
 
 use ycsb::cli::{Args, Db};
-use ycsb::{Database, Mode, Report, ServerSetup, mysql::MysqlTarget, pg::PgTarget, report};
+use ycsb::{
+    Cluster, Database, Mode, Report, ServerSetup, mysql::MysqlTarget, pg::PgTarget, report,
+};
 
 fn main() -> ExitCode {
     let mut args = Args::parse();
@@ -88,13 +97,17 @@ fn report_failure(result: ycsb::Result<()>) -> Result<(), ExitCode> {
 }
 
 fn run(args: &Args) -> ycsb::Result<()> {
+    args.check_cluster().map_err(ycsb::fail)?;
     // Several databases: one table each, and file names get `-<db>`.
     let several = args.db.len() > 1;
     for &db in &args.db {
         let report = match db {
-            Db::Postgresql => run_db::<PgTarget, _>(args, args.pg_url.as_deref(), throwaway_pg)?,
+            Db::Postgresql => {
+                let given: Vec<String> = args.pg_url.iter().cloned().collect();
+                run_db::<PgTarget, _>(args, given, throwaway_pg)?
+            }
             Db::Mariadb => {
-                run_db::<MysqlTarget, _>(args, args.mysql_url.as_deref(), throwaway_mariadb)?
+                run_db::<MysqlTarget, _>(args, args.mysql_url.clone(), throwaway_mariadb)?
             }
         };
         let path_for = |p: &Path| {
@@ -144,23 +157,47 @@ fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
 }
 
 /// A throwaway PostgreSQL cluster (stopped and removed when dropped), its
-/// URL; with `--tls`, TLS on and the URL asking for it.
-fn throwaway_pg(args: &Args) -> (common::PgServer, String) {
+/// URL; with `--tls`, TLS on and the URL asking for it. With `--cluster
+/// pg-sync`, a primary whose commits wait for its synchronous streaming
+/// standby (`synchronous_standby_names='*'`, `synchronous_commit=on`), and
+/// that standby (a base backup of it); the URL is the primary's.
+fn throwaway_pg(args: &Args) -> (Vec<common::PgServer>, Vec<String>) {
+    if args.cluster == Some(Cluster::PgSync) {
+        eprintln!("ycsb_load: starting a throwaway PostgreSQL primary and synchronous standby...");
+        let (primary, standby) = common::PgServer::start_sync_pair();
+        let url = primary.url();
+        // The standby first: its drop stops it before the primary's.
+        return (vec![standby, primary], vec![url]);
+    }
     eprintln!("ycsb_load: starting a throwaway PostgreSQL cluster...");
     if args.tls {
         let server = common::PgServer::start_tls(&[]);
         let url = format!("{}?sslmode=require", server.url());
-        return (server, url);
+        return (vec![server], vec![url]);
     }
     let server = common::PgServer::start(&[]);
     let url = server.url();
-    (server, url)
+    (vec![server], vec![url])
 }
 
 /// A throwaway MariaDB server (stopped and removed when dropped), its URL;
 /// with `--tls`, TLS on and the URL asking for it (mysql_async's own
-/// parameters: the peers use the same URL).
-fn throwaway_mariadb(args: &Args) -> (common::MysqlServer, String) {
+/// parameters: the peers use the same URL). With `--cluster galera`, the
+/// harness' 3-node Galera cluster (removed when the process exits) and
+/// every node's URL.
+fn throwaway_mariadb(args: &Args) -> (Option<common::MysqlServer>, Vec<String>) {
+    let tcp = |url: String| {
+        if args.mysql_tcp {
+            format!("{url}?prefer_socket=false")
+        } else {
+            url
+        }
+    };
+    if args.cluster == Some(Cluster::Galera) {
+        eprintln!("ycsb_load: starting a throwaway 3-node MariaDB Galera cluster...");
+        let cluster = common::galera_cluster();
+        return (None, cluster.urls().into_iter().map(tcp).collect());
+    }
     eprintln!("ycsb_load: starting a throwaway MariaDB server...");
     if args.tls {
         let server = common::MysqlServer::start_tls(&[]);
@@ -168,24 +205,21 @@ fn throwaway_mariadb(args: &Args) -> (common::MysqlServer, String) {
             "{}?require_ssl=true&verify_ca=false&verify_identity=false&prefer_socket=false",
             server.url()
         );
-        return (server, url);
+        return (Some(server), vec![url]);
     }
     let server = common::MysqlServer::start(&[]);
-    let url = if args.mysql_tcp {
-        format!("{}?prefer_socket=false", server.url())
-    } else {
-        server.url()
-    };
-    (server, url)
+    let url = tcp(server.url());
+    (Some(server), vec![url])
 }
 
-/// Runs the modes of database `D`: on `given_url`, or on a throwaway server
-/// from `throwaway`, which is started (blocking) before the runtime and
-/// dropped (stopped, its directory removed) after it.
+/// Runs the modes of database `D`: on the `given` URLs (one server, or the
+/// nodes of a cluster), or on a throwaway server from `throwaway`, which is
+/// started (blocking) before the runtime and dropped (stopped, its
+/// directory removed) after it.
 fn run_db<D: Database, S>(
     args: &Args,
-    given_url: Option<&str>,
-    throwaway: fn(&Args) -> (S, String),
+    given: Vec<String>,
+    throwaway: fn(&Args) -> (S, Vec<String>),
 ) -> ycsb::Result<Report> {
     let mut opts = args.options();
     opts.modes = args.modes_for(&D::MODES);
@@ -198,27 +232,34 @@ fn run_db<D: Database, S>(
         opts.sweep = None;
     }
     opts.validate()?;
-    let (server, url) = match given_url {
-        Some(url) => (None, url.to_string()),
-        None => {
-            let (server, url) = throwaway(args);
-            (Some(server), url)
-        }
+    let (server, urls) = if given.is_empty() {
+        let (server, urls) = throwaway(args);
+        (Some(server), urls)
+    } else {
+        (None, given)
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let result = runtime.block_on(async {
-        let mut db = D::create(&url).await?;
+        let mut db = D::create_on(&urls).await?;
         db.set_bulk_threshold(opts.bulk_threshold);
         if let Err(e) = db.set_statements(args.statements) {
             db.cleanup().await;
             return Err(e);
         }
+        let topology = match db.topology(args.cluster).await {
+            Ok(t) => t,
+            Err(e) => {
+                db.cleanup().await;
+                return Err(e);
+            }
+        };
         let setup = ServerSetup {
             throwaway: server.is_some(),
             fast: server.is_some() && common::fast_server(),
             address: db.address(),
+            topology,
         };
         let report = ycsb::run(&db, &opts, setup).await;
         db.cleanup().await;

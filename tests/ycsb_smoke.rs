@@ -47,6 +47,7 @@ async fn every_mode_loads_verifies_and_reports() {
         throwaway: false,
         fast: common::fast_server(),
         address: target.address(),
+        topology: None,
     };
     let db = target;
     let records = 300;
@@ -505,6 +506,7 @@ async fn mariadb_rewrite_peer_and_tasks_sweep() {
         throwaway: false,
         fast: common::fast_server(),
         address: db.address(),
+        topology: None,
     };
     let opts = Options {
         records: 300,
@@ -802,4 +804,199 @@ fn command_line_and_options() {
     };
     let err = bad.validate().expect_err("tasks 0");
     assert!(err.to_string().contains("--tasks"), "{err}");
+}
+
+#[test]
+fn cluster_flags() {
+    use ycsb::Cluster;
+    let parse = |args: &[&str]| {
+        let mut all = vec!["ycsb_load"];
+        all.extend_from_slice(args);
+        Args::try_parse_from(all).expect("parse")
+    };
+    // Repeated or comma separated: every node's URL, in order.
+    let a = parse(&[
+        "--db",
+        "mariadb",
+        "--cluster",
+        "galera",
+        "--mysql-url",
+        "mysql://root@n1/test,mysql://root@n2/test",
+        "--mysql-url",
+        "mysql://root@n3/test",
+    ]);
+    assert_eq!(a.cluster, Some(Cluster::Galera));
+    assert_eq!(a.mysql_url.len(), 3);
+    assert_eq!(a.mysql_url[2], "mysql://root@n3/test");
+    assert_eq!(a.check_cluster(), Ok(()));
+    assert_eq!(
+        parse(&["--db", "postgresql", "--cluster", "pg-sync"]).check_cluster(),
+        Ok(())
+    );
+    assert!(parse(&[]).mysql_url.is_empty());
+    // A cluster is its own database's only.
+    for (args, needle) in [
+        (&["--cluster", "galera"][..], "--db mariadb"),
+        (
+            &["--db", "mariadb", "--cluster", "pg-sync"][..],
+            "--db postgresql",
+        ),
+        (
+            &["--db", "postgresql,mariadb", "--cluster", "galera"][..],
+            "and no other",
+        ),
+        (
+            &["--db", "mariadb", "--cluster", "galera", "--tls"][..],
+            "no TLS",
+        ),
+    ] {
+        let e = parse(args).check_cluster().expect_err("refused");
+        assert!(e.contains(needle), "{args:?}: {e}");
+    }
+    assert!(Args::try_parse_from(["ycsb_load", "--cluster", "raft"]).is_err());
+}
+
+/// The writers of a cluster spread over its nodes: two URLs of one server
+/// stand for two nodes (both show the scratch database and every row at
+/// once). `coalesce` and `coalesce-peer` get a pool per URL, the counters
+/// of both pools add up, and every node's count is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_spread_over_every_url() {
+    use ycsb::Cluster;
+    let url = common::mysql_url();
+    let db = MysqlTarget::create_on(&[url.clone(), url])
+        .await
+        .expect("scratch database on two nodes");
+    let topology = db
+        .topology(None)
+        .await
+        .expect("topology")
+        .expect("two nodes");
+    assert!(
+        topology.contains("2 node(s)") && topology.contains("tasks split evenly"),
+        "{topology}"
+    );
+    // Not one Galera cluster, and not PostgreSQL.
+    let e = db
+        .topology(Some(Cluster::Galera))
+        .await
+        .expect_err("no Galera");
+    assert!(
+        e.to_string().contains("not one ready Galera cluster"),
+        "{e}"
+    );
+    assert!(db.topology(Some(Cluster::PgSync)).await.is_err());
+    let setup = ServerSetup {
+        throwaway: false,
+        fast: common::fast_server(),
+        address: db.address(),
+        topology: Some(topology),
+    };
+    let records = 240;
+    let opts = Options {
+        records,
+        batch_size: 50,
+        tasks: 6,
+        pool_size: 2,
+        modes: vec![Mode::Coalesce, Mode::CoalescePeer, Mode::Batchrewrite],
+        progress: false,
+        ..Options::default()
+    };
+    let report = ycsb::run(&db, &opts, setup).await.expect("bench run");
+    for r in &report.results {
+        if let Some(l) = &r.latency {
+            assert_eq!(l.count, records as u64, "{}", r.mode);
+        }
+        if let Some(b) = &r.batching {
+            assert_eq!(b.rows, records as u64, "{}", r.mode);
+        }
+    }
+    let text = report::render_text(&report);
+    assert!(
+        text.contains("cluster:  not Galera (wsrep off), 2 node(s)"),
+        "{text}"
+    );
+
+    // Task i writes through node i % 2: each pool gets its tasks' rows.
+    db.reset().await.expect("truncate");
+    let pool = db
+        .batch_pool(1, batchpool::BatchConfig::default())
+        .expect("pools");
+    use ycsb::modes::RowWriter;
+    pool.open(1).await.expect("open");
+    let data = Dataset::generate(5, 100, 3).expect("rows");
+    for (i, r) in data.rows.iter().enumerate() {
+        assert_eq!(pool.for_task(i).insert(r).await.expect("insert"), 1);
+    }
+    let b = pool.batching().expect("counters");
+    assert_eq!(b.rows, 5);
+    pool.release().await;
+    ycsb::verify_count(&db, 5, "spread").await.expect("5 rows");
+    db.cleanup().await;
+}
+
+/// `--cluster pg-sync`: a throwaway primary with a synchronous standby;
+/// the topology waits for it to stream, every PostgreSQL mode loads on the
+/// primary, and the standby has the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_sync_pair_runs_every_mode() {
+    use ycsb::Cluster;
+    let (primary, standby) = tokio::task::spawn_blocking(common::PgServer::start_sync_pair)
+        .await
+        .expect("start the pair");
+    let db = PgTarget::create(&primary.url())
+        .await
+        .expect("scratch database");
+    assert_eq!(db.topology(None).await.expect("no cluster"), None);
+    assert!(db.topology(Some(Cluster::Galera)).await.is_err());
+    let topology = db
+        .topology(Some(Cluster::PgSync))
+        .await
+        .expect("a synchronous standby")
+        .expect("described");
+    assert!(topology.contains("(sync)"), "{topology}");
+    let setup = ServerSetup {
+        throwaway: true,
+        fast: false,
+        address: db.address(),
+        topology: Some(topology),
+    };
+    let records = 200;
+    let opts = Options {
+        records,
+        batch_size: 50,
+        tasks: 8,
+        pool_size: 2,
+        progress: false,
+        ..Options::default()
+    };
+    let report = ycsb::run(&db, &opts, setup).await.expect("bench run");
+    let modes: Vec<Mode> = report.results.iter().map(|r| r.mode).collect();
+    assert_eq!(modes, PgTarget::MODES.to_vec());
+    let text = report::render_text(&report);
+    assert!(text.contains("synchronous_standby_names=*"), "{text}");
+    assert!(text.contains("cluster:  PostgreSQL primary with synchronous standby"));
+
+    // The last load reached the standby (it applies shortly after the
+    // flush the commit waited for).
+    let dbname = db.config().get_dbname().expect("db name").to_string();
+    let mut config: tokio_postgres::Config = standby.url().parse().expect("standby url");
+    config.dbname(&dbname);
+    let client = connect(&config).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let n: i64 = client
+            .query_one("SELECT count(*) FROM usertable", &[])
+            .await
+            .expect("count on the standby")
+            .get(0);
+        if n == records as i64 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "standby has {n} rows");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    drop(client);
+    db.cleanup().await;
+    drop((standby, primary));
 }

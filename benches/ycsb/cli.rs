@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use batchpool::postgres::Statements;
 use clap::Parser;
 
-use super::{Mode, Options};
+use super::{Cluster, Mode, Options};
 
 /// YCSB load phase through every write path, side by side: plain
 /// tokio-postgres / deadpool-postgres (nobatch, batch, coalesce-peer, copy)
@@ -51,9 +51,13 @@ pub struct Args {
     #[arg(long = "db", value_enum, value_delimiter = ',', default_values_t = vec![Db::Postgresql])]
     pub db: Vec<Db>,
     /// MariaDB / MySQL server to use (`mysql://user:password@host:port/db`);
-    /// default: a throwaway `mariadbd`. `MYSQL_URL` is not read.
-    #[arg(long)]
-    pub mysql_url: Option<String>,
+    /// default: a throwaway `mariadbd`. `MYSQL_URL` is not read. Repeated
+    /// or comma separated: the nodes of one multi-primary cluster (Galera),
+    /// the scratch database made on the first; `coalesce` and
+    /// `coalesce-peer` get one pool per node with the tasks split evenly,
+    /// the other modes write on the first.
+    #[arg(long, value_delimiter = ',', value_name = "URL")]
+    pub mysql_url: Vec<String>,
     /// PostgreSQL server to use (libpq URL or key=value string), or a
     /// pooler in front of one (PgBouncer: see above); default: a throwaway
     /// cluster. `PG_URL` is not read: the bench only uses a server it is
@@ -71,6 +75,15 @@ pub struct Args {
     /// peers follow it. Default: --pg-url's `statements=`, else auto.
     #[arg(long, value_name = "auto|named|unnamed", value_parser = super::statements::parse)]
     pub statements: Option<Statements>,
+    /// Load a replicated setup instead of one server: `galera` (with `--db
+    /// mariadb`: a throwaway 3-node MariaDB Galera cluster on loopback, or
+    /// the nodes given as --mysql-url; every node must be ready) or
+    /// `pg-sync` (with `--db postgresql`: a throwaway primary with a
+    /// synchronous streaming standby, or the primary given as --pg-url,
+    /// which must have one streaming). Every mode of the database runs; the
+    /// report says where the writers went.
+    #[arg(long, value_enum)]
+    pub cluster: Option<Cluster>,
     /// Throwaway servers with TLS (a certificate from a throwaway CA), and
     /// every connection of every mode over it, with no certificate check
     /// (libpq's `require`): PostgreSQL `sslmode=require`, MariaDB
@@ -200,6 +213,35 @@ impl std::fmt::Display for Db {
 }
 
 impl Args {
+    /// Checks the combination of `--cluster` with the other flags: a
+    /// cluster is for its own database only, without `--tls` on throwaway
+    /// servers; several `--mysql-url` only for MariaDB.
+    pub fn check_cluster(&self) -> Result<(), String> {
+        let Some(cluster) = self.cluster else {
+            return Ok(());
+        };
+        let db = match cluster {
+            Cluster::Galera => Db::Mariadb,
+            Cluster::PgSync => Db::Postgresql,
+        };
+        if self.db != [db] {
+            return Err(format!(
+                "--cluster {cluster} needs --db {db} (and no other)"
+            ));
+        }
+        let given = match db {
+            Db::Mariadb => !self.mysql_url.is_empty(),
+            Db::Postgresql => self.pg_url.is_some(),
+        };
+        if self.tls && !given {
+            return Err(format!(
+                "--tls: the throwaway {cluster} cluster has no TLS; give the cluster's URLs \
+                 with their TLS parameters instead"
+            ));
+        }
+        Ok(())
+    }
+
     /// The modes to run on a database offering `supported`: all of them
     /// for the default `--modes`, else the given ones it has; none with
     /// `--sweeps-only`.

@@ -318,6 +318,35 @@ pub struct ServerSetup {
     pub fast: bool,
     /// Host and port, without credentials.
     pub address: String,
+    /// A replicated setup (`--cluster`, several `--mysql-url`): its nodes
+    /// and where the writers went ([`Database::topology`]); `None` for one
+    /// server.
+    pub topology: Option<String>,
+}
+
+/// A replicated setup the bench loads (`--cluster`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cluster {
+    /// MariaDB Galera, every node a primary: `coalesce` and `coalesce-peer`
+    /// get one pool per node, their tasks split evenly over the nodes; the
+    /// single-connection modes write on the first node. Without
+    /// `--mysql-url` a throwaway 3-node cluster on loopback.
+    Galera,
+    /// A PostgreSQL primary with a synchronous streaming standby
+    /// (`synchronous_standby_names`, `synchronous_commit=on`): every commit
+    /// waits for the standby. Writers on the primary. Without `--pg-url` a
+    /// throwaway pair.
+    PgSync,
+}
+
+impl std::fmt::Display for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Cluster::Galera => "galera",
+            Cluster::PgSync => "pg-sync",
+        })
+    }
 }
 
 /// A database under test: its scratch database, `usertable`, and what its
@@ -349,6 +378,29 @@ pub trait Database: Sized {
     /// Connects to `url` and creates a uniquely named scratch database
     /// there ([`scratch_name`]).
     async fn create(url: &str) -> Result<Self>;
+    /// [`create`](Database::create) on the nodes of one cluster, the
+    /// scratch database made on the first and seen by every node. Only
+    /// MariaDB takes several (Galera); the default takes exactly one URL.
+    async fn create_on(urls: &[String]) -> Result<Self> {
+        match urls {
+            [url] => Self::create(url).await,
+            _ => Err(fail(format!(
+                "{} takes one server URL, got {}",
+                Self::NAME,
+                urls.len()
+            ))),
+        }
+    }
+    /// Checks that the server is the replicated setup `cluster` says (ready,
+    /// every node or standby in place) and describes it for the report;
+    /// `None` for one plain server. Fails for a `cluster` of another
+    /// database or one not in place.
+    async fn topology(&self, cluster: Option<Cluster>) -> Result<Option<String>> {
+        match cluster {
+            None => Ok(None),
+            Some(c) => Err(fail(format!("--cluster {c} is not for {}", Self::NAME))),
+        }
+    }
     /// Host:port of the server, for the report.
     fn address(&self) -> String;
     /// The server's version string.

@@ -52,8 +52,77 @@ pub trait RowWriter: Clone + Send + Sync + 'static {
     fn batching(&self) -> Option<Batching> {
         None
     }
+    /// The writer task `task` (0-based) of [`concurrent`] uses: the same
+    /// pool, or on a cluster the pool of the task's node ([`Spread`]).
+    fn for_task(&self, _task: usize) -> Self {
+        self.clone()
+    }
     /// Closes the pool after the clock stopped.
     async fn release(self);
+}
+
+/// One pool per node of a cluster, as one writer: task `i` of
+/// [`concurrent`] writes through the pool of node `i % nodes`, so the tasks
+/// split evenly over the nodes; everything else (`batchrewrite`'s one
+/// caller) writes through the first node's. One node: that pool alone.
+#[derive(Clone)]
+pub struct Spread<P> {
+    pools: Arc<Vec<P>>,
+    node: usize,
+}
+
+impl<P> Spread<P> {
+    /// The pools, one per node, the first node's first.
+    pub fn new(pools: Vec<P>) -> Result<Spread<P>> {
+        if pools.is_empty() {
+            return Err(fail("a cluster of no nodes"));
+        }
+        Ok(Spread {
+            pools: Arc::new(pools),
+            node: 0,
+        })
+    }
+
+    fn pool(&self) -> &P {
+        &self.pools[self.node]
+    }
+}
+
+impl<P: RowWriter> RowWriter for Spread<P> {
+    fn insert(&self, r: &Record) -> impl Future<Output = Result<u64>> + Send {
+        self.pool().insert(r)
+    }
+
+    /// Opens `size` connections on every node.
+    async fn open(&self, size: usize) -> Result<()> {
+        try_join_all(self.pools.iter().map(|p| p.open(size))).await?;
+        Ok(())
+    }
+
+    /// The counters of every node's pool, added up.
+    fn batching(&self) -> Option<Batching> {
+        let parts: Vec<Batching> = self.pools.iter().filter_map(P::batching).collect();
+        Batching::sum(&parts)
+    }
+
+    fn for_task(&self, task: usize) -> Self {
+        Spread {
+            pools: self.pools.clone(),
+            node: task % self.pools.len(),
+        }
+    }
+
+    async fn release(self) {
+        for p in self.pools.iter() {
+            p.clone().release().await;
+        }
+    }
+}
+
+impl<P: Batchpool> Batchpool for Spread<P> {
+    async fn insert_many(&self, group: &[Record]) -> Result<()> {
+        self.pool().insert_many(group).await
+    }
 }
 
 /// A batchpool pool: also takes explicit batches (`batchrewrite`).
@@ -189,7 +258,8 @@ pub(super) async fn rewrite_peer(
 }
 
 /// `coalesce` / `coalesce-peer`: `tasks` tasks, each sending one row at a
-/// time through `pool` until the rows run out; per-row latency measured.
+/// time through `pool` (its [`RowWriter::for_task`]) until the rows run
+/// out; per-row latency measured.
 pub(super) async fn concurrent(
     pool: impl RowWriter,
     data: &Arc<Dataset>,
@@ -199,8 +269,8 @@ pub(super) async fn concurrent(
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let tasks: Vec<_> = (0..tasks)
-        .map(|_| {
-            let (pool, next, data) = (pool.clone(), next.clone(), data.clone());
+        .map(|task| {
+            let (pool, next, data) = (pool.for_task(task), next.clone(), data.clone());
             let done = progress.counter();
             tokio::spawn(async move {
                 let mut hist = histogram();

@@ -21,9 +21,13 @@ use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, PoolConstraints, PoolOpts, Statement, Value};
 
-use super::modes::{Batchpool, RowWriter, Session, batchpool_writer, open_all};
+use super::modes::{Batchpool, RowWriter, Session, Spread, batchpool_writer, open_all};
 use super::workload::{self, Dataset, FIELD_COUNT, Record};
-use super::{Database, Loaded, Mode, Progress, Result, fail, scratch_name};
+use super::{Cluster, Database, Loaded, Mode, Progress, Result, fail, scratch_name};
+
+/// How long the other nodes of a cluster may take to show what the first
+/// node did (the scratch database, the emptied table, the loaded rows).
+const NODE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Binds a record as the 11 parameters of the single-row INSERT.
 pub fn params(r: &Record) -> Vec<Value> {
@@ -89,6 +93,11 @@ fn tsv_chunk(rows: &[Record]) -> Bytes {
 /// The MariaDB side of the bench: a scratch database on the server, created
 /// by [`create`](Database::create) and dropped by
 /// [`cleanup`](Database::cleanup).
+///
+/// On a cluster ([`create_on`](Database::create_on), Galera) the scratch
+/// database is made on the first node; `coalesce` and `coalesce-peer` get
+/// one pool per node ([`Spread`]), the single-connection modes write on the
+/// first node, and every node must show the same `count(*)` after a load.
 pub struct MysqlTarget {
     /// Options for the server (no database).
     base: Opts,
@@ -101,6 +110,12 @@ pub struct MysqlTarget {
     /// `--bulk-threshold` for batchpool's pools
     /// (`PoolBuilder::bulk_threshold`; `None`: library default).
     bulk_threshold: Option<Option<usize>>,
+    /// The other nodes of a cluster: the scratch database's options on
+    /// each, and a connection to it there (reads wait for the node to
+    /// catch up: `wsrep_sync_wait=1` on Galera).
+    others: Vec<(Opts, tokio::sync::Mutex<Conn>)>,
+    /// Galera replication is on (`@@wsrep_on`).
+    wsrep: bool,
 }
 
 impl MysqlTarget {
@@ -120,6 +135,83 @@ impl MysqlTarget {
     /// Runs `sql` on the admin connection.
     async fn admin_drop(&self, sql: String) -> Result<()> {
         Ok(self.admin.lock().await.query_drop(sql).await?)
+    }
+
+    /// The scratch database's options on every node, the first node's first.
+    fn all_opts(&self) -> impl Iterator<Item = &Opts> {
+        std::iter::once(&self.opts).chain(self.others.iter().map(|(o, _)| o))
+    }
+
+    /// Adds the node at `url` to the cluster: waits (up to [`NODE_WAIT`])
+    /// until it shows the scratch database made on the first node.
+    async fn join(&mut self, url: &str) -> Result<()> {
+        let base = Opts::from_url(url).map_err(|e| fail(format!("bad --mysql-url: {e}")))?;
+        let opts: Opts = OptsBuilder::from_opts(base)
+            .db_name(Some(self.dbname.clone()))
+            .into();
+        let deadline = Instant::now() + NODE_WAIT;
+        let mut conn = loop {
+            match Conn::new(opts.clone()).await {
+                Ok(conn) => break conn,
+                Err(e) if Instant::now() > deadline => {
+                    return Err(fail(format!(
+                        "node {}:{} does not show the scratch database {} made on {}: {e} \
+                         (are the --mysql-url servers nodes of one cluster?)",
+                        opts.ip_or_hostname(),
+                        opts.tcp_port(),
+                        self.dbname,
+                        self.address()
+                    )));
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        };
+        if self.wsrep {
+            conn.query_drop("SET SESSION wsrep_sync_wait = 1").await?;
+        }
+        self.others.push((opts, tokio::sync::Mutex::new(conn)));
+        Ok(())
+    }
+
+    /// Waits (up to [`NODE_WAIT`]) until every other node's `usertable`
+    /// holds `rows` rows, as the first node's does; fails with the count it
+    /// saw last.
+    async fn others_agree(&self, rows: u64) -> Result<()> {
+        let sql = format!("SELECT COUNT(*) FROM {}", workload::TABLE);
+        let deadline = Instant::now() + NODE_WAIT;
+        for (opts, conn) in &self.others {
+            loop {
+                let seen: std::result::Result<Option<u64>, _> =
+                    conn.lock().await.query_first(&sql).await;
+                let msg = match seen {
+                    Ok(Some(n)) if n == rows => break,
+                    Ok(n) => format!("{} rows", n.unwrap_or(0)),
+                    Err(e) => e.to_string(),
+                };
+                if Instant::now() > deadline {
+                    return Err(fail(format!(
+                        "node {}:{} shows {msg} in usertable, the first node {rows}",
+                        opts.ip_or_hostname(),
+                        opts.tcp_port()
+                    )));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// `wsrep_cluster_size` and `wsrep_ready` of a node.
+    async fn wsrep_status(conn: &mut Conn) -> Result<(String, String)> {
+        let rows: Vec<(String, String)> = conn
+            .query("SHOW STATUS WHERE Variable_name IN ('wsrep_cluster_size', 'wsrep_ready')")
+            .await?;
+        let get = |name: &str| {
+            rows.iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map_or_else(String::new, |(_, v)| v.clone())
+        };
+        Ok((get("wsrep_cluster_size"), get("wsrep_ready")))
     }
 }
 
@@ -151,7 +243,89 @@ impl Database for MysqlTarget {
             dbname,
             admin: tokio::sync::Mutex::new(admin),
             bulk_threshold: None,
+            others: Vec::new(),
+            wsrep: false,
         })
+    }
+
+    /// The scratch database made on the first node, then every other node
+    /// joined once it shows it. On Galera every admin connection's reads
+    /// wait for its node to catch up (`wsrep_sync_wait=1`).
+    async fn create_on(urls: &[String]) -> Result<MysqlTarget> {
+        let Some((first, rest)) = urls.split_first() else {
+            return Err(fail("no --mysql-url"));
+        };
+        let mut target = MysqlTarget::create(first).await?;
+        let wsrep: Result<Option<String>> = target.admin_first("SELECT @@wsrep_on".into()).await;
+        target.wsrep = matches!(wsrep.ok().flatten().as_deref(), Some("1" | "ON"));
+        let mut result = Ok(());
+        if target.wsrep {
+            result = target
+                .admin_drop("SET SESSION wsrep_sync_wait = 1".into())
+                .await;
+        }
+        for url in rest {
+            if result.is_ok() {
+                result = target.join(url).await;
+            }
+        }
+        match result {
+            Ok(()) => Ok(target),
+            Err(e) => {
+                target.cleanup().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Galera (`--cluster galera`): every node ready and in one cluster of
+    /// at least as many nodes as given. Several servers without
+    /// `--cluster`: described as they are.
+    async fn topology(&self, cluster: Option<Cluster>) -> Result<Option<String>> {
+        if cluster == Some(Cluster::PgSync) {
+            return Err(fail(
+                "--cluster pg-sync is PostgreSQL's: use --db postgresql",
+            ));
+        }
+        if cluster.is_none() && self.others.is_empty() {
+            return Ok(None);
+        }
+        let nodes = 1 + self.others.len();
+        let mut sizes = Vec::with_capacity(nodes);
+        let mut addresses = vec![self.address()];
+        if self.wsrep {
+            sizes.push(Self::wsrep_status(&mut *self.admin.lock().await).await?);
+        }
+        for (opts, conn) in &self.others {
+            let address = format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port());
+            if self.wsrep {
+                sizes.push(Self::wsrep_status(&mut *conn.lock().await).await?);
+            }
+            addresses.push(address);
+        }
+        let galera = match sizes.first() {
+            Some((size, _)) => format!("Galera (wsrep_cluster_size={size})"),
+            None => "not Galera (wsrep off)".to_string(),
+        };
+        if cluster == Some(Cluster::Galera) {
+            let ready = sizes.len() == nodes
+                && sizes.iter().all(|(size, ready)| {
+                    ready == "ON" && size.parse::<usize>().is_ok_and(|s| s >= nodes)
+                });
+            if !ready {
+                return Err(fail(format!(
+                    "--cluster galera: the nodes {} are not one ready Galera cluster \
+                     (wsrep_cluster_size, wsrep_ready per node: {sizes:?})",
+                    addresses.join(", ")
+                )));
+            }
+        }
+        Ok(Some(format!(
+            "{galera}, {nodes} node(s) written: {}; coalesce and coalesce-peer one pool of \
+             --pool-size per node, tasks split evenly over the nodes; the single-connection \
+             modes on the first node; count(*) checked on every node",
+            addresses.join(", ")
+        )))
     }
 
     fn set_bulk_threshold(&mut self, rows: Option<Option<usize>>) {
@@ -181,28 +355,39 @@ impl Database for MysqlTarget {
         Ok(value.unwrap_or_default())
     }
 
+    /// Creates the table (on a cluster: seen empty by every node before a
+    /// load starts).
     async fn prepare(&self) -> Result<()> {
         self.admin_drop(format!("DROP TABLE IF EXISTS {}", workload::TABLE))
             .await?;
         let create = workload::create_table_sql();
         self.admin_drop(format!("{create} ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"))
-            .await
+            .await?;
+        self.others_agree(0).await
     }
 
     /// Empties the table (TRUNCATE recreates it: no pages of the previous
-    /// mode left to purge).
+    /// mode left to purge); on a cluster, seen empty by every node.
     async fn reset(&self) -> Result<()> {
         self.admin_drop(format!("TRUNCATE TABLE {}", workload::TABLE))
-            .await
+            .await?;
+        self.others_agree(0).await
     }
 
+    /// The first node's count; on a cluster every other node must show the
+    /// same.
     async fn count(&self) -> Result<u64> {
         let sql = format!("SELECT COUNT(*) FROM {}", workload::TABLE);
-        Ok(self.admin_first(sql).await?.unwrap_or(0))
+        let n = self.admin_first(sql).await?.unwrap_or(0);
+        self.others_agree(n).await?;
+        Ok(n)
     }
 
     /// Drops the scratch database (best effort).
     async fn cleanup(self) {
+        for (_, conn) in self.others {
+            let _ = conn.into_inner().disconnect().await;
+        }
         let admin = self.admin.into_inner();
         let _ = admin.disconnect().await;
         let Ok(mut server) = Conn::new(self.base.clone()).await else {
@@ -225,27 +410,39 @@ impl Database for MysqlTarget {
         })
     }
 
+    /// One batchpool pool of `size` connections per node ([`Spread`]).
     fn batch_pool(&self, size: usize, batching: BatchConfig) -> Result<impl Batchpool> {
-        let mut builder = batchpool::mysql::Pool::from_opts(self.opts.clone());
-        if let Some(rows) = self.bulk_threshold {
-            builder = builder.bulk_threshold(rows);
+        let mut pools = Vec::new();
+        for opts in self.all_opts() {
+            let mut builder = batchpool::mysql::Pool::from_opts(opts.clone());
+            if let Some(rows) = self.bulk_threshold {
+                builder = builder.bulk_threshold(rows);
+            }
+            pools.push(builder.max_size(size).batching(batching.clone()).build()?);
         }
-        Ok(builder.max_size(size).batching(batching).build()?)
+        Spread::new(pools)
     }
 
     /// mysql_async's own pool, as a service would configure it for speed:
     /// exactly `size` connections, prepared statements kept, no
-    /// COM_RESET_CONNECTION when a connection comes back.
+    /// COM_RESET_CONNECTION when a connection comes back; one per node
+    /// ([`Spread`]).
     fn peer_pool(&self, size: usize) -> Result<impl RowWriter> {
         let constraints = PoolConstraints::new(size, size)
             .ok_or_else(|| fail("bad --pool-size for mysql_async"))?;
-        let opts = PoolOpts::default()
+        let pool_opts = PoolOpts::default()
             .with_constraints(constraints)
             .with_reset_connection(false);
-        let opts: Opts = OptsBuilder::from_opts(self.opts.clone())
-            .pool_opts(opts)
-            .into();
-        Ok(mysql_async::Pool::new(opts))
+        let pools = self
+            .all_opts()
+            .map(|opts| {
+                let opts: Opts = OptsBuilder::from_opts(opts.clone())
+                    .pool_opts(pool_opts.clone())
+                    .into();
+                mysql_async::Pool::new(opts)
+            })
+            .collect();
+        Spread::new(pools)
     }
 
     /// `LOAD DATA LOCAL INFILE` streamed from memory: in one statement,

@@ -28,8 +28,12 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::modes::{Batchpool, RowWriter, Session, batchpool_writer, expect_one, open_all};
 use super::workload::{self, Dataset, FIELD_COUNT, Record};
 use super::{
-    Database, Loaded, Mode, Progress, Result, StatementMode, fail, scratch_name, statements,
+    Cluster, Database, Loaded, Mode, Progress, Result, StatementMode, fail, scratch_name,
+    statements,
 };
+
+/// How long `--cluster pg-sync` waits for a synchronous standby to stream.
+const STANDBY_WAIT: Duration = Duration::from_secs(60);
 
 /// Parameters of one row: key, then the ten fields.
 pub type RowParams<'a> = [&'a (dyn ToSql + Sync); 1 + FIELD_COUNT];
@@ -144,8 +148,8 @@ impl PgTarget {
 impl Database for PgTarget {
     const NAME: &'static str = "postgresql";
     const BULK: Mode = Mode::Copy;
-    const SETTINGS: &'static str =
-        "fsync synchronous_commit full_page_writes wal_level shared_buffers max_wal_size";
+    const SETTINGS: &'static str = "fsync synchronous_commit synchronous_standby_names full_page_writes wal_level \
+         shared_buffers max_wal_size";
 
     /// `url`: any libpq URL or `key=value` string, possibly with
     /// batchpool's `statements=` (taken out here), possibly a pooler's.
@@ -239,6 +243,49 @@ impl Database for PgTarget {
 
     async fn version(&self) -> Result<String> {
         Ok(statements::simple_first(&self.admin, "SELECT version()").await?)
+    }
+
+    /// `--cluster pg-sync`: waits (up to a minute) until the server has a
+    /// synchronous standby streaming (`pg_stat_replication`) and its
+    /// commits wait for it (`synchronous_commit` on, `remote_write` or
+    /// `remote_apply`); describes the standbys.
+    async fn topology(&self, cluster: Option<Cluster>) -> Result<Option<String>> {
+        match cluster {
+            None => return Ok(None),
+            Some(Cluster::Galera) => {
+                return Err(fail("--cluster galera is MariaDB's: use --db mariadb"));
+            }
+            Some(Cluster::PgSync) => {}
+        }
+        let commit = statements::simple_first(&self.admin, "SHOW synchronous_commit").await?;
+        if !matches!(commit.as_str(), "on" | "remote_write" | "remote_apply") {
+            return Err(fail(format!(
+                "--cluster pg-sync: synchronous_commit is {commit}, so commits do not wait \
+                 for the standby"
+            )));
+        }
+        let sql = "SELECT string_agg(application_name || ' (' || sync_state || ')', ', ') \
+                   FROM pg_stat_replication \
+                   WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')";
+        let deadline = Instant::now() + STANDBY_WAIT;
+        loop {
+            let standbys = statements::simple_first(&self.admin, sql).await?;
+            if !standbys.is_empty() {
+                return Ok(Some(format!(
+                    "PostgreSQL primary with synchronous standby {standbys}, \
+                     synchronous_commit={commit}: every commit waits for the standby; \
+                     every mode writes on the primary"
+                )));
+            }
+            if Instant::now() > deadline {
+                return Err(fail(format!(
+                    "--cluster pg-sync: no synchronous standby streaming from {} within \
+                     {STANDBY_WAIT:?} (pg_stat_replication; synchronous_standby_names)",
+                    self.address()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     async fn setting(&self, name: &str) -> Result<String> {

@@ -127,6 +127,44 @@ impl Batching {
     }
 }
 
+impl Batching {
+    /// The counters of several pools (one per node) added up: means
+    /// weighted by rows, the longest wait the longest of any; `None` for
+    /// no pools.
+    pub fn sum(parts: &[Batching]) -> Option<Batching> {
+        let total = |f: fn(&Batching) -> u64| parts.iter().map(f).sum::<u64>();
+        let (rows, batches, statements) = (
+            total(|b| b.rows),
+            total(|b| b.batches),
+            total(|b| b.statements),
+        );
+        let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
+        let wait_sum: f64 = parts
+            .iter()
+            .map(|b| b.queue_wait_mean_us * b.rows as f64)
+            .sum();
+        (!parts.is_empty()).then(|| Batching {
+            batches,
+            statements,
+            bulk_statements: total(|b| b.bulk_statements),
+            rows,
+            rows_per_batch: per(rows, batches),
+            rows_per_statement: per(rows, statements),
+            flush_natural: total(|b| b.flush_natural),
+            flush_full: total(|b| b.flush_full),
+            queue_wait_mean_us: if rows == 0 {
+                0.0
+            } else {
+                wait_sum / rows as f64
+            },
+            queue_wait_max_us: parts
+                .iter()
+                .map(|b| b.queue_wait_max_us)
+                .fold(0.0, f64::max),
+        })
+    }
+}
+
 /// Index of the median run by rows/s (the lower one for an even count).
 fn median_index(runs: &[ModeRun]) -> usize {
     let mut order: Vec<usize> = (0..runs.len()).collect();
@@ -494,7 +532,7 @@ pub fn render_text(r: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<14}{:>10}{:>10}{:>8}{rw_head}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
+            "{:<14}{:>10}{:>10}{:>8}{rw_head}{:>10}{:>10}{:>10}{:>10}{:>11}{:>11}",
             "mode",
             "rows/s",
             "×nobatch",
@@ -516,7 +554,7 @@ pub fn render_text(r: &Report) -> String {
             };
             let _ = writeln!(
                 out,
-                "{:<14}{:>10}{:>10}{:>8}{rw_cell}{:>10}{:>9}{:>9}{:>9}{:>11}{:>11}",
+                "{:<14}{:>10}{:>10}{:>8}{rw_cell}{:>10}{:>10}{:>10}{:>10}{:>11}{:>11}",
                 m.mode.name(),
                 thousands(m.rows_per_sec),
                 ratio(m.ratio_to_nobatch),
@@ -662,6 +700,9 @@ pub fn render_text(r: &Report) -> String {
         )
     };
     let _ = writeln!(out, "          {where_}");
+    if let Some(topology) = &r.setup.topology {
+        let _ = writeln!(out, "cluster:  {topology}");
+    }
     let settings: Vec<String> = r
         .server
         .settings

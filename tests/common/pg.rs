@@ -304,6 +304,21 @@ impl PgServer {
         server
     }
 
+    /// A primary whose commits wait for its synchronous streaming standby
+    /// (`synchronous_standby_names='*'`, `synchronous_commit=on`), and that
+    /// standby ([`standby_of`](PgServer::standby_of)): `(primary,
+    /// standby)`. Blocks until both accept connections; the standby may
+    /// still be connecting (`pg_stat_replication` on the primary shows
+    /// when it streams), and until it does, commits on the primary wait.
+    pub fn start_sync_pair() -> (PgServer, PgServer) {
+        let primary = PgServer::start(&[
+            ("synchronous_standby_names", "*"),
+            ("synchronous_commit", "on"),
+        ]);
+        let standby = PgServer::standby_of(&primary, &[], &[], None);
+        (primary, standby)
+    }
+
     /// `pg_ctl stop -m immediate`: every backend ends at once, without a
     /// checkpoint (as a crash would). The data dir stays until Drop.
     pub fn stop_immediate(&self) {
