@@ -8,7 +8,7 @@ use std::fmt;
 use std::future::Future;
 
 use super::batch;
-use super::{Backend, Capped, Conn, Wire};
+use super::{Capped, Conn, Wire};
 use crate::config::PoolSettings;
 use crate::error::Error;
 use crate::outcome::Outcome;
@@ -150,7 +150,7 @@ pub(crate) trait Driver:
         config: &crate::PoolConfig,
     ) -> Result<crate::PoolBuilder<Self>, Error>
     where
-        Self: Backend;
+        Self: super::Backend;
 
     /// Builds the backend and its (lazily connecting) deadpool pool.
     fn open(
