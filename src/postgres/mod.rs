@@ -229,6 +229,7 @@ mod statements;
 mod table;
 mod tls;
 mod unnamed;
+mod unnest;
 #[cfg(feature = "rustls")]
 mod verify;
 
