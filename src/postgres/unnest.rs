@@ -133,3 +133,70 @@ impl PgUnnest {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::text;
+    use crate::classify::{Classified, Dialect, classify};
+    use tokio_postgres::types::Type;
+
+    /// The unnest text of `sql`; `None` also when `sql` is not coalesced
+    /// at all.
+    fn unnest_of(sql: &str, types: &[Type]) -> Option<String> {
+        match classify(Dialect::Postgres, sql) {
+            Classified::Batchable(shape) => text(&shape, types).map(|(sql, _)| sql),
+            Classified::Other(_) => None,
+        }
+    }
+
+    #[test]
+    fn plain_shapes_get_one_array_per_column_in_column_order() {
+        assert_eq!(
+            unnest_of(
+                "INSERT INTO t (a, b) VALUES ($2, $1)",
+                &[Type::TEXT, Type::INT8]
+            )
+            .as_deref(),
+            Some(
+                "INSERT INTO t (a, b) SELECT * FROM unnest($1::pg_catalog.\"int8\"[], \
+                 $2::pg_catalog.\"text\"[])"
+            )
+        );
+        assert_eq!(
+            unnest_of(
+                "insert into s.t (c) overriding system value values ($1)",
+                &[Type::BPCHAR]
+            )
+            .as_deref(),
+            Some(
+                "insert into s.t (c) overriding system value SELECT * FROM \
+                 unnest($1::pg_catalog.\"bpchar\"[])"
+            )
+        );
+    }
+
+    #[test]
+    fn other_shapes_and_types_keep_values() {
+        let int = [Type::INT4, Type::INT4];
+        for sql in [
+            "INSERT INTO t VALUES ($1, $2)",
+            "INSERT INTO t (a, b) VALUES ($1, $2) RETURNING id",
+            "INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            "INSERT INTO t (a, b) VALUES ($1, $1 + $2)",
+            "INSERT INTO t (a, b, c) VALUES ($1, $2, DEFAULT)",
+            "INSERT INTO t (a, b) VALUES /* rows */ ($1, $2)",
+        ] {
+            assert_eq!(unnest_of(sql, &int), None, "{sql}");
+        }
+        for ty in [Type::INT4_ARRAY, Type::INT2_VECTOR] {
+            assert_eq!(
+                unnest_of(
+                    "INSERT INTO t (a, b) VALUES ($1, $2)",
+                    &[Type::INT4, ty.clone()]
+                ),
+                None,
+                "{ty}"
+            );
+        }
+    }
+}
