@@ -50,7 +50,11 @@ pub(crate) fn text(shape: &InsertShape, types: &[Type]) -> Option<(String, Vec<u
     let (head, tail) = shape.around_values()?;
     let mut sql = String::with_capacity(head.len() + tail.len() + 40 * params.len());
     sql.push_str(head);
-    sql.push_str(" SELECT * FROM unnest(");
+    // The head is kept as written (it may end with a line comment).
+    if !head.ends_with(char::is_whitespace) {
+        sql.push(' ');
+    }
+    sql.push_str("SELECT * FROM unnest(");
     for (i, &p) in params.iter().enumerate() {
         let ty = types.get(p)?;
         if Type::from_oid(ty.oid()).is_none() || !matches!(ty.kind(), Kind::Simple) {
@@ -163,15 +167,12 @@ mod tests {
             )
         );
         assert_eq!(
-            unnest_of(
-                "insert into s.t (c) overriding system value values ($1)",
-                &[Type::BPCHAR]
-            )
-            .as_deref(),
-            Some(
-                "insert into s.t (c) overriding system value SELECT * FROM \
-                 unnest($1::pg_catalog.\"bpchar\"[])"
-            )
+            unnest_of("INSERT INTO t (a) -- one row\nVALUES ($1)", &[Type::INT4]).as_deref(),
+            Some("INSERT INTO t (a) -- one row\nSELECT * FROM unnest($1::pg_catalog.\"int4\"[])")
+        );
+        assert_eq!(
+            unnest_of("insert into \"S\".t (\"C\") values($1)", &[Type::BPCHAR]).as_deref(),
+            Some("insert into \"S\".t (\"C\") SELECT * FROM unnest($1::pg_catalog.\"bpchar\"[])")
         );
     }
 
