@@ -656,3 +656,228 @@ async fn a_lent_connection_left_in_a_transaction_is_rolled_back() {
     write_concurrently(&pool, "a", 50).await;
     assert_written(&direct, "a", 50).await;
 }
+
+type Sql = dyn tokio_postgres::types::ToSql + Sync;
+
+/// One row's outcome, comparable between the pool and the plain driver:
+/// (rows affected, exact), or the server's SQLSTATE and message.
+type RowOutcome = Result<(u64, bool), (String, String)>;
+
+/// Rows `(k, v, amount, code, flag, data)` for `0..n`, with the faults
+/// `bad` names at their rows: `dup` (k of row 10 again), `null` (v NULL
+/// into NOT NULL), `long` (v too long for varchar(6)), `check` (amount
+/// breaks its CHECK), `char` (code too long for char(3)).
+fn fault_rows(n: i32, bad: &[(i32, &str)]) -> Vec<Vec<Box<Sql>>> {
+    (0..n)
+        .map(|i| {
+            let fault = bad.iter().find(|(at, _)| *at == i).map(|(_, f)| *f);
+            let k: Box<Sql> = Box::new(if fault == Some("dup") { 10 } else { i });
+            let v: Box<Sql> = match fault {
+                Some("null") => Box::new(None::<String>),
+                Some("long") => Box::new(format!("toolong{i}")),
+                _ => Box::new(format!("v{i}")),
+            };
+            let amount: Box<Sql> = Box::new(if fault == Some("check") {
+                1e9f64
+            } else {
+                f64::from(i) / 4.0
+            });
+            let code: Box<Sql> = Box::new(if fault == Some("char") {
+                "abcd".to_string()
+            } else {
+                format!("c{}", i % 10)
+            });
+            let flag: Box<Sql> = Box::new(if i % 3 == 0 { None } else { Some(i % 2 == 0) });
+            let data: Box<Sql> = Box::new(vec![i as u8; (i % 5) as usize]);
+            vec![k, v, amount, code, flag, data]
+        })
+        .collect()
+}
+
+const FAULT_TABLE: &str = "(id bigserial PRIMARY KEY, k int UNIQUE, v varchar(6) NOT NULL, \
+    amount double precision CHECK (amount < 1e6), code char(3), flag bool, data bytea, \
+    at timestamptz DEFAULT now())";
+
+fn fault_insert(table: &str) -> String {
+    format!("INSERT INTO {table} (k, v, amount, code, flag, data) VALUES ($1, $2, $3, $4, $5, $6)")
+}
+
+/// SQLSTATE and message of a server error, the table's name (which the
+/// message may name, also in a constraint's name) replaced by `T`.
+fn db_outcome(db: Option<&tokio_postgres::error::DbError>, table: &str) -> (String, String) {
+    match db {
+        Some(db) => (
+            db.code().code().to_string(),
+            db.message().replace(table, "T"),
+        ),
+        None => ("no code".into(), "not a server error".into()),
+    }
+}
+
+/// Each row's own single-row INSERT on the plain driver, directly.
+async fn one_by_one(url: &str, table: &str, rows: &[Vec<Box<Sql>>]) -> Vec<RowOutcome> {
+    let sql = fault_insert(table);
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut out = Vec::new();
+    for row in rows {
+        let refs: Vec<&Sql> = row.iter().map(|v| &**v).collect();
+        out.push(match client.execute(&sql, &refs).await {
+            Ok(n) => Ok((n, true)),
+            Err(e) => Err(db_outcome(e.as_db_error(), table)),
+        });
+    }
+    out
+}
+
+/// `execute_many` of `rows` through `url`: each row's outcome, and the
+/// pool's `bulk_statements`.
+async fn many_through(
+    url: &str,
+    copy: Option<usize>,
+    max_rows: usize,
+    table: &str,
+    rows: &[Vec<Box<Sql>>],
+) -> (Vec<RowOutcome>, u64) {
+    let pool = Pool::builder(url)
+        .max_size(2)
+        .copy_threshold(copy)
+        .batching(batchpool::BatchConfig::default().max_rows(max_rows))
+        .build()
+        .unwrap();
+    let refs: Vec<Vec<&Sql>> = rows
+        .iter()
+        .map(|r| r.iter().map(|v| &**v).collect())
+        .collect();
+    let out = pool
+        .execute_many(&fault_insert(table), &refs)
+        .await
+        .expect("the batch runs");
+    let outcomes = out
+        .into_iter()
+        .map(|r| match r {
+            Ok(o) => Ok((o.rows_affected(), o.is_exact())),
+            Err(e) => Err(db_outcome(e.as_db_error(), table)),
+        })
+        .collect();
+    let bulk = pool.stats().bulk_statements;
+    pool.close().await;
+    (outcomes, bulk)
+}
+
+/// What `table` holds, in insert order (the serial id), without the id
+/// and the default timestamp.
+async fn contents(client: &tokio_postgres::Client, table: &str) -> Vec<String> {
+    client
+        .query(
+            &format!(
+                "SELECT format('%s|%s|%s|%s|%s|%s', k, v, amount, code, flag, data) \
+                 FROM {table} ORDER BY id"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Through PgBouncer in transaction mode (unnamed statements), a plain
+/// INSERT's large statements go out as COPY (prepared and closed inside
+/// the transaction that runs it) and its smaller ones as the one
+/// `unnest` text; either way every row gets exactly what its own
+/// single-row INSERT gets on a direct connection (a count of 1, or that
+/// statement's own error: a duplicate key, a NULL into NOT NULL, a value
+/// too long for its varchar or char column, a CHECK), the rows around a
+/// failing row unharmed, and the rows land in the callers' order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_and_unnest_through_pgbouncer_give_each_row_its_own_outcome() {
+    let direct = common::pg_fresh_db().await;
+    let through = common::bouncer_url_for(&direct);
+    let (admin, conn) = tokio_postgres::connect(&direct, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    for table in ["plain", "copied", "unnested"] {
+        admin
+            .batch_execute(&format!("CREATE TABLE {table} {FAULT_TABLE}"))
+            .await
+            .unwrap();
+    }
+    let bad = [
+        (0, "null"),
+        (37, "dup"),
+        (150, "long"),
+        (151, "check"),
+        (200, "char"),
+        (298, "dup"),
+        (299, "check"),
+    ];
+    let rows = fault_rows(300, &bad);
+    let plain = one_by_one(&direct, "plain", &rows).await;
+    assert_eq!(plain.iter().filter(|r| r.is_err()).count(), bad.len());
+    let (copied, bulk) = many_through(&through, Some(64), 1000, "copied", &rows).await;
+    assert!(bulk > 0, "no statement went out as COPY through the pooler");
+    assert_eq!(
+        copied, plain,
+        "COPY through the pooler differs from single INSERTs"
+    );
+    let (unnested, no_bulk) = many_through(&through, None, 40, "unnested", &rows).await;
+    assert_eq!(no_bulk, 0, "COPY was used while turned off");
+    assert_eq!(
+        unnested, plain,
+        "unnest through the pooler differs from single INSERTs"
+    );
+    let expected = contents(&admin, "plain").await;
+    assert_eq!(expected.len(), 300 - bad.len());
+    assert_eq!(contents(&admin, "copied").await, expected);
+    assert_eq!(contents(&admin, "unnested").await, expected);
+}
+
+/// The unnest text is what a plain INSERT's multi-row statements are sent
+/// as through the pooler (the server connection's last query shows it),
+/// and concurrent callers coalesced into it each get their own row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unnamed_mode_sends_the_unnest_text() {
+    let direct = two_tables().await;
+    let pool = Pool::builder(&common::bouncer_url_for(&direct))
+        .max_size(1)
+        .copy_threshold(None)
+        .build()
+        .unwrap();
+    // Eight rows: one statement (an explicit batch of more rows would end
+    // with the COMMIT of its last pipelined pair).
+    let data: Vec<(i32, String)> = (0..8).map(|k| (k, format!("a:{k}"))).collect();
+    let rows: Vec<[&Sql; 2]> = data.iter().map(|(k, v)| [k as _, v as _]).collect();
+    for r in pool
+        .execute_many("INSERT INTO a (k, v) VALUES ($1, $2)", &rows)
+        .await
+        .unwrap()
+    {
+        assert_eq!(r.unwrap().rows_affected(), 1);
+    }
+    pool.close().await;
+    let (admin, conn) = tokio_postgres::connect(&direct, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let last: Vec<String> = admin
+        .query(
+            "SELECT query FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        last.iter().any(|q| q.contains("SELECT * FROM unnest($1::")),
+        "no server connection ran the unnest text: {last:?}"
+    );
+    assert_written(&direct, "a", 8).await;
+}

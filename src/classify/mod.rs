@@ -149,6 +149,20 @@ pub(crate) struct InsertShape {
 }
 
 impl InsertShape {
+    /// The text around the VALUES tuple, for writing the statement with a
+    /// query in its place: the head without its final `VALUES` keyword
+    /// (`INSERT INTO t (a, b) `), and the tail. `None` when the head does
+    /// not end with the keyword itself (a comment between it and the tuple).
+    pub(crate) fn around_values(&self) -> Option<(&str, &str)> {
+        let head = self.head.trim_end();
+        let cut = head.len().checked_sub("VALUES".len())?;
+        let keyword = head.get(cut..)?;
+        let before = head.get(..cut)?;
+        let word = |c: char| c.is_alphanumeric() || c == '_' || c == '$' || c == '"';
+        (keyword.eq_ignore_ascii_case("VALUES") && !before.ends_with(word))
+            .then_some((before, &*self.tail))
+    }
+
     /// The statement for `rows` (>= 1; 0 is treated as 1) rows: head, then
     /// `rows` copies of the tuple separated by ", " — PostgreSQL placeholders
     /// renumbered so row i (0-based) uses $(i*P + k) for the original $k

@@ -198,7 +198,9 @@ impl PoolBuilder {
     /// named column, without `ON CONFLICT` or `RETURNING`, into a table
     /// where COPY and INSERT do the same (no row-level security, no foreign
     /// partitions, no `GENERATED ALWAYS` identity or generated column
-    /// written), on named statements (not behind a pooler). Outcomes are
+    /// written). With unnamed statements (behind a pooler) each COPY is
+    /// prepared after its `BEGIN` and closed before its `COMMIT`, one round
+    /// trip more than with named statements. Outcomes are
     /// the same as the INSERT's: a count of 1 per row, and a failing row's
     /// own single-row INSERT error (the rows before it, it, and the rows
     /// after it are re-run apart).

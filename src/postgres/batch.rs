@@ -3,7 +3,7 @@
 //! maps the statement's result back to each row.
 
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::TryStreamExt;
@@ -12,11 +12,12 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Row, Statement};
 
 use super::copy::{PgCopy, eligible, failed_row};
-use super::encode::{PgRow, RawValue};
+use super::encode::{PgRow, Raw, RawValue};
 use super::errors::{sent_error, unsent_error};
 use super::manager::{COPY_KEY, ClientWrapper, Prepared};
 use super::table::{KeyMatch, Refusal, refusal};
 use super::unnamed::Described;
+use super::unnest::{PgUnnest, text as unnest_text};
 use super::{Client, Manager, Outcome, Postgres, quote_ident};
 use crate::backend::batch::{Backend, ChunkError, ChunkResult};
 use crate::classify::{Conflict, Dialect, InsertShape};
@@ -43,8 +44,11 @@ pub(crate) struct PgShape {
     /// and match them against these parameter indexes to learn which rows
     /// were written.
     key_match: Option<(String, Vec<usize>)>,
-    /// Named mode, a plain shape COPY may write (see [`super::copy`]).
+    /// A plain shape COPY may write (see [`super::copy`]).
     copy: Option<PgCopy>,
+    /// Unnamed mode, a plain shape: its one text for any row count (see
+    /// [`super::unnest`]).
+    unnest: Option<PgUnnest>,
 }
 
 /// The conflict key of an `ON CONFLICT` that may skip rows: the quoted
@@ -138,6 +142,21 @@ enum Ready<'a> {
     Unnamed(Arc<str>),
     /// The shape's prepared COPY.
     Copy(Statement, &'a PgCopy),
+    /// Unnamed mode: the shape's text of one array per column.
+    Unnest(&'a PgUnnest),
+    /// Unnamed mode: the shape's COPY, prepared and closed inside the
+    /// transaction that runs it (see [`Postgres::send`]).
+    CopyInTransaction {
+        copy: &'a PgCopy,
+        /// Set when the COPY could not be prepared: nothing ran.
+        unprepared: AtomicBool,
+    },
+}
+
+impl Ready<'_> {
+    fn copies(&self) -> bool {
+        matches!(self, Ready::Copy(..) | Ready::CopyInTransaction { .. })
+    }
 }
 
 impl Postgres {
@@ -168,6 +187,12 @@ impl Postgres {
     ) -> Result<Ready<'a>, ChunkError<Outcome>> {
         let unsent = |e| ChunkError::Statement(unsent_error(e));
         if let Some(copy) = shape.copy.as_ref().filter(|_| self.copies(shape, n)) {
+            if conn.unnamed() {
+                return Ok(Ready::CopyInTransaction {
+                    copy,
+                    unprepared: AtomicBool::new(false),
+                });
+            }
             let stmt = conn
                 .prepare_batch(shape.id, COPY_KEY, || copy.sql.clone(), &[])
                 .await
@@ -180,6 +205,9 @@ impl Postgres {
                 conn.ensure_types(described)
                     .await
                     .map_err(ChunkError::Statement)?;
+            }
+            if let Some(unnest) = shape.unnest.as_ref().filter(|_| n >= 2) {
+                return Ok(Ready::Unnest(unnest));
             }
             let mut texts = lock(&shape.texts);
             let sql = match texts.get(&n) {
@@ -238,6 +266,62 @@ impl Postgres {
                     Written::Count(stream.rows_affected().unwrap_or(0))
                 })
             }
+            Ready::Unnest(unnest) => {
+                let arrays = unnest.arrays(rows);
+                let params = arrays
+                    .iter()
+                    .map(|(bytes, ty)| (Raw::bytes(bytes), ty.clone()));
+                let stream = conn.query_typed_raw(&unnest.sql, params).await?;
+                futures_util::pin_mut!(stream);
+                while stream.try_next().await?.is_some() {}
+                Ok(Written::Count(stream.rows_affected().unwrap_or(0)))
+            }
+            Ready::CopyInTransaction { copy, unprepared } => {
+                // Behind a transaction-mode pooler a named statement lives
+                // only as long as the transaction that holds the server
+                // connection: the COPY is prepared after BEGIN (one round
+                // trip), run, and closed before COMMIT, all on the one
+                // server connection the pooler keeps for the transaction.
+                let data = copy.data(rows);
+                let client: &tokio_postgres::Client = conn;
+                let (begun, prepared) = futures_util::future::join(
+                    client.batch_execute("BEGIN"),
+                    client.prepare(&copy.sql),
+                )
+                .await;
+                if let Err(e) = begun {
+                    // Not a transaction: the statement may be left on
+                    // whichever server connection ran the prepare.
+                    conn.retire();
+                    return Err(e);
+                }
+                let stmt = match prepared {
+                    Ok(stmt) => stmt,
+                    Err(e) => {
+                        // Nothing ran; the failed prepare aborted the
+                        // transaction.
+                        unprepared.store(true, Ordering::Relaxed);
+                        if client.batch_execute("ROLLBACK").await.is_err() {
+                            conn.retire();
+                        }
+                        return Err(e);
+                    }
+                };
+                let sink = client.copy_in::<_, bytes::Bytes>(&stmt).await;
+                // The Close queued by the drop leaves after the COPY's data
+                // and ahead of the COMMIT (the driver sends requests in
+                // order, a COPY's until its end); the server takes a Close
+                // in a failed transaction too.
+                drop(stmt);
+                let sink = match sink {
+                    Ok(sink) => sink,
+                    Err(e) => {
+                        conn.retire();
+                        return Err(e);
+                    }
+                };
+                Self::copy_and_commit(conn, sink, data).await
+            }
             Ready::Copy(stmt, copy) => {
                 // COPY's rows commit when the server reaches the Sync after
                 // its data, which it answers after COPY's CommandComplete;
@@ -260,20 +344,30 @@ impl Postgres {
                         return Err(e);
                     }
                 };
-                futures_util::pin_mut!(sink);
-                if let Err(e) = futures_util::SinkExt::send(&mut sink, data).await {
-                    // The sink, dropped unfinished, ends the COPY with
-                    // CopyFail: the transaction would stay open, aborted.
-                    conn.retire();
-                    return Err(e);
-                }
-                let (copied, committed) =
-                    futures_util::future::join(sink.finish(), conn.batch_execute("COMMIT")).await;
-                // A COPY that failed was rolled back by that COMMIT.
-                let n = copied?;
-                committed.map(|()| Written::Count(n))
+                Self::copy_and_commit(conn, sink, data).await
             }
         }
+    }
+
+    /// Sends a started COPY's `data` and, right behind it, the `COMMIT` of
+    /// its transaction.
+    async fn copy_and_commit(
+        conn: &ClientWrapper,
+        sink: tokio_postgres::CopyInSink<bytes::Bytes>,
+        data: bytes::Bytes,
+    ) -> Result<Written, tokio_postgres::Error> {
+        futures_util::pin_mut!(sink);
+        if let Err(e) = futures_util::SinkExt::send(&mut sink, data).await {
+            // The sink, dropped unfinished, ends the COPY with
+            // CopyFail: the transaction would stay open, aborted.
+            conn.retire();
+            return Err(e);
+        }
+        let (copied, committed) =
+            futures_util::future::join(sink.finish(), conn.batch_execute("COMMIT")).await;
+        // A COPY that failed was rolled back by that COMMIT.
+        let n = copied?;
+        committed.map(|()| Written::Count(n))
     }
 
     /// Each row's outcome from what the server answered to its statement.
@@ -286,15 +380,22 @@ impl Postgres {
     ) -> ChunkResult<Outcome> {
         match written {
             Ok(w) => Ok(Self::outputs(shape, rows, w)),
+            Err(e)
+                if matches!(ready, Ready::CopyInTransaction { unprepared, .. }
+                    if unprepared.load(Ordering::Relaxed)) =>
+            {
+                // The COPY was not prepared (the table changed, or a
+                // statement of the same name was left on the server
+                // connection): nothing ran, the rows go again.
+                Err(ChunkError::Stale(unsent_error(e)))
+            }
             Err(e) if e.as_db_error().is_some_and(|db| conn.stale(db)) => {
                 // Nothing ran: prepare afresh next time.
                 conn.forget_batch(shape.id);
                 Err(ChunkError::Stale(sent_error(e)))
             }
             Err(e) => {
-                let at = matches!(ready, Ready::Copy(..))
-                    .then(|| failed_row(&e))
-                    .flatten();
+                let at = ready.copies().then(|| failed_row(&e)).flatten();
                 let err = conn.sent_error(e);
                 let row = err.is_db() && !err.is_statement_level();
                 Err(match (row, at) {
@@ -361,6 +462,27 @@ impl Postgres {
     }
 }
 
+impl Postgres {
+    /// Unnamed mode: the unnest text of a plain `shape` (parameter
+    /// `types`), learned like any text; `None` for a shape that does not
+    /// qualify or a text the server does not take.
+    async fn learn_unnest(
+        conn: &ClientWrapper,
+        shape: &InsertShape,
+        types: &[Type],
+    ) -> Result<Option<PgUnnest>, Error> {
+        let Some((sql, params)) = unnest_text(shape, types) else {
+            return Ok(None);
+        };
+        let learned = conn.prepare_for(&[&sql], false).await.pop();
+        Ok(match learned {
+            Some(Ok(Prepared::Unnamed(described))) => PgUnnest::new(sql, params, &described, types),
+            Some(Err(e)) if e.as_db_error().is_none() => return Err(e),
+            _ => None,
+        })
+    }
+}
+
 enum Written {
     Count(u64),
     Rows(Vec<Row>),
@@ -392,7 +514,10 @@ impl Backend for Postgres {
     }
 
     fn same_shape(old: &PgShape, new: &PgShape) -> bool {
-        old.types == new.types && old.key_match == new.key_match && old.copy == new.copy
+        old.types == new.types
+            && old.key_match == new.key_match
+            && old.copy == new.copy
+            && old.unnest.as_ref().map(|u| &u.sql) == new.unnest.as_ref().map(|u| &u.sql)
     }
 
     async fn fingerprint(
@@ -452,9 +577,13 @@ impl Backend for Postgres {
                 Prepared::Named(_) => None,
             },
             texts: Mutex::new(LruCache::new(RENDERED)),
-            copy: match (&stmt, self.copy_threshold) {
-                (Prepared::Named(_), Some(_)) => eligible(conn, &shape, stmt.params()).await?,
-                _ => None,
+            copy: match self.copy_threshold {
+                Some(_) => eligible(conn, &shape, stmt.params()).await?,
+                None => None,
+            },
+            unnest: match &stmt {
+                Prepared::Unnamed(_) => Self::learn_unnest(conn, &shape, stmt.params()).await?,
+                Prepared::Named(_) => None,
             },
             shape,
             key_match: key_match.map(|(list, params, _)| (list, params)),
@@ -511,7 +640,7 @@ impl Backend for Postgres {
             let closed = || Err(ChunkError::Statement(Error::closed_before_send()));
             return (closed(), closed());
         }
-        if matches!(a, Ready::Copy(..)) || matches!(b, Ready::Copy(..)) {
+        if a.copies() || b.copies() {
             // No COPY in a pipeline: the second COPY's data could not go out
             // before the first is answered anyway, and a COPY refused at its
             // Bind (in a transaction the first statement aborted) leaves the

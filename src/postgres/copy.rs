@@ -104,7 +104,7 @@ SELECT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid IN (SELECT relid FROM tree)
         ORDER BY k.ord)";
 
 /// Whether `shape` (with the server's parameter `types`) may go out as
-/// COPY, and how. Asked once per learned shape, named statements only.
+/// COPY, and how. Asked once per learned shape.
 pub(crate) async fn eligible(
     conn: &ClientWrapper,
     shape: &InsertShape,
@@ -116,13 +116,11 @@ pub(crate) async fn eligible(
     let Some(columns) = &shape.columns else {
         return Ok(None);
     };
-    let args: [&(dyn ToSql + Sync); 2] = [&shape.table, columns];
-    let read = async {
-        let stmt = conn.prepare_cached(FACTS).await?;
-        conn.query_opt(&stmt, &args).await
-    };
-    let row = match read.await {
-        Ok(row) => row,
+    // An unnamed statement: asked once per shape, and safe behind a pooler.
+    let args: [(&(dyn ToSql + Sync), Type); 2] =
+        [(&shape.table, Type::TEXT), (columns, Type::TEXT_ARRAY)];
+    let row = match conn.query_typed(FACTS, &args).await {
+        Ok(rows) => rows.into_iter().next(),
         // A catalog that cannot be read (or a server that does not know a
         // column or function the query names): no COPY.
         Err(e) if e.as_db_error().is_some() => return Ok(None),
@@ -156,7 +154,7 @@ pub(crate) async fn eligible(
 
 /// The parameter of each column when the shape is a plain INSERT of bare
 /// parameters, each used once, into named columns.
-fn plain_params(shape: &InsertShape) -> Option<Vec<usize>> {
+pub(crate) fn plain_params(shape: &InsertShape) -> Option<Vec<usize>> {
     if shape.returning || !matches!(shape.conflict, Conflict::None) {
         return None;
     }

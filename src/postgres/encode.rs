@@ -151,6 +151,13 @@ pub(crate) fn encode(types: &[Type], params: PgArgs<'_>) -> Result<PgRow, Error>
 #[derive(Debug)]
 pub(crate) struct Raw<'a>(Option<&'a [u8]>);
 
+impl<'a> Raw<'a> {
+    /// A value already encoded as `bytes`.
+    pub(crate) fn bytes(bytes: &'a [u8]) -> Raw<'a> {
+        Raw(Some(bytes))
+    }
+}
+
 impl ToSql for Raw<'_> {
     fn to_sql(
         &self,

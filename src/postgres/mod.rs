@@ -93,7 +93,11 @@
 //!   `execute_many`, queries, `atomic`, [`Transaction`]) is one unnamed
 //!   Parse/Bind/Execute with the parameter types the pool learned once per
 //!   statement text (by preparing the text inside a transaction and closing
-//!   it before the transaction ends). Safe behind any pooler.
+//!   it before the transaction ends). Safe behind any pooler. The
+//!   multi-row statements of a plain INSERT of built-in scalar types are
+//!   one text for any row count (`INSERT ... SELECT * FROM unnest($1::type[],
+//!   ...)`, one array per column), and its large ones go out as COPY,
+//!   prepared and closed inside the transaction that runs it.
 //! * [`Statements::Named`]: always named. Right for a direct connection, a
 //!   pooler in session mode, or PgBouncer 1.21 or later with
 //!   `max_prepared_statements` set (it then tracks named statements itself).
@@ -229,6 +233,7 @@ mod statements;
 mod table;
 mod tls;
 mod unnamed;
+mod unnest;
 #[cfg(feature = "rustls")]
 mod verify;
 
