@@ -11,6 +11,7 @@
 
 pub(crate) mod backend;
 mod flush;
+mod isolate;
 pub(crate) mod lifecycle;
 pub(crate) mod queue;
 mod route;
