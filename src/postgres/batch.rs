@@ -300,7 +300,11 @@ impl Postgres {
                     .is_some_and(|db| !statement_level(db.code().code()));
                 let at = matches!(ready, Ready::Copy(..))
                     .then(|| failed_row(&e))
-                    .flatten();
+                    .flatten()
+                    .or_else(|| {
+                        let db = e.as_db_error()?;
+                        super::errors::matched_row(db, &shape.shape, &shape.types, rows)
+                    });
                 let err = conn.sent_error(e);
                 Err(match (row, at) {
                     (true, Some(at)) => ChunkError::RowAt(at, err),
