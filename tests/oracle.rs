@@ -186,8 +186,16 @@ mod cases {
     /// a `CHECK (v BETWEEN 0 AND 1000)` column and a NOT NULL column `w`;
     /// `percent` % of the callers (picked by a seeded generator) fail, in
     /// turn by a duplicate of an existing key, a CHECK failure and a NULL
-    /// into `w`. Every key value is used by at most one caller.
-    pub fn dense_failures(name: &str, flavor: Flavor, n: usize, percent: usize, seed: u64) -> Case {
+    /// into `w` (`kinds` 3), or by duplicate keys alone (`kinds` 1). Every
+    /// key value is used by at most one caller.
+    pub fn dense_failures(
+        name: &str,
+        flavor: Flavor,
+        n: usize,
+        percent: usize,
+        seed: u64,
+        kinds: usize,
+    ) -> Case {
         let mut rng = Rng::new(seed);
         let mut c = Case::new(
             name,
@@ -212,7 +220,7 @@ mod cases {
                 V::Int(i as i64),
             ];
             if rng.percent(percent) {
-                match bad % 3 {
+                match bad % kinds {
                     0 => row[0] = V::Text(format!("key{i}")),
                     1 => row[1] = V::Int(5000 + i as i64),
                     _ => row[2] = V::Null,
@@ -273,6 +281,7 @@ fn dense_cases(flavor: model::Flavor) -> Vec<model::Case> {
                 200,
                 percent,
                 seed + variant,
+                3,
             );
             c.start = if variant < 3 {
                 Start::Held
@@ -280,6 +289,35 @@ fn dense_cases(flavor: model::Flavor) -> Vec<model::Case> {
                 Start::Gate
             };
             out.push(c);
+        }
+    }
+    out
+}
+
+/// 900 callers queued behind held connections, 2 % and 4 % of them
+/// failing (duplicate keys alone, and mixed with CHECK and NOT NULL
+/// failures), sent with and without the bulk path (by case name): the
+/// figures of statements per failing row. Printed, and bounded.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn cases_of_900(flavor: model::Flavor) -> Vec<(model::Case, &'static str)> {
+    let mut out = Vec::new();
+    for percent in [2, 4] {
+        for (kinds, mix) in [(1, "duplicate keys"), (3, "mixed")] {
+            // The case name decides the statement cap and the bulk path
+            // (see each half's `max_rows`, `copy_threshold`,
+            // `bulk_threshold`): two names, two of those.
+            for variant in [0u64, 3] {
+                let mut c = cases::dense_failures(
+                    &format!("{percent}% of 900 failing, variant {variant}"),
+                    flavor,
+                    900,
+                    percent,
+                    0x900 + variant,
+                    kinds,
+                );
+                c.start = Start::Held;
+                out.push((c, mix));
+            }
         }
     }
     out
@@ -458,6 +496,28 @@ mod pg {
     }
 
     oracle_tests!(Flavor::Pg, "pg", PG_REGRESSIONS, 100, true);
+
+    /// 900 callers, 2 % and 4 % failing: statements per failing row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn statements_per_failing_row_of_900() {
+        for (case, mix) in super::cases_of_900(Flavor::Pg) {
+            let name = case.name.clone();
+            let tally = run_cases("pg::statements_per_failing_row_of_900", vec![case], false).await;
+            let failed = tally.failed as u64;
+            println!(
+                "{name}, {mix}: {} statements ({} by the bulk path), {failed} failing rows, \
+                 {:.2} per failing row",
+                tally.statements,
+                tally.bulk,
+                tally.statements as f64 / failed.max(1) as f64
+            );
+            assert!(
+                tally.statements <= 15 * failed + 20,
+                "{name}: {} statements for {failed} failing rows",
+                tally.statements
+            );
+        }
+    }
 
     /// Failure-dense bursts: every caller's outcome matches the plain
     /// driver, and held bursts cost at most a few statements per failing
@@ -848,6 +908,33 @@ mod mysql {
     }
 
     oracle_tests!(Flavor::My, "mysql", MY_REGRESSIONS, 80, false);
+
+    /// 900 callers, 2 % and 4 % failing: statements per failing row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn statements_per_failing_row_of_900() {
+        for (case, mix) in super::cases_of_900(Flavor::My) {
+            let name = case.name.clone();
+            let tally = run_cases(
+                "mysql::statements_per_failing_row_of_900",
+                vec![case],
+                false,
+            )
+            .await;
+            let failed = tally.failed as u64;
+            println!(
+                "{name}, {mix}: {} statements ({} by the bulk path), {failed} failing rows, \
+                 {:.2} per failing row",
+                tally.statements,
+                tally.bulk,
+                tally.statements as f64 / failed.max(1) as f64
+            );
+            assert!(
+                tally.statements <= 15 * failed + 20,
+                "{name}: {} statements for {failed} failing rows",
+                tally.statements
+            );
+        }
+    }
 
     /// Failure-dense bursts: every caller's outcome matches the plain
     /// driver, and held bursts cost at most a few statements per failing
