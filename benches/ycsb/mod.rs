@@ -661,7 +661,9 @@ async fn run_one<D: Database>(
             data.len()
         )));
     }
-    verify_count(db, data.len() as u64, &label).await?;
+    // Rows with a duplicate key (`--fail-rate`) are not written.
+    let failing = data.rows.iter().filter(|r| r.duplicate).count();
+    verify_count(db, (data.len() - failing) as u64, &label).await?;
     let secs = loaded.elapsed.as_secs_f64().max(1e-9);
     Ok(ModeRun {
         elapsed_secs: secs,
