@@ -182,6 +182,56 @@ mod cases {
         })
     }
 
+    /// Failure-dense bursts: `n` callers into a table with a unique key `k`,
+    /// a `CHECK (v BETWEEN 0 AND 1000)` column and a NOT NULL column `w`;
+    /// `percent` % of the callers (picked by a seeded generator) fail, in
+    /// turn by a duplicate of an existing key, a CHECK failure and a NULL
+    /// into `w` (`kinds` 3), or by duplicate keys alone (`kinds` 1). Every
+    /// key value is used by at most one caller.
+    pub fn dense_failures(
+        name: &str,
+        flavor: Flavor,
+        n: usize,
+        percent: usize,
+        seed: u64,
+        kinds: usize,
+    ) -> Case {
+        let mut rng = Rng::new(seed);
+        let mut c = Case::new(
+            name,
+            flavor,
+            vec![
+                Col::new("k", Ty::Varchar(40)).unique(),
+                Col {
+                    check: Some(Check::Between(0, 1000)),
+                    ..Col::new("v", Ty::Int)
+                },
+                Col::new("w", Ty::BigInt).not_null(),
+            ],
+        );
+        for j in 0..n {
+            c.existing(vec![V::Text(format!("key{j}")), V::Int(1), V::Int(1)]);
+        }
+        let mut bad = 0;
+        for i in 0..n {
+            let mut row = vec![
+                V::Text(format!("new{i}")),
+                V::Int(i as i64 % 1000),
+                V::Int(i as i64),
+            ];
+            if rng.percent(percent) {
+                match bad % kinds {
+                    0 => row[0] = V::Text(format!("key{i}")),
+                    1 => row[1] = V::Int(5000 + i as i64),
+                    _ => row[2] = V::Null,
+                }
+                bad += 1;
+            }
+            c.caller(row);
+        }
+        c
+    }
+
     /// A key table (`k` unique text, `v` int) with `existing` rows keyed
     /// `key<j>` and `n` callers: every third reuses an existing key
     /// (upper-cased when `upper`), the others insert a new mixed-case key.
@@ -212,6 +262,65 @@ mod cases {
         }
         c
     }
+}
+
+/// Failure-dense bursts ([`cases::dense_failures`]): 5 % and 30 % of 200
+/// callers failing (duplicate keys, CHECK, NOT NULL), queued behind held
+/// connections and released at once, under several case names (so with and
+/// without the bulk path and a small statement cap). Each must match the
+/// plain driver; the held cases must isolate their failing rows in a few
+/// statements each (`statements` of the case, checked by `within`).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn dense_cases(flavor: model::Flavor) -> Vec<model::Case> {
+    let mut out = Vec::new();
+    for (percent, seed) in [(5, 0xd5e5_0005u64), (30, 0xd5e5_0030)] {
+        for variant in 0..4 {
+            let mut c = cases::dense_failures(
+                &format!("{percent}% failing, variant {variant}"),
+                flavor,
+                200,
+                percent,
+                seed + variant,
+                3,
+            );
+            c.start = if variant < 3 {
+                Start::Held
+            } else {
+                Start::Gate
+            };
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// 900 callers queued behind held connections, 2 % and 4 % of them
+/// failing (duplicate keys alone, and mixed with CHECK and NOT NULL
+/// failures), sent with and without the bulk path (by case name): the
+/// figures of statements per failing row. Printed, and bounded.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn cases_of_900(flavor: model::Flavor) -> Vec<(model::Case, &'static str)> {
+    let mut out = Vec::new();
+    for percent in [2, 4] {
+        for (kinds, mix) in [(1, "duplicate keys"), (3, "mixed")] {
+            // The case name decides the statement cap and the bulk path
+            // (see each half's `max_rows`, `copy_threshold`,
+            // `bulk_threshold`): two names, two of those.
+            for variant in [0u64, 3] {
+                let mut c = cases::dense_failures(
+                    &format!("{percent}% of 900 failing, variant {variant}"),
+                    flavor,
+                    900,
+                    percent,
+                    0x900 + variant,
+                    kinds,
+                );
+                c.start = Start::Held;
+                out.push((c, mix));
+            }
+        }
+    }
+    out
 }
 
 /// Problem 5's check, both backends: every `INSERT ... RETURNING *` run
@@ -387,6 +496,52 @@ mod pg {
     }
 
     oracle_tests!(Flavor::Pg, "pg", PG_REGRESSIONS, 100, true);
+
+    /// 900 callers, 2 % and 4 % failing: statements per failing row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn statements_per_failing_row_of_900() {
+        for (case, mix) in super::cases_of_900(Flavor::Pg) {
+            let name = case.name.clone();
+            let tally = run_cases("pg::statements_per_failing_row_of_900", vec![case], false).await;
+            let failed = tally.failed as u64;
+            println!(
+                "{name}, {mix}: {} statements ({} by the bulk path), {failed} failing rows, \
+                 {:.2} per failing row",
+                tally.statements,
+                tally.bulk,
+                tally.statements as f64 / failed.max(1) as f64
+            );
+            assert!(
+                tally.statements <= 15 * failed + 20,
+                "{name}: {} statements for {failed} failing rows",
+                tally.statements
+            );
+        }
+    }
+
+    /// Failure-dense bursts: every caller's outcome matches the plain
+    /// driver, and held bursts cost at most a few statements per failing
+    /// row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failure_dense_bursts() {
+        for case in super::dense_cases(Flavor::Pg) {
+            let held = case.start == Start::Held;
+            let name = case.name.clone();
+            let tally = run_cases("pg::failure_dense_bursts", vec![case], false).await;
+            let failed = tally.failed as u64;
+            println!(
+                "{name}: {} statements, {failed} failing rows",
+                tally.statements
+            );
+            if held {
+                assert!(
+                    tally.statements <= 3 * failed + 40,
+                    "{name}: {} statements for {failed} failing rows",
+                    tally.statements
+                );
+            }
+        }
+    }
 
     /// Problem 1: 4 of 200 callers insert ~6,000 incompressible characters
     /// into a `text UNIQUE` column (54000, index row size exceeds the
@@ -753,6 +908,57 @@ mod mysql {
     }
 
     oracle_tests!(Flavor::My, "mysql", MY_REGRESSIONS, 80, false);
+
+    /// 900 callers, 2 % and 4 % failing: statements per failing row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn statements_per_failing_row_of_900() {
+        for (case, mix) in super::cases_of_900(Flavor::My) {
+            let name = case.name.clone();
+            let tally = run_cases(
+                "mysql::statements_per_failing_row_of_900",
+                vec![case],
+                false,
+            )
+            .await;
+            let failed = tally.failed as u64;
+            println!(
+                "{name}, {mix}: {} statements ({} by the bulk path), {failed} failing rows, \
+                 {:.2} per failing row",
+                tally.statements,
+                tally.bulk,
+                tally.statements as f64 / failed.max(1) as f64
+            );
+            assert!(
+                tally.statements <= 15 * failed + 20,
+                "{name}: {} statements for {failed} failing rows",
+                tally.statements
+            );
+        }
+    }
+
+    /// Failure-dense bursts: every caller's outcome matches the plain
+    /// driver, and held bursts cost at most a few statements per failing
+    /// row.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failure_dense_bursts() {
+        for case in super::dense_cases(Flavor::My) {
+            let held = case.start == Start::Held;
+            let name = case.name.clone();
+            let tally = run_cases("mysql::failure_dense_bursts", vec![case], false).await;
+            let failed = tally.failed as u64;
+            println!(
+                "{name}: {} statements, {failed} failing rows",
+                tally.statements
+            );
+            if held {
+                assert!(
+                    tally.statements <= 6 * failed + 60,
+                    "{name}: {} statements for {failed} failing rows",
+                    tally.statements
+                );
+            }
+        }
+    }
 
     /// Random cases on a Galera cluster: few, as every statement there is a
     /// cluster-wide commit and every table is read back on each node.

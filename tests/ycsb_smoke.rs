@@ -498,6 +498,44 @@ async fn mysql_status(db: &MysqlTarget, name: &str) -> u64 {
 /// MariaDB sweep mode (`load-data` one statement per group: the server's
 /// LOAD DATA count goes up by one per group), and a tiny tasks sweep,
 /// repeated twice.
+/// `--fail-rate`: the failing rows fail in both concurrent modes, the rest
+/// is written, and batchpool's counters show the failing rows and the
+/// statements added to isolate them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_fail_rate() {
+    let url = common::mysql_url();
+    let db = MysqlTarget::create(&url).await.expect("scratch database");
+    let setup = ServerSetup {
+        throwaway: false,
+        fast: common::fast_server(),
+        address: db.address(),
+        topology: None,
+    };
+    let opts = Options {
+        records: 3000,
+        tasks: 16,
+        pool_size: 3,
+        modes: vec![Mode::Coalesce, Mode::CoalescePeer],
+        fail_rate: Some(5.0),
+        progress: false,
+        ..Options::default()
+    };
+    let report = ycsb::run(&db, &opts, setup).await.expect("bench run");
+    let coalesce = report
+        .results
+        .iter()
+        .find(|r| r.mode == Mode::Coalesce)
+        .expect("coalesce ran");
+    let b = coalesce.batching.as_ref().expect("batchpool counters");
+    // About 5 % of the 2,000 rows after the first 1,000.
+    assert!(
+        (40..=180).contains(&b.rows_failed),
+        "{} failing rows",
+        b.rows_failed
+    );
+    assert!(report.results.iter().any(|r| r.mode == Mode::CoalescePeer));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_rewrite_peer_and_tasks_sweep() {
     let url = common::mysql_url();
@@ -735,6 +773,19 @@ fn command_line_and_options() {
         ..Options::default()
     };
     assert!(nothing.validate().is_err());
+    // --fail-rate: a percentage, and the concurrent modes only.
+    let a = Args::try_parse_from(["ycsb_load", "--fail-rate", "5", "--modes", "coalesce"])
+        .expect("parse");
+    assert_eq!(a.options().fail_rate, Some(5.0));
+    assert!(a.options().validate().is_ok());
+    let a = Args::try_parse_from(["ycsb_load", "--fail-rate", "5"]).expect("parse");
+    assert!(
+        a.options().validate().is_err(),
+        "every mode with --fail-rate"
+    );
+    let a = Args::try_parse_from(["ycsb_load", "--fail-rate", "100", "--modes", "coalesce"])
+        .expect("parse");
+    assert!(a.options().validate().is_err());
 
     let a = Args::try_parse_from(["ycsb_load", "--bulk-threshold", "off"]).expect("parse");
     assert_eq!(a.options().bulk_threshold, Some(None));

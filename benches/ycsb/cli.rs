@@ -170,6 +170,11 @@ pub struct Args {
     /// Run only --sweep / --tasks-sweep, not the modes.
     #[arg(long)]
     pub sweeps_only: bool,
+    /// Percent of rows whose INSERT fails (the key of a row written long
+    /// before): `coalesce` against `coalesce-peer` with the same failures.
+    /// The report adds batchpool's statements per failing row.
+    #[arg(long, value_name = "PERCENT")]
+    pub fail_rate: Option<f64>,
     /// Seed of the random field bytes.
     #[arg(long, default_value_t = 0x5eed_1cb5)]
     pub seed: u64,
@@ -294,6 +299,7 @@ impl Args {
             sweep_rows_per_task: self.sweep_rows_per_task,
             field_len: super::workload::FIELD_LEN,
             seed: self.seed,
+            fail_rate: self.fail_rate,
             progress: !self.no_progress,
         }
     }

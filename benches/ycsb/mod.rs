@@ -188,6 +188,9 @@ pub struct Options {
     pub field_len: usize,
     /// Seed of the field generator, so runs load the same bytes.
     pub seed: u64,
+    /// `--fail-rate`: percent of rows whose INSERT fails with a duplicate
+    /// key (`coalesce` and `coalesce-peer` only).
+    pub fail_rate: Option<f64>,
     /// Show a progress bar on stderr.
     #[serde(skip)]
     pub progress: bool,
@@ -211,6 +214,7 @@ impl Default for Options {
             bulk_threshold: None,
             field_len: workload::FIELD_LEN,
             seed: 0x5eed_1cb5,
+            fail_rate: None,
             progress: true,
         }
     }
@@ -247,6 +251,22 @@ impl Options {
                     "--sweep-modes: {m} sends no groups of a size; the sweep runs \
                      batch, batchrewrite, rewrite-peer, copy and load-data"
                 )));
+            }
+        }
+        if let Some(p) = self.fail_rate {
+            if !(0.0..100.0).contains(&p) {
+                return Err(fail("--fail-rate must be a percentage from 0 up to 100"));
+            }
+            if self.sweep.is_some()
+                || self.tasks_sweep.is_some()
+                || self
+                    .modes
+                    .iter()
+                    .any(|m| !matches!(m, Mode::Coalesce | Mode::CoalescePeer))
+            {
+                return Err(fail(
+                    "--fail-rate runs only --modes coalesce,coalesce-peer (no sweeps)",
+                ));
             }
         }
         if let Some(tasks) = &self.tasks_sweep {
@@ -693,7 +713,9 @@ async fn run_one<D: Database>(
             data.len()
         )));
     }
-    verify_count(db, data.len() as u64, &label).await?;
+    // Rows with a duplicate key (`--fail-rate`) are not written.
+    let failing = data.rows.iter().filter(|r| r.duplicate).count();
+    verify_count(db, (data.len() - failing) as u64, &label).await?;
     let secs = loaded.elapsed.as_secs_f64().max(1e-9);
     Ok(ModeRun {
         elapsed_secs: secs,
@@ -753,7 +775,15 @@ pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Res
     }
     let server = db.describe().await?;
     let started = std::time::Instant::now();
-    let data = Arc::new(Dataset::generate(opts.records, opts.field_len, opts.seed)?);
+    let mut data = Dataset::generate(opts.records, opts.field_len, opts.seed)?;
+    if let Some(p) = opts.fail_rate {
+        let failing = data.add_failures(p, opts.seed);
+        println!(
+            "--fail-rate {p}: {failing} of {} rows fail (duplicate keys)",
+            data.len()
+        );
+    }
+    let data = Arc::new(data);
     let generate_secs = started.elapsed().as_secs_f64();
     db.prepare().await?;
 

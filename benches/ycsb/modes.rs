@@ -278,9 +278,17 @@ pub(super) async fn concurrent(
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(r) = data.rows.get(i) else { break };
                     let t = Instant::now();
-                    let n = pool.insert(r).await?;
+                    let n = pool.insert(r).await;
                     hist.saturating_record(micros(t.elapsed()));
-                    expect_one(n, &r.key)?;
+                    match n {
+                        Ok(n) if !r.duplicate => expect_one(n, &r.key)?,
+                        // A duplicate key (`--fail-rate`) must fail.
+                        Err(_) if r.duplicate => {}
+                        Ok(_) => {
+                            return Err(fail(format!("INSERT of duplicate {} succeeded", r.key)));
+                        }
+                        Err(e) => return Err(e),
+                    }
                     done.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok::<_, BoxError>(hist)

@@ -103,6 +103,10 @@ pub struct Batching {
     pub queue_wait_mean_us: f64,
     /// Longest time a row waited in the queue, microseconds.
     pub queue_wait_max_us: f64,
+    /// Statements added to isolate failing rows.
+    pub split_statements: u64,
+    /// Rows whose outcome was an error.
+    pub rows_failed: u64,
 }
 
 impl Batching {
@@ -123,6 +127,8 @@ impl Batching {
             flush_full: s.flush_full,
             queue_wait_mean_us: s.queue_wait_mean().as_secs_f64() * 1e6,
             queue_wait_max_us: s.queue_wait_max.as_secs_f64() * 1e6,
+            split_statements: s.split_statements,
+            rows_failed: s.rows_failed,
         }
     }
 }
@@ -147,6 +153,8 @@ impl Batching {
             batches,
             statements,
             bulk_statements: total(|b| b.bulk_statements),
+            split_statements: total(|b| b.split_statements),
+            rows_failed: total(|b| b.rows_failed),
             rows,
             rows_per_batch: per(rows, batches),
             rows_per_statement: per(rows, statements),
@@ -576,6 +584,20 @@ pub fn render_text(r: &Report) -> String {
                     m.mode.name(),
                     thousands(b.bulk_statements as f64),
                     thousands(b.statements as f64)
+                );
+            }
+        }
+        for m in &r.results {
+            if let Some(b) = m.batching.as_ref().filter(|b| b.rows_failed > 0) {
+                // Each failed multi-row statement is re-run as split
+                // statements: those are what the failing rows cost.
+                let _ = writeln!(
+                    out,
+                    "  {}: {} failing rows, {} statements added to isolate them: {:.2} per failing row",
+                    m.mode.name(),
+                    thousands(b.rows_failed as f64),
+                    thousands(b.split_statements as f64),
+                    b.split_statements as f64 / b.rows_failed as f64
                 );
             }
         }

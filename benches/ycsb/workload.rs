@@ -11,6 +11,9 @@ use super::{Result, fail};
 pub const FIELD_COUNT: usize = 10;
 /// Bytes per field (YCSB `fieldlength`).
 pub const FIELD_LEN: usize = 100;
+/// How far before a failing row (`--fail-rate`) the row whose key it takes
+/// is, at least.
+pub const FAIL_GAP: usize = 1000;
 /// The table every mode loads.
 pub const TABLE: &str = "usertable";
 
@@ -96,6 +99,8 @@ pub struct Record {
     pub key: String,
     /// `FIELD0..FIELD9`.
     pub fields: [String; FIELD_COUNT],
+    /// The key is an earlier row's (`--fail-rate`): the INSERT must fail.
+    pub duplicate: bool,
 }
 
 /// All rows of a run, generated once and shared by every mode.
@@ -123,9 +128,33 @@ impl Dataset {
                 rng.fill_bytes(&mut buf);
                 buf.iter().map(|b| char::from(b' ' + b % 95)).collect()
             });
-            rows.push(Record { key, fields });
+            rows.push(Record {
+                key,
+                fields,
+                duplicate: false,
+            });
         }
         Ok(Dataset { rows })
+    }
+
+    /// `--fail-rate`: about `percent` % of the rows (picked by a generator
+    /// seeded with `seed`) take the key of a row at least [`FAIL_GAP`] rows
+    /// before them, long written when they are sent, so their INSERT fails
+    /// with a duplicate key. Rows before the first [`FAIL_GAP`] never do.
+    /// Returns how many rows fail.
+    pub fn add_failures(&mut self, percent: f64, seed: u64) -> usize {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xfa11);
+        let mut failing = 0;
+        for i in FAIL_GAP..self.rows.len() {
+            let draw = rng.next_u64() as f64 / u64::MAX as f64 * 100.0;
+            if draw < percent {
+                let j = rng.next_u64() as usize % (i - FAIL_GAP + 1);
+                self.rows[i].key = self.rows[j].key.clone();
+                self.rows[i].duplicate = true;
+                failing += 1;
+            }
+        }
+        failing
     }
 
     /// Number of rows.

@@ -19,14 +19,12 @@ pub(crate) enum ChunkError<O> {
     /// whose own statement fails. Every database error is this unless it is
     /// provably about the statement as a whole.
     Row(Error),
-    /// Like [`Row`](ChunkError::Row), and the server named the row it
-    /// failed on (its index in the statement's rows): the rows before it ran
-    /// without error before the statement was rolled back. The engine re-runs
-    /// the rows before it, that row on its own, then the rows after it.
-    #[cfg_attr(
-        not(feature = "postgres"),
-        allow(dead_code, reason = "only PostgreSQL's COPY names the failing row")
-    )]
+    /// Like [`Row`](ChunkError::Row), and the error names the row it is
+    /// about (its index in the statement's rows), by the server's own words
+    /// or by matching the error's text against the rows' values. Only a
+    /// lead: the engine runs that row on its own and the others again
+    /// without it (see the engine's `isolate` module), so a wrong index
+    /// costs a statement, never an outcome.
     RowAt(usize, Error),
     /// The failure is the same for every row (connection lost, outcome
     /// unknown, a statement-level error such as a syntax error or a

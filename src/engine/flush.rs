@@ -9,6 +9,7 @@ use tracing::Instrument;
 
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::isolate::{Isolation, settle};
 use super::queue::{Claim, ShapeQueue, Taken, decompose};
 use super::{Backend, ChunkError, Connections, Detached, Engine, Work};
 use crate::backend::{Conn, Lease, exchange};
@@ -91,7 +92,7 @@ pub(super) async fn flusher<B: Backend>(
                 &q,
                 &mut conn,
                 Rows {
-                    rows: &taken.rows,
+                    rows: &mut taken.rows,
                     chunks: &taken.chunks,
                     claims: &taken.claims,
                     span: &span,
@@ -324,6 +325,7 @@ pub(super) async fn inline<B: Backend>(
         if let Some(caller) = &caller {
             span.follows_from(caller);
         }
+        let mut row = row;
         // Counted failed if no outcome comes (a panic in a backend).
         let mut no_outcome = NoOutcome(Some(&engine));
         let mut out = execute_rows(
@@ -331,7 +333,7 @@ pub(super) async fn inline<B: Backend>(
             &q,
             &mut conn,
             Rows {
-                rows: std::slice::from_ref(&row),
+                rows: std::slice::from_mut(&mut row),
                 chunks: &[1],
                 claims: &[],
                 span: &span,
@@ -431,22 +433,11 @@ pub(super) enum Pipeline {
     InOrder,
 }
 
-/// How a flush is isolating its failing rows.
-struct Isolation {
-    /// Statements added by splitting.
-    splits: usize,
-    /// Failed statements that had more than one row.
-    failed: usize,
-    /// After this many failed statements, the rest goes row by row:
-    /// bisection finds a few bad rows in about 2 log n failed statements.
-    dense_after: usize,
-    /// A statement refused as stale has been re-run (once per flush).
-    healed: bool,
-}
-
 /// The rows of one [`execute_rows`] call.
 pub(super) struct Rows<'a, R> {
-    pub(super) rows: &'a [R],
+    /// The rows, in the order their results are returned. Isolating a
+    /// failing row may reorder them (see [`super::isolate`]).
+    pub(super) rows: &'a mut [R],
     /// The lengths of the rows' consecutive groups, each within the
     /// statement limits.
     pub(super) chunks: &'a [usize],
@@ -464,14 +455,13 @@ pub(super) struct Rows<'a, R> {
 /// statement limits, each cut into allowed statement sizes. Each row is
 /// claimed ([`Claim::send`]) as its first statement goes out: a row whose
 /// caller's deadline won (it waited behind an earlier statement of the
-/// flush) fails unsent with a wait timeout, as it would have in the queue. A statement that
-/// fails with an error that may belong to a row is split in halves (each
-/// cut into allowed sizes) and re-run; nothing of a failed statement
-/// committed, so every row ends up written exactly once or failed with its
-/// own statement's error. Once a flush has seen more failed statements than
-/// a bisection for a few bad rows needs, the rest of a failing group goes
-/// row by row: at most about `n + 2 log n` statements when every row fails
-/// alike. A statement refused as stale is re-run once.
+/// flush) fails unsent with a wait timeout, as it would have in the queue. A
+/// statement that fails with an error that may belong to a row is re-run in
+/// smaller groups ([`super::isolate`]): the row the error names on its own
+/// and the rest at once, or halves where none is named; nothing of a failed
+/// statement committed, so every row ends up written exactly once or failed
+/// with its own statement's error. A statement refused as stale is re-run
+/// once.
 ///
 /// With `pipeline` on (and a backend that pipelines), statements go out in
 /// pairs until one fails; from then on one at a time.
@@ -494,12 +484,7 @@ pub(super) async fn execute_rows<B: Backend>(
     debug_assert_eq!(chunks.iter().sum::<usize>(), n);
     debug_assert!(claims.is_empty() || claims.len() == n);
     let mut results: Vec<Option<Result<B::Output, Error>>> = (0..n).map(|_| None).collect();
-    let mut iso = Isolation {
-        splits: 0,
-        failed: 0,
-        dense_after: 2 * (usize::BITS - n.leading_zeros()) as usize + 2,
-        healed: false,
-    };
+    let mut iso = Isolation::new(n, pipeline);
     let mut work: VecDeque<(usize, usize)> = VecDeque::new();
     let mut at = 0;
     for &chunk in chunks {
@@ -620,16 +605,19 @@ pub(super) async fn execute_rows<B: Backend>(
                 result,
                 may_heal,
                 &mut iso,
+                rows,
                 &mut results,
                 &mut work,
             );
         }
     }
     engine.counters.split(iso.splits);
-    let results: Vec<_> = results
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(Error::lost())))
-        .collect();
+    let results: Vec<_> = iso.in_order(
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::lost())))
+            .collect(),
+    );
     if !span.is_disabled() {
         record_outcome::<B>(span, bulk, multi, &results);
     }
@@ -675,7 +663,7 @@ pub(super) fn caller_span() -> Option<tracing::Span> {
 /// The statements that send `len` rows from `start`: one bulk statement
 /// where the backend takes them so (no text per row count to keep to), else
 /// allowed statement sizes.
-fn statements_of<B: Backend>(
+pub(super) fn statements_of<B: Backend>(
     engine: &Engine<B>,
     q: &ShapeQueue<B>,
     rows: &[B::Row],
@@ -744,89 +732,6 @@ fn claim_all(claims: &[Option<Arc<Claim>>]) -> bool {
     claims.iter().all(|c| c.as_deref().is_none_or(Claim::send))
 }
 
-/// Records what one statement of [`execute_rows`] gave for its rows
-/// (`start`, `len`), or queues at the front of `work` what must run again.
-#[allow(clippy::too_many_arguments)]
-fn settle<B: Backend>(
-    engine: &Engine<B>,
-    q: &ShapeQueue<B>,
-    (start, len): (usize, usize),
-    result: super::ChunkResult<B::Output>,
-    may_heal: bool,
-    iso: &mut Isolation,
-    results: &mut [Option<Result<B::Output, Error>>],
-    work: &mut VecDeque<(usize, usize)>,
-) {
-    let mut rerun = |pieces: Vec<(usize, usize)>, iso: &mut Isolation| {
-        iso.splits += pieces.len();
-        for piece in pieces.into_iter().rev() {
-            work.push_front(piece);
-        }
-    };
-    let cut = |from: usize, n: usize, pieces: &mut Vec<(usize, usize)>| {
-        let mut at = from;
-        for size in decompose(n, q.cap_rows) {
-            pieces.push((at, size));
-            at += size;
-        }
-    };
-    match result {
-        Ok(outs) => {
-            debug_assert_eq!(outs.len(), len);
-            for (slot, out) in results[start..start + len].iter_mut().zip(outs) {
-                *slot = Some(Ok(out));
-            }
-        }
-        // Rolled back with its pair (or not run): as if never sent.
-        Err(ChunkError::NotRun) => work.push_front((start, len)),
-        Err(ChunkError::Stale(_)) if may_heal => {
-            iso.healed = true;
-            engine.route_stale(&q.sql);
-            work.push_front((start, len));
-        }
-        Err(ChunkError::RowAt(at, _)) if len > 1 && at < len && iso.failed < iso.dense_after => {
-            // The rows before the named one ran; that one may be the only
-            // bad row: before it, it alone, after it.
-            iso.failed += 1;
-            let mut pieces = Vec::new();
-            cut(start, at, &mut pieces);
-            pieces.push((start + at, 1));
-            cut(start + at + 1, len - at - 1, &mut pieces);
-            rerun(pieces, iso);
-        }
-        Err(ChunkError::Row(_) | ChunkError::RowAt(..)) if len > 1 => {
-            iso.failed += 1;
-            let pieces: Vec<(usize, usize)> = if iso.failed > iso.dense_after {
-                // Most rows fail: one statement each.
-                (start..start + len).map(|i| (i, 1)).collect()
-            } else {
-                let half = len / 2;
-                let mut pieces = Vec::new();
-                cut(start, half, &mut pieces);
-                cut(start + half, len - half, &mut pieces);
-                pieces
-            };
-            rerun(pieces, iso);
-        }
-        Err(ChunkError::Each(outs)) => {
-            debug_assert_eq!(outs.len(), len);
-            for (slot, out) in results[start..start + len].iter_mut().zip(outs) {
-                *slot = Some(out);
-            }
-        }
-        Err(
-            ChunkError::Row(e)
-            | ChunkError::RowAt(_, e)
-            | ChunkError::Statement(e)
-            | ChunkError::Stale(e),
-        ) => {
-            for slot in &mut results[start..start + len] {
-                *slot = Some(Err(e.clone()));
-            }
-        }
-    }
-}
-
 /// Per-row results of an explicit batch, or the error that stopped it.
 pub(super) type ManyResult<B> = Result<Vec<Result<<B as Backend>::Output, Error>>, Error>;
 
@@ -838,7 +743,7 @@ pub(super) type ManyResult<B> = Result<Vec<Result<<B as Backend>::Output, Error>
 pub(super) async fn direct<B: Backend>(
     engine: Arc<Engine<B>>,
     q: Arc<ShapeQueue<B>>,
-    rows: Vec<B::Row>,
+    mut rows: Vec<B::Row>,
     bytes: Vec<usize>,
     deadline: Option<Instant>,
     caller: Option<tracing::Span>,
@@ -911,7 +816,7 @@ pub(super) async fn direct<B: Backend>(
             &q,
             &mut conn,
             Rows {
-                rows: &rows[start..end],
+                rows: &mut rows[start..end],
                 chunks: &chunks,
                 claims: &[],
                 span: &span,

@@ -10,6 +10,7 @@
 //!   send each caller its own outcome.
 
 mod flush;
+mod isolate;
 pub(crate) mod queue;
 mod route;
 #[cfg(test)]

@@ -77,6 +77,10 @@ struct Mem {
     one_by_one: AtomicBool,
     /// The backend pipelines pairs of statements (as PostgreSQL does).
     pipelined: AtomicBool,
+    /// A failing statement names a row (`ChunkError::RowAt`): 0 none, 1
+    /// the offending row, 2 the row after it (a wrong lead), 3 the last
+    /// offending row.
+    names: AtomicUsize,
     /// Any row count is one statement's worth (`Backend::any_size`), but
     /// no rows go by the bulk path: a flush of a size not allowed for a
     /// multi-row text goes out as several statements, one after another
@@ -149,6 +153,7 @@ impl Mem {
             stale_once: AtomicBool::new(false),
             one_by_one: AtomicBool::new(false),
             pipelined: AtomicBool::new(false),
+            names: AtomicUsize::new(0),
             any_size: AtomicBool::new(false),
             prepared: AtomicUsize::new(0),
             prepare_gate: Mutex::default(),
@@ -194,10 +199,19 @@ impl Mem {
                 Kind::Db,
                 "cached plan must not change result type",
             ))),
-            Some(&v) if v < 0 => Err(ChunkError::Row(Error::new(
-                Kind::Db,
-                format!("bad row {v}"),
-            ))),
+            Some(&v) if v < 0 => {
+                let e = Error::new(Kind::Db, format!("bad row {v}"));
+                let at = rows.iter().position(|&r| r == v).unwrap_or(0);
+                match self.names.load(SeqCst) {
+                    1 => Err(ChunkError::RowAt(at, e)),
+                    2 => Err(ChunkError::RowAt((at + 1) % rows.len(), e)),
+                    3 => Err(ChunkError::RowAt(
+                        rows.iter().rposition(|&r| r < 0).unwrap_or(0),
+                        e,
+                    )),
+                    _ => Err(ChunkError::Row(e)),
+                }
+            }
             Some(&v) => Err(ChunkError::Statement(Error::new(
                 Kind::OutcomeUnknown,
                 format!("statement broken by row {v}"),
@@ -1426,6 +1440,111 @@ async fn every_pattern_of_bad_rows_is_isolated() {
             );
             assert_eq!(st.rows, n as u64);
             h.assert_no_leaks().await;
+        }
+    }
+}
+
+/// A failing statement that names its row: that row runs alone after the
+/// rest, which goes out again at once (in allowed statement sizes), so each
+/// failing row costs about two statements; the other rows keep their order.
+#[tokio::test(start_paused = true)]
+async fn a_named_failing_row_runs_alone_and_the_rest_at_once() {
+    let h = H::new(1, config()).await;
+    h.mem().names.store(1, SeqCst);
+    let rows = [10, 11, -12, 13, 14, -15, 16, 17];
+    for (v, r) in flush_together(&h, &rows).await {
+        if v < 0 {
+            assert_own_error(v, &r);
+        } else {
+            assert_ok_own(v, r);
+        }
+        assert_eq!(h.mem().written(v), usize::from(v >= 0));
+    }
+    // The rest goes out in allowed statement sizes (7 rows: 6 and 1).
+    let expected: [&[i64]; 7] = [
+        &rows,
+        &[10, 11, 13, 14, -15, 16],
+        &[10, 11, 13, 14],
+        &[16],
+        &[-15],
+        &[17],
+        &[-12],
+    ];
+    assert_eq!(h.mem().log(), expected);
+    let st = h.stats();
+    assert_eq!((st.batches, st.statements, st.rows_failed), (1, 7, 2));
+    h.assert_no_leaks().await;
+}
+
+/// Every pattern of bad rows, with a backend naming the right row, a wrong
+/// one, or the last bad one: every row gets its own outcome, written once,
+/// for rows of many callers and for one caller's batch in order.
+#[tokio::test(start_paused = true)]
+async fn every_pattern_of_bad_rows_is_isolated_whatever_row_is_named() {
+    for names in 1..=3 {
+        for n in 1..=6usize {
+            for mask in 0u32..(1 << n) {
+                let rows: Vec<i64> = (0..n as i64)
+                    .map(|i| {
+                        if mask & (1 << i) != 0 {
+                            -(i + 1)
+                        } else {
+                            i + 1
+                        }
+                    })
+                    .collect();
+                let h = H::new(1, config()).await;
+                h.mem().names.store(names, SeqCst);
+                let results = flush_together(&h, &rows).await;
+                for (v, r) in &results {
+                    if *v < 0 {
+                        assert_own_error(*v, r);
+                    } else {
+                        assert!(matches!(r, Ok(out) if out == v), "row {v}: {r:?}");
+                    }
+                    assert_eq!(h.mem().written(*v), usize::from(*v >= 0), "row {v}");
+                }
+                let st = h.stats();
+                assert_eq!(st.statements, h.mem().log().len() as u64);
+                if names == 1 {
+                    let bad = u64::from(mask.count_ones());
+                    // Two per failing row, and the pieces of allowed sizes.
+                    assert!(
+                        st.statements <= 3 * bad + 2,
+                        "{rows:?}: {:?}",
+                        h.mem().log()
+                    );
+                }
+                h.assert_no_leaks().await;
+
+                // One caller's batch: the rows take effect in order.
+                let h = H::new(1, config()).await;
+                h.mem().names.store(names, SeqCst);
+                h.mem().open_gates();
+                let mut many = h.submit_many(&rows);
+                assert!(poll(&mut many).is_pending());
+                settle().await;
+                let Poll::Ready(Ok(out)) = poll(&mut many) else {
+                    panic!("submit_many did not finish");
+                };
+                for (v, r) in rows.iter().zip(&out) {
+                    if *v < 0 {
+                        assert_own_error(*v, r);
+                    } else {
+                        assert!(matches!(r, Ok(out) if out == v), "row {v}: {r:?}");
+                    }
+                }
+                let written: Vec<i64> = h
+                    .mem()
+                    .log()
+                    .into_iter()
+                    .filter(|s| s.iter().all(|&v| v >= 0))
+                    .flatten()
+                    .collect();
+                let good: Vec<i64> = rows.iter().copied().filter(|&v| v >= 0).collect();
+                assert_eq!(written, good, "{rows:?}: {:?}", h.mem().log());
+                h.assert_no_leaks().await;
+            }
         }
     }
 }

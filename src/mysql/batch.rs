@@ -476,7 +476,8 @@ impl MySql {
                     // Nothing ran: prepare afresh next time.
                     let _ = conn.close(stmt).await;
                 }
-                Err(chunk_error(e))
+                let values: Vec<&[Value]> = rows.iter().map(|r| r.values.as_slice()).collect();
+                Err(chunk_error(e, &shape.shape, &values))
             }
         }
     }
@@ -629,7 +630,8 @@ impl MySql {
                 if stale(&e) {
                     let _ = conn.close(stmt).await;
                 }
-                Err(chunk_error(e))
+                let values: Vec<&[Value]> = rows.iter().map(|r| r.values.as_slice()).collect();
+                Err(chunk_error(e, &shape.shape, &values))
             }
         }
     }

@@ -1,7 +1,7 @@
 //! How mysql_async errors map to batchpool's [`Error`] kinds, and which
 //! server errors are about a multi-row statement as a whole.
 
-use mysql_async::DriverError;
+use mysql_async::{DriverError, Value};
 
 use crate::backend::batch::ChunkError;
 use crate::backend::transient_sqlstate;
@@ -80,21 +80,106 @@ fn named_row(message: &str) -> Option<usize> {
     n.parse::<usize>().ok()?.checked_sub(1)
 }
 
-pub(crate) fn chunk_error<O>(e: mysql_async::Error) -> ChunkError<O> {
+/// How a failed statement's error reaches the engine: about the statement
+/// as a whole, stale, or possibly one row's, with the row it names or
+/// matches (see [`matched_row`]) where there is one. `rows` are the values
+/// of the statement's rows.
+pub(crate) fn chunk_error<O>(
+    e: mysql_async::Error,
+    shape: &crate::classify::InsertShape,
+    rows: &[&[Value]],
+) -> ChunkError<O> {
     if stale(&e) {
         return ChunkError::Stale(sent_error(e));
     }
     let row = match &e {
-        mysql_async::Error::Server(se) if !statement_level(se) => Some(named_row(&se.message)),
+        mysql_async::Error::Server(se) if !statement_level(se) => {
+            Some(named_row(&se.message).or_else(|| matched_row(se, shape, rows)))
+        }
         _ => None,
     };
     let err = sent_error(e);
     match row {
-        // A guess the engine checks: the rows before it, it alone and the
-        // rows after it are re-run apart, each getting its own outcome.
+        // A lead the engine checks: that row runs on its own, getting its
+        // own statement's outcome.
         Some(Some(at)) => ChunkError::RowAt(at, err),
         Some(None) => ChunkError::Row(err),
         None => ChunkError::Statement(err),
+    }
+}
+
+/// The row of a failed multi-row statement that the server's error
+/// describes, found by matching its message against the rows' values: the
+/// key value of a duplicate entry (1062, `Duplicate entry 'v' for key 'k'`,
+/// a composite key's parts joined by `-`), the column of a NULL into a NOT
+/// NULL column (1048, `Column 'c' cannot be null`). Only a lead for the
+/// engine, which runs that row on its own. Rows sharing a duplicate key:
+/// the second of them is named (the first was written before it, unless
+/// the key was in the table, and then the first is named next).
+fn matched_row(
+    se: &mysql_async::ServerError,
+    shape: &crate::classify::InsertShape,
+    rows: &[&[Value]],
+) -> Option<usize> {
+    match se.code {
+        1062 => {
+            let rest = se.message.strip_prefix("Duplicate entry '")?;
+            let key = &rest[..rest.rfind("' for key '")?];
+            let mut hits = rows
+                .iter()
+                .enumerate()
+                .filter(|(_, values)| key_in(key, values))
+                .map(|(i, _)| i);
+            let first = hits.next()?;
+            Some(hits.next().unwrap_or(first))
+        }
+        1048 => {
+            let rest = se.message.strip_prefix("Column '")?;
+            let column = rest.strip_suffix("' cannot be null")?;
+            let columns = shape.columns.as_ref()?;
+            let at = columns
+                .iter()
+                .position(|c| c.eq_ignore_ascii_case(column))?;
+            let k = (*shape.tuple_params.get(at)?)?;
+            rows.iter()
+                .position(|values| matches!(values.get(k), Some(Value::NULL)))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `key` (a duplicate entry as MariaDB shows it) is the text of one
+/// of `values`, or of a run of them joined by `-`.
+fn key_in(key: &str, values: &[Value]) -> bool {
+    let texts: Vec<Option<String>> = values.iter().map(text_of).collect();
+    (0..texts.len()).any(|from| {
+        let mut joined = String::new();
+        for (n, t) in texts[from..].iter().enumerate() {
+            let Some(t) = t else {
+                return false;
+            };
+            if n > 0 {
+                joined.push('-');
+            }
+            joined.push_str(t);
+            if joined == key {
+                return true;
+            }
+            if joined.len() >= key.len() {
+                return false;
+            }
+        }
+        false
+    })
+}
+
+/// The text MariaDB shows for a bound value, where it is plain.
+fn text_of(v: &Value) -> Option<String> {
+    match v {
+        Value::Bytes(b) => String::from_utf8(b.clone()).ok(),
+        Value::Int(i) => Some(i.to_string()),
+        Value::UInt(u) => Some(u.to_string()),
+        _ => None,
     }
 }
 
@@ -158,7 +243,18 @@ impl Error {
 
 #[cfg(test)]
 mod tests {
-    use super::named_row;
+    use super::{key_in, named_row};
+    use mysql_async::Value;
+
+    #[test]
+    fn duplicate_entries_match_values() {
+        let row = [Value::Int(7), Value::Bytes(b"ab".to_vec()), Value::NULL];
+        assert!(key_in("7", &row));
+        assert!(key_in("ab", &row));
+        assert!(key_in("7-ab", &row));
+        assert!(!key_in("7-a", &row));
+        assert!(!key_in("8", &row));
+    }
 
     #[test]
     fn the_row_an_error_names() {

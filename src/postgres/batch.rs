@@ -395,7 +395,14 @@ impl Postgres {
                 Err(ChunkError::Stale(sent_error(e)))
             }
             Err(e) => {
-                let at = ready.copies().then(|| failed_row(&e)).flatten();
+                let at = ready
+                    .copies()
+                    .then(|| failed_row(&e))
+                    .flatten()
+                    .or_else(|| {
+                        let db = e.as_db_error()?;
+                        super::errors::matched_row(db, &shape.shape, &shape.types, rows)
+                    });
                 let err = conn.sent_error(e);
                 let row = err.is_db() && !err.is_statement_level();
                 Err(match (row, at) {

@@ -13,9 +13,9 @@
 //! parameter of the column's own type.
 //!
 //! When COPY fails on a row, the server's error context names the row's
-//! line: the engine re-runs the rows before it, that row on its own (as the
-//! single-row INSERT, so its caller gets that statement's own error), and the
-//! rows after it ([`ChunkError::RowAt`](crate::backend::batch::ChunkError::RowAt)).
+//! line: the engine runs that row on its own (as the single-row INSERT, so
+//! its caller gets that statement's own error) and the other rows again
+//! without it ([`ChunkError::RowAt`](crate::backend::batch::ChunkError::RowAt)).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio_postgres::types::{ToSql, Type};

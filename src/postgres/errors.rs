@@ -94,3 +94,183 @@ impl Error {
             .as_db_error()
     }
 }
+
+/// The row of a failed multi-row statement that the server's error
+/// describes, found by matching the error's text against the rows' values:
+/// the key of a unique (23505) or exclusion (23P01) violation or of a
+/// missing foreign key (23503), the column of a not-null violation (23502),
+/// the failing row of a check violation (23514). Only a lead for the
+/// engine, which runs that row on its own: a wrong one costs a statement,
+/// never an outcome. `None` when nothing matches (or a value's text form
+/// cannot be told from its binary encoding).
+///
+/// Rows sharing the key of a unique or exclusion violation: without the key
+/// in the table the second of them is the one that failed (the first was
+/// written before it), so the second is named; with it in the table, the
+/// first fails too, and is named by the next failure.
+pub(crate) fn matched_row(
+    db: &tokio_postgres::error::DbError,
+    shape: &crate::classify::InsertShape,
+    types: &[tokio_postgres::types::Type],
+    rows: &[super::encode::PgRow],
+) -> Option<usize> {
+    let columns = shape.columns.as_ref()?;
+    // The parameter bound bare to a column.
+    let param_of = |name: &str| -> Option<usize> {
+        let at = columns.iter().position(|c| c == name)?;
+        (*shape.tuple_params.get(at)?).filter(|&k| k < types.len())
+    };
+    let text = |row: &super::encode::PgRow, k: usize| text_of(&types[k], row.param(k));
+    match db.code().code() {
+        code @ ("23505" | "23503" | "23P01") => {
+            let detail = db.detail()?;
+            let (cols, values) = key_of(detail, code)?;
+            let params: Vec<usize> = cols.iter().map(|c| param_of(c)).collect::<Option<_>>()?;
+            let mut hits = rows.iter().enumerate().filter_map(|(i, row)| {
+                let mut shown = Vec::with_capacity(params.len());
+                for &k in &params {
+                    shown.push(text(row, k)??);
+                }
+                (shown.join(", ") == values).then_some(i)
+            });
+            let first = hits.next()?;
+            if code == "23503" {
+                Some(first)
+            } else {
+                Some(hits.next().unwrap_or(first))
+            }
+        }
+        "23502" => {
+            let k = param_of(db.column()?)?;
+            rows.iter().position(|row| row.param(k).is_none())
+        }
+        "23514" => {
+            // `Failing row contains (a, b, ...).`: every value of the table's
+            // row; a row matches when each of its bound values is among them.
+            let detail = db.detail()?;
+            let inner = detail
+                .strip_prefix("Failing row contains (")?
+                .strip_suffix(").")?;
+            let shown: Vec<&str> = inner.split(", ").collect();
+            let params: Vec<usize> = shape.tuple_params.iter().flatten().copied().collect();
+            rows.iter().position(|row| {
+                params.iter().all(|&k| {
+                    k < types.len()
+                        && match text(row, k) {
+                            Some(Some(t)) => shown.contains(&t.as_str()),
+                            Some(None) => shown.contains(&"null"),
+                            None => false,
+                        }
+                })
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The columns and the values' text of a key in an error detail: `Key (a,
+/// b)=(1, x) already exists.` (23505), `Key (a)=(1) is not present in table
+/// "t".` (23503), `Key (a)=(1) conflicts with existing key (a)=(2).`
+/// (23P01). Column names are unquoted.
+fn key_of<'a>(detail: &'a str, code: &str) -> Option<(Vec<String>, &'a str)> {
+    let rest = detail.strip_prefix("Key (")?;
+    let eq = rest.find(")=(")?;
+    let cols = &rest[..eq];
+    let rest = &rest[eq + 3..];
+    let values = match code {
+        "23505" => rest.strip_suffix(") already exists.")?,
+        "23503" => &rest[..rest.rfind(") is not present in table ")?],
+        _ => &rest[..rest.find(") conflicts with existing key (")?],
+    };
+    let cols = cols.split(", ").map(unquote).collect::<Option<_>>()?;
+    Some((cols, values))
+}
+
+/// A column name as PostgreSQL shows it: bare, or double-quoted with `""`
+/// for a quote.
+fn unquote(name: &str) -> Option<String> {
+    match name.strip_prefix('"') {
+        Some(q) => Some(q.strip_suffix('"')?.replace("\"\"", "\"")),
+        None => Some(name.to_owned()),
+    }
+}
+
+/// The text form the server shows for a binary-encoded value of `ty`:
+/// `Some(None)` for NULL, `None` when it cannot be told here.
+fn text_of(ty: &tokio_postgres::types::Type, raw: Option<&[u8]>) -> Option<Option<String>> {
+    use tokio_postgres::types::Type;
+    let Some(b) = raw else {
+        return Some(None);
+    };
+    let s = match *ty {
+        Type::INT2 => i16::from_be_bytes(b.try_into().ok()?).to_string(),
+        Type::INT4 => i32::from_be_bytes(b.try_into().ok()?).to_string(),
+        Type::INT8 => i64::from_be_bytes(b.try_into().ok()?).to_string(),
+        Type::OID => u32::from_be_bytes(b.try_into().ok()?).to_string(),
+        Type::BOOL => match b {
+            [0] => "f".to_owned(),
+            [_] => "t".to_owned(),
+            _ => return None,
+        },
+        Type::TEXT | Type::VARCHAR | Type::NAME => std::str::from_utf8(b).ok()?.to_owned(),
+        Type::UUID => {
+            let b: [u8; 16] = b.try_into().ok()?;
+            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            format!(
+                "{}-{}-{}-{}-{}",
+                &hex[..8],
+                &hex[8..12],
+                &hex[12..16],
+                &hex[16..20],
+                &hex[20..]
+            )
+        }
+        _ => return None,
+    };
+    Some(Some(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{key_of, text_of};
+    use tokio_postgres::types::Type;
+
+    #[test]
+    fn keys_in_error_details() {
+        assert_eq!(
+            key_of("Key (a, \"B c\")=(1, x, y) already exists.", "23505"),
+            Some((vec!["a".to_owned(), "B c".to_owned()], "1, x, y"))
+        );
+        assert_eq!(
+            key_of("Key (p)=(5) is not present in table \"parent\".", "23503"),
+            Some((vec!["p".to_owned()], "5"))
+        );
+        assert_eq!(
+            key_of(
+                "Key (r)=([1,3)) conflicts with existing key (r)=([2,4)).",
+                "23P01"
+            ),
+            Some((vec!["r".to_owned()], "[1,3)"))
+        );
+        assert_eq!(key_of("Failing row contains (1).", "23505"), None);
+    }
+
+    #[test]
+    fn text_of_binary_values() {
+        assert_eq!(
+            text_of(&Type::INT4, Some(&[0, 0, 1, 0])),
+            Some(Some("256".into()))
+        );
+        assert_eq!(
+            text_of(&Type::INT8, Some(&(-3i64).to_be_bytes())),
+            Some(Some("-3".into()))
+        );
+        assert_eq!(
+            text_of(&Type::TEXT, Some(b"a, b")),
+            Some(Some("a, b".into()))
+        );
+        assert_eq!(text_of(&Type::BOOL, Some(&[1])), Some(Some("t".into())));
+        assert_eq!(text_of(&Type::INT4, None), Some(None));
+        assert_eq!(text_of(&Type::NUMERIC, Some(&[0, 0])), None);
+    }
+}

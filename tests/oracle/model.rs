@@ -907,6 +907,8 @@ pub struct Tally {
     pub pipelined: u64,
     /// Statements sent by the bulk path, over all cases.
     pub bulk: u64,
+    /// Statements sent (coalesced ones and their re-runs), over all cases.
+    pub statements: u64,
 }
 
 impl Tally {
@@ -921,6 +923,7 @@ impl Tally {
         self.plain_batches += o.plain_batches;
         self.pipelined += o.pipelined;
         self.bulk += o.bulk;
+        self.statements += o.statements;
         self.coalesced_cases += o.coalesced_cases;
         self.all_failed_cases += o.all_failed_cases;
     }
@@ -1155,6 +1158,7 @@ pub fn judge(case: &Case, seen: &Seen) -> Verdict {
     let d = seen.delta;
     tally.pipelined += d.pipelined;
     tally.bulk += d.bulk;
+    tally.statements += d.statements;
     if d.rows > d.batches {
         tally.coalesced_cases += 1;
     }

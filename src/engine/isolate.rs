@@ -1,0 +1,203 @@
+//! Isolating the failing rows of a failed multi-row statement.
+//!
+//! Nothing of a failed statement committed, so its rows are simply run
+//! again in smaller groups until every row either ran in a statement that
+//! succeeded or failed in a statement of its own: then each caller has the
+//! outcome of a statement that held its row, and a failure is always its own
+//! single-row statement's failure.
+//!
+//! Where the server's error names the row it is about, or the backend found
+//! the row the error's text describes ([`ChunkError::RowAt`]), that row is
+//! taken out and run on its own, and the rest goes out again at once (it
+//! may fail on the next bad row: the same again). Each failing row then
+//! costs about two statements: the failed one and its own. The named row is
+//! only a lead, never a verdict: it gets the outcome of its own single-row
+//! statement, and a wrong lead costs one statement, never a wrong outcome.
+//!
+//! Rows of different callers ([`Pipeline::Independent`](super::flush::Pipeline))
+//! have no order among them: the named row moves to the end of its group
+//! (the rows of the engine's slice are reordered; [`Isolation::order`] keeps
+//! where each came from), the others run as one statement first, then the
+//! named row alone. The rows keep their relative order otherwise, so rows
+//! sharing a key still meet in their order: the first of them that the
+//! multi-row statement would have written is the one that is written. One
+//! caller's batch in order (`execute_many`) runs the rows before the named
+//! one, then that row, then the rows after it, so every row still takes
+//! effect after the rows before it.
+//!
+//! Without a named row the group is halved. Past a few failed halvings, or
+//! past a third of the flush's rows named, the rest of a failing group goes
+//! row by row: its failures are dense, and single-row statements are then
+//! the cheapest way to every row's outcome.
+
+use std::collections::VecDeque;
+
+use super::flush::Pipeline;
+use super::queue::{ShapeQueue, decompose};
+use super::{Backend, ChunkError, ChunkResult, Engine};
+use crate::error::Error;
+
+/// How a flush is isolating its failing rows.
+pub(super) struct Isolation {
+    /// Statements added by splitting.
+    pub(super) splits: usize,
+    /// Failed statements of more than one row that named no row.
+    failed: usize,
+    /// Failed statements of more than one row that named one.
+    named: usize,
+    /// After this many failed statements without a named row, the rest of
+    /// a failing group goes row by row: bisection finds a few bad rows in
+    /// about 2 log n failed statements.
+    dense_after: usize,
+    /// After this many failed statements with a named row, the same.
+    named_dense_after: usize,
+    /// A statement refused as stale has been re-run (once per flush).
+    pub(super) healed: bool,
+    /// Whether the flush's rows have an order to keep.
+    pipeline: Pipeline,
+    /// For each place of the flush's row slice, the index its row had when
+    /// the flush began (rows named by an error move within their group).
+    order: Vec<usize>,
+}
+
+impl Isolation {
+    /// Isolation state for a flush of `n` rows.
+    pub(super) fn new(n: usize, pipeline: Pipeline) -> Self {
+        let dense_after = 2 * (usize::BITS - n.leading_zeros()) as usize + 2;
+        Isolation {
+            splits: 0,
+            failed: 0,
+            named: 0,
+            dense_after,
+            named_dense_after: n / 3 + dense_after,
+            healed: false,
+            pipeline,
+            order: (0..n).collect(),
+        }
+    }
+
+    /// Puts the results (indexed by place in the row slice) back in the
+    /// order the flush's rows came in.
+    pub(super) fn in_order<T>(&self, results: Vec<T>) -> Vec<T> {
+        if self.order.iter().enumerate().all(|(i, &o)| i == o) {
+            return results;
+        }
+        let mut out: Vec<Option<T>> = (0..results.len()).map(|_| None).collect();
+        for (r, &o) in results.into_iter().zip(&self.order) {
+            out[o] = Some(r);
+        }
+        out.into_iter()
+            .map(|r| r.expect("the order is a permutation"))
+            .collect()
+    }
+}
+
+/// The statements that send `len` rows from `start` (see
+/// [`statements_of`](super::flush::statements_of)), appended to `pieces`.
+fn cut<B: Backend>(
+    engine: &Engine<B>,
+    q: &ShapeQueue<B>,
+    rows: &[B::Row],
+    start: usize,
+    len: usize,
+    pieces: &mut Vec<(usize, usize)>,
+) {
+    if len > 0 {
+        pieces.extend(super::flush::statements_of(engine, q, rows, start, len));
+    }
+}
+
+/// Records what one statement of the flush gave for its rows (`start`,
+/// `len`), or queues at the front of `work` what must run again. `rows` and
+/// `results` are indexed by place; a named row may move within its group.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn settle<B: Backend>(
+    engine: &Engine<B>,
+    q: &ShapeQueue<B>,
+    (start, len): (usize, usize),
+    result: ChunkResult<B::Output>,
+    may_heal: bool,
+    iso: &mut Isolation,
+    rows: &mut [B::Row],
+    results: &mut [Option<Result<B::Output, Error>>],
+    work: &mut VecDeque<(usize, usize)>,
+) {
+    let rerun = |pieces: Vec<(usize, usize)>, iso: &mut Isolation, work: &mut VecDeque<_>| {
+        iso.splits += pieces.len();
+        for piece in pieces.into_iter().rev() {
+            work.push_front(piece);
+        }
+    };
+    match result {
+        Ok(outs) => {
+            debug_assert_eq!(outs.len(), len);
+            for (slot, out) in results[start..start + len].iter_mut().zip(outs) {
+                *slot = Some(Ok(out));
+            }
+        }
+        // Rolled back with its pair (or not run): as if never sent.
+        Err(ChunkError::NotRun) => work.push_front((start, len)),
+        Err(ChunkError::Stale(_)) if may_heal => {
+            iso.healed = true;
+            engine.route_stale(&q.sql);
+            work.push_front((start, len));
+        }
+        Err(ChunkError::RowAt(at, _))
+            if len > 1 && at < len && iso.named < iso.named_dense_after =>
+        {
+            iso.named += 1;
+            let mut pieces = Vec::new();
+            if iso.pipeline == Pipeline::InOrder {
+                // Before it, it alone, after it: the batch's order holds.
+                cut(engine, q, rows, start, at, &mut pieces);
+                pieces.push((start + at, 1));
+                cut(engine, q, rows, start + at + 1, len - at - 1, &mut pieces);
+            } else {
+                // The others at once, then it alone.
+                let end = start + len;
+                rows[start + at..end].rotate_left(1);
+                results[start + at..end].rotate_left(1);
+                iso.order[start + at..end].rotate_left(1);
+                cut(engine, q, rows, start, len - 1, &mut pieces);
+                pieces.push((end - 1, 1));
+            }
+            rerun(pieces, iso, work);
+        }
+        Err(ChunkError::Row(_) | ChunkError::RowAt(..)) if len > 1 => {
+            iso.failed += 1;
+            let dense = iso.failed > iso.dense_after || iso.named >= iso.named_dense_after;
+            let pieces: Vec<(usize, usize)> = if dense {
+                // Most rows fail: one statement each.
+                (start..start + len).map(|i| (i, 1)).collect()
+            } else {
+                let half = len / 2;
+                let mut pieces = Vec::new();
+                for (from, n) in [(start, half), (start + half, len - half)] {
+                    let mut at = from;
+                    for size in decompose(n, q.cap_rows) {
+                        pieces.push((at, size));
+                        at += size;
+                    }
+                }
+                pieces
+            };
+            rerun(pieces, iso, work);
+        }
+        Err(ChunkError::Each(outs)) => {
+            debug_assert_eq!(outs.len(), len);
+            for (slot, out) in results[start..start + len].iter_mut().zip(outs) {
+                *slot = Some(out);
+            }
+        }
+        Err(
+            ChunkError::Row(e)
+            | ChunkError::RowAt(_, e)
+            | ChunkError::Statement(e)
+            | ChunkError::Stale(e),
+        ) => {
+            for slot in &mut results[start..start + len] {
+                *slot = Some(Err(e.clone()));
+            }
+        }
+    }
+}
