@@ -323,7 +323,7 @@ fn cases_of_900(flavor: model::Flavor) -> Vec<(model::Case, &'static str)> {
     out
 }
 
-/// Problem 5's check, both backends: every `INSERT ... RETURNING *` run
+/// Both backends: every `INSERT ... RETURNING *` run
 /// after `ALTER TABLE ... ADD COLUMN` returned its own 4-column row (`ids`:
 /// tag → id as stored; `plain`: what the plain driver got).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -450,28 +450,28 @@ mod pg {
     /// at the start, so they coalesce whatever the timing.
     const PG_REGRESSIONS: &[(&str, u64)] = &[
         (
-            "problem 1: a ~6,000-char value in a text UNIQUE column (54000) fails innocent callers",
+            "a ~6,000-char value in a text UNIQUE column (54000) fails innocent callers",
             0xa02f_a4ed_9cc4,
         ),
         (
-            "problem 1: trigger RAISE with SQLSTATE U0001 fails innocent callers, \
+            "trigger RAISE with SQLSTATE U0001 fails innocent callers, \
              some with another row's error; statement trigger under-fires",
             0x33de_c1c2_d537,
         ),
         (
-            "problem 1: U0001 and 54000 with RETURNING: innocent callers fail",
+            "U0001 and 54000 with RETURNING: innocent callers fail",
             0xa979_426a_46ee,
         ),
         (
-            "problem 2: lower-casing trigger + ON CONFLICT (k) DO NOTHING: inserted rows counted 0",
+            "lower-casing trigger + ON CONFLICT (k) DO NOTHING: inserted rows counted 0",
             0xf2b3_f519_1f2f,
         ),
         (
-            "problem 2: char(8) key + ON CONFLICT (k) DO NOTHING: inserted rows counted 0",
+            "char(8) key + ON CONFLICT (k) DO NOTHING: inserted rows counted 0",
             0x9353_cb5c_29d7,
         ),
         (
-            "problem 2: char(8) key + ON CONFLICT (k) DO UPDATE: inserted rows counted 0",
+            "char(8) key + ON CONFLICT (k) DO UPDATE: inserted rows counted 0",
             0x5d29_10e6_d935,
         ),
         (
@@ -543,7 +543,7 @@ mod pg {
         }
     }
 
-    /// Problem 1: 4 of 200 callers insert ~6,000 incompressible characters
+    /// 4 of 200 callers insert ~6,000 incompressible characters
     /// into a `text UNIQUE` column (54000, index row size exceeds the
     /// maximum); only they may fail, the other 196 rows must be written.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -567,7 +567,7 @@ mod pg {
         .await;
     }
 
-    /// Problem 1, another error class outside any list: a trigger raising a
+    /// Another error class outside any list: a trigger raising a
     /// user-defined SQLSTATE (U0001) for every 11th caller.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn custom_sqlstate_from_trigger_fails_only_its_rows() {
@@ -587,7 +587,7 @@ mod pg {
         .await;
     }
 
-    /// Problem 2: a `BEFORE INSERT` trigger lower-cases the key, and
+    /// A `BEFORE INSERT` trigger lower-cases the key, and
     /// `ON CONFLICT (k) DO NOTHING`: new mixed-case keys are inserted (1),
     /// upper-cased existing keys conflict (0).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -631,7 +631,7 @@ mod pg {
         .await;
     }
 
-    /// Problem 2 without a trigger: the server stores a key differently
+    /// Without a trigger: the server stores a key differently
     /// from the bytes bound for it. A `char(8)` key is blank-padded; an
     /// `integer` key bound through `$2::int8` is stored as 4 bytes.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -708,7 +708,7 @@ mod pg {
         .await;
     }
 
-    /// Problem 5: after `ALTER TABLE ... ADD COLUMN` through another
+    /// After `ALTER TABLE ... ADD COLUMN` through another
     /// connection, `INSERT ... RETURNING *` through the pool works at once,
     /// as it does through the plain driver.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -796,7 +796,7 @@ mod pg {
         pool.close().await;
     }
 
-    /// Problem 6: an error's `Display` carries the SQLSTATE and the
+    /// An error's `Display` carries the SQLSTATE and the
     /// server's message, alone and coalesced.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn unique_violation_display_has_sqlstate_and_message() {
@@ -862,11 +862,11 @@ mod mysql {
     /// at the start, so they coalesce whatever the timing.
     const MY_REGRESSIONS: &[(&str, u64)] = &[
         (
-            "problem 1: an invalid ENUM label (1265) fails innocent callers",
+            "an invalid ENUM label (1265) fails innocent callers",
             0x27a9_629e_5f52,
         ),
         (
-            "problem 1: trigger SIGNAL with MYSQL_ERRNO 30001 fails innocent callers, \
+            "trigger SIGNAL with MYSQL_ERRNO 30001 fails innocent callers, \
              some with another row's error",
             0xfb4a_c2d4_d6c7,
         ),
@@ -876,13 +876,10 @@ mod mysql {
             0xee07_f127_f6b1,
         ),
         (
-            "problem 3: BEFORE trigger into MyISAM: audit rows written twice, too-long key accepted",
+            "BEFORE trigger into MyISAM: audit rows written twice, too-long key accepted",
             0xe854_06f1_0f34,
         ),
-        (
-            "problem 4: sql_mode '': NULL into NOT NULL accepted",
-            0x0eb3_89da_1a79,
-        ),
+        ("sql_mode '': NULL into NOT NULL accepted", 0x0eb3_89da_1a79),
         (
             "INSERT IGNORE: a CHECK violation fails alone (4025), is skipped in a multi-row statement",
             0xeb33_8ea5_3635,
@@ -1026,7 +1023,7 @@ mod mysql {
         assert_eq!(tally.bulk, 0, "a bulk command was sent to a Galera node");
     }
 
-    /// Problem 1: 4 of 200 callers give an `ENUM` column a label it does
+    /// 4 of 200 callers give an `ENUM` column a label it does
     /// not have (1265 in strict mode); only they may fail.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn invalid_enum_fails_only_its_rows() {
@@ -1042,7 +1039,7 @@ mod mysql {
         run_cases("mysql::invalid_enum_fails_only_its_rows", vec![case], false).await;
     }
 
-    /// Problem 1, another error outside any list: a trigger `SIGNAL`ling
+    /// Another error outside any list: a trigger `SIGNAL`ling
     /// its own error number (30001) for every 11th caller.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn custom_errno_signal_fails_only_its_rows() {
@@ -1062,7 +1059,7 @@ mod mysql {
         .await;
     }
 
-    /// Problem 3: an `AFTER INSERT` trigger writes every row to a MyISAM
+    /// An `AFTER INSERT` trigger writes every row to a MyISAM
     /// audit table (no rollback there). Duplicates of existing keys fail;
     /// re-running the other rows must not write their audit rows twice.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1094,7 +1091,7 @@ mod mysql {
         .await;
     }
 
-    /// Problem 4: with `sql_mode = ''` on every connection (pool and plain
+    /// With `sql_mode = ''` on every connection (pool and plain
     /// driver alike), a single-row INSERT of NULL into a NOT NULL column
     /// fails with 1048; it must not be stored as '' / 0.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1207,7 +1204,7 @@ mod mysql {
         .await;
     }
 
-    /// Problem 5 on MariaDB: `INSERT ... RETURNING *` after
+    /// On MariaDB: `INSERT ... RETURNING *` after
     /// `ALTER TABLE ... ADD COLUMN` returns the new shape at once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn returning_star_after_add_column() {
@@ -1283,7 +1280,7 @@ mod mysql {
         pool.close().await;
     }
 
-    /// Problem 6 on MariaDB: `Display` carries the error number and the
+    /// On MariaDB: `Display` carries the error number and the
     /// server's message, alone and coalesced.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn duplicate_key_display_has_code_and_message() {

@@ -728,7 +728,7 @@ fn command_line_and_options() {
     assert!(Args::try_parse_from(["ycsb_load", "--modes", "bogus"]).is_err());
     assert!(o.tasks_sweep.is_none() && a.tasks_plot_path().is_none());
 
-    // --tasks-sweep alone: the task counts; the chart beside --plot.
+    // --tasks-sweep alone: the default task counts; the chart beside --plot.
     let a = Args::try_parse_from([
         "ycsb_load",
         "--tasks-sweep",
