@@ -533,6 +533,10 @@ mod pg {
                 "{name}: {} statements, {failed} failing rows",
                 tally.statements
             );
+            // The promise is a few statements per failing row instead of
+            // halving's ~20: the bound leaves room for a loaded machine
+            // splitting a burst into more flushes, and halving still
+            // exceeds it.
             if held {
                 assert!(
                     tally.statements <= 6 * failed + 60,
@@ -950,6 +954,10 @@ mod mysql {
                 "{name}: {} statements, {failed} failing rows",
                 tally.statements
             );
+            // The promise is a few statements per failing row instead of
+            // halving's ~20: the bound leaves room for a loaded machine
+            // splitting a burst into more flushes, and halving still
+            // exceeds it.
             if held {
                 assert!(
                     tally.statements <= 10 * failed + 60,
