@@ -14,7 +14,7 @@
 //! only a lead, never a verdict: it gets the outcome of its own single-row
 //! statement, and a wrong lead costs one statement, never a wrong outcome.
 //!
-//! Rows of different callers ([`Pipeline::Independent`](super::flush::Pipeline))
+//! Rows of different callers ([`Pipeline::Independent`](super::execute::Pipeline))
 //! have no order among them: the named row moves to the end of its group
 //! (the rows of the engine's slice are reordered; [`Isolation::order`] keeps
 //! where each came from), the others run as one statement first, then the
@@ -32,7 +32,6 @@
 
 use std::collections::VecDeque;
 
-use super::flush::Pipeline;
 use super::queue::{ShapeQueue, decompose};
 use super::{Backend, ChunkError, ChunkResult, Engine};
 use crate::error::Error;
@@ -53,16 +52,18 @@ pub(super) struct Isolation {
     named_dense_after: usize,
     /// A statement refused as stale has been re-run (once per flush).
     pub(super) healed: bool,
-    /// Whether the flush's rows have an order to keep.
-    pipeline: Pipeline,
+    /// Whether the flush's rows have an order to keep (one caller's batch,
+    /// [`Pipeline::InOrder`](super::execute::Pipeline::InOrder)).
+    in_order: bool,
     /// For each place of the flush's row slice, the index its row had when
     /// the flush began (rows named by an error move within their group).
     order: Vec<usize>,
 }
 
 impl Isolation {
-    /// Isolation state for a flush of `n` rows.
-    pub(super) fn new(n: usize, pipeline: Pipeline) -> Self {
+    /// Isolation state for a flush of `n` rows, `in_order` if they are
+    /// one caller's batch.
+    pub(super) fn new(n: usize, in_order: bool) -> Self {
         let dense_after = 2 * (usize::BITS - n.leading_zeros()) as usize + 2;
         Isolation {
             splits: 0,
@@ -71,7 +72,7 @@ impl Isolation {
             dense_after,
             named_dense_after: n / 3 + dense_after,
             healed: false,
-            pipeline,
+            in_order,
             order: (0..n).collect(),
         }
     }
@@ -93,7 +94,7 @@ impl Isolation {
 }
 
 /// The statements that send `len` rows from `start` (see
-/// [`statements_of`](super::flush::statements_of)), appended to `pieces`.
+/// [`ShapeQueue::statements`]), appended to `pieces`.
 fn cut<B: Backend>(
     engine: &Engine<B>,
     q: &ShapeQueue<B>,
@@ -103,7 +104,7 @@ fn cut<B: Backend>(
     pieces: &mut Vec<(usize, usize)>,
 ) {
     if len > 0 {
-        pieces.extend(super::flush::statements_of(engine, q, rows, start, len));
+        pieces.extend(q.statements(&engine.backend, rows, start, len));
     }
 }
 
@@ -139,7 +140,7 @@ pub(super) fn settle<B: Backend>(
         Err(ChunkError::NotRun) => work.push_front((start, len)),
         Err(ChunkError::Stale(_)) if may_heal => {
             iso.healed = true;
-            engine.route_stale(&q.sql);
+            engine.route_stale(q.sql());
             work.push_front((start, len));
         }
         Err(ChunkError::RowAt(at, _))
@@ -147,7 +148,7 @@ pub(super) fn settle<B: Backend>(
         {
             iso.named += 1;
             let mut pieces = Vec::new();
-            if iso.pipeline == Pipeline::InOrder {
+            if iso.in_order {
                 // Before it, it alone, after it: the batch's order holds.
                 cut(engine, q, rows, start, at, &mut pieces);
                 pieces.push((start + at, 1));
@@ -174,7 +175,7 @@ pub(super) fn settle<B: Backend>(
                 let mut pieces = Vec::new();
                 for (from, n) in [(start, half), (start + half, len - half)] {
                     let mut at = from;
-                    for size in decompose(n, q.cap_rows) {
+                    for size in decompose(n, q.cap_rows()) {
                         pieces.push((at, size));
                         at += size;
                     }

@@ -1,14 +1,20 @@
 //! The backend-agnostic coalescing engine: **classify → queue → flush → fan out.**
 //!
-//! * [`Engine::route`] classifies a SQL text once ([`route`]: a bounded LRU
-//!   keyed by the exact text, re-learned as the server may change) and, for a
-//!   batchable INSERT, finds its [`ShapeQueue`].
+//! * [`Engine::route`] ([`route`]) classifies a SQL text once and learns
+//!   where it goes (a bounded LRU keyed by the exact text, re-learned as the
+//!   server may change) and, for a batchable INSERT, finds its
+//!   [`ShapeQueue`] ([`queue`]).
 //! * [`Engine::submit`] puts an encoded row in that queue and awaits its own
 //!   reply; flusher tasks ([`flush`]) take rows from the queue when a
-//!   connection is free (or a timer/size limit says so), run them as one
-//!   multi-row statement through the [`Backend`], isolate failing rows, and
-//!   send each caller its own outcome.
+//!   connection is free (or a timer/size limit says so), run them as
+//!   multi-row statements through the [`Backend`] ([`execute`]), isolate
+//!   failing rows ([`isolate`]), and send each caller its own outcome. A
+//!   lone row at idle and an explicit batch go without a flusher
+//!   ([`direct`]).
+//! * [`work`]: what `close()` waits for.
 
+mod direct;
+mod execute;
 mod flush;
 mod isolate;
 pub(crate) mod queue;
@@ -17,45 +23,24 @@ mod route;
 mod tests;
 mod work;
 
-use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
-use futures_util::FutureExt;
-use futures_util::future::{BoxFuture, Shared};
 use lru::LruCache;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
 use self::queue::{Pending, ShapeQueue};
 pub(crate) use self::route::Route;
-use self::route::{Check, Learned, Routes};
+use self::route::Routes;
 pub(crate) use self::work::{Detached, Tracker, Work};
+use crate::backend::Connections;
 use crate::backend::batch::{Backend, ChunkError, ChunkResult};
-use crate::backend::{Connections, exchange};
-use crate::classify::{self, Classified, StatementKind};
+use crate::classify::{self, StatementKind};
 use crate::config::{BatchConfig, Limits, QueueFull};
 use crate::error::Error;
-use crate::explain::NotCoalesced;
 use crate::stats::{Counters, Stats};
 use crate::sync::lock;
-
-/// A text being learned in a task of its own, awaited by its concurrent
-/// callers, each for as long as its own wait allows.
-struct Learning<B: Backend> {
-    /// Tells learnings of one text apart.
-    id: u64,
-    answer: Shared<BoxFuture<'static, Result<Route<B>, Error>>>,
-}
-
-impl<B: Backend> Clone for Learning<B> {
-    fn clone(&self) -> Self {
-        Learning {
-            id: self.id,
-            answer: self.answer.clone(),
-        }
-    }
-}
 
 /// The coalescing engine of one pool.
 pub(crate) struct Engine<B: Backend> {
@@ -63,17 +48,11 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) config: BatchConfig,
     /// Time limits the engine enforces (wait, statement).
     pub(crate) limits: Limits,
+    /// Where each SQL text goes, and the texts being learned.
     routes: Routes<B>,
-    /// Texts being learned right now, shared by their concurrent callers.
-    learning: std::sync::Mutex<HashMap<Box<str>, Learning<B>>>,
-    /// The id of the next [`Learning`].
-    learnings: std::sync::atomic::AtomicU64,
     /// Statement kinds of the texts run inside transactions and groups
     /// (bounded like `routes`).
     kinds: std::sync::Mutex<LruCache<Box<str>, StatementKind>>,
-    /// Texts already warned about as not coalesced (bounded like `routes`:
-    /// a text forgotten here may be warned about again).
-    warned: std::sync::Mutex<LruCache<Box<str>, ()>>,
     /// Queue slots: one permit per queued row. In an `Arc` so a caller can
     /// reserve an owned permit ahead of its row (the tower service does, in
     /// `poll_ready`) and hand it to [`Engine::submit`].
@@ -103,10 +82,7 @@ impl<B: Backend> Engine<B> {
                 config.queue_capacity.min(Semaphore::MAX_PERMITS),
             )),
             routes: Routes::new(cache, config.relearn_after),
-            learning: std::sync::Mutex::default(),
-            learnings: std::sync::atomic::AtomicU64::new(0),
             kinds: std::sync::Mutex::new(LruCache::new(cache)),
-            warned: std::sync::Mutex::new(LruCache::new(cache)),
             config,
             limits,
             counters,
@@ -148,239 +124,6 @@ impl<B: Backend> Engine<B> {
         kind
     }
 
-    /// Where `sql` goes: classified once per text (cached), the first call
-    /// for a new batchable text asking the backend to prepare its shape (one
-    /// round trip); a failure there (the statement is invalid, the server is
-    /// down) is returned and not cached. A route the server decided is
-    /// re-learned in the background when it is due (see [`route`]).
-    pub(crate) async fn route(
-        self: &Arc<Self>,
-        sql: &str,
-        deadline: Option<Instant>,
-    ) -> Result<Route<B>, Error> {
-        if let Some((route, due)) = self.routes.get(sql) {
-            if due {
-                // Counted as work (the caller holds its own, so `close()`
-                // cannot miss it): `close()` waits for its statements.
-                let (engine, sql, work) = (self.clone(), sql.to_owned(), self.tracker.more());
-                tokio::spawn(async move {
-                    engine.refresh(&sql).await;
-                    drop(work);
-                });
-            }
-            return Ok(route);
-        }
-        // Boxed: the first call of a text only, kept out of every call's
-        // future.
-        Box::pin(self.route_new(sql, deadline)).await
-    }
-
-    /// [`route`](Engine::route) of a text not cached.
-    ///
-    /// Callers of a new text arrive together: the first starts learning it
-    /// in a task of its own (one statement on one connection), the others
-    /// wait for that answer. Each waits no longer than its own `deadline`
-    /// (then it fails with a wait timeout: nothing of its row was sent),
-    /// and a learning cut short by its caller's going does not leave a
-    /// statement half-answered on a connection. A failure is not shared: a
-    /// waiter whose learning another caller started asks again itself.
-    async fn route_new(
-        self: &Arc<Self>,
-        sql: &str,
-        deadline: Option<Instant>,
-    ) -> Result<Route<B>, Error> {
-        loop {
-            let (learning, mine) = {
-                let mut map = lock(&self.learning);
-                match map.get(sql) {
-                    Some(l) => (l.clone(), false),
-                    None => {
-                        let l = self.start_learning(sql, deadline);
-                        map.insert(sql.into(), l.clone());
-                        (l, true)
-                    }
-                }
-            };
-            let answer = match deadline {
-                None => learning.answer.await,
-                Some(d) => tokio::time::timeout_at(d, learning.answer)
-                    .await
-                    .map_err(|_| Error::wait_timeout())?,
-            };
-            match answer {
-                Err(_) if !mine => continue,
-                answer => return answer,
-            }
-        }
-    }
-
-    /// Learns `sql` in a task of its own, connection wait bounded by
-    /// `deadline`; the task caches the route and ends the text's entry in
-    /// `learning`. Counted as work, so `close()` waits for its statement.
-    fn start_learning(self: &Arc<Self>, sql: &str, deadline: Option<Instant>) -> Learning<B> {
-        let id = self
-            .learnings
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (engine, sql, work) = (self.clone(), Box::<str>::from(sql), self.tracker.more());
-        let task = tokio::spawn(async move {
-            let learned = engine
-                .learn(&sql, deadline)
-                .await
-                .map(|r| engine.routes.put_first(&sql, r));
-            let mut map = lock(&engine.learning);
-            if map.get(&sql).is_some_and(|l| l.id == id) {
-                map.remove(&sql);
-            }
-            drop(work);
-            learned
-        });
-        Learning {
-            id,
-            answer: task
-                .map(|joined| joined.unwrap_or_else(|_| Err(Error::lost())))
-                .boxed()
-                .shared(),
-        }
-    }
-
-    /// Checks a due route of `sql` in the background: its table's
-    /// fingerprint (one query shared by the texts on that table) unchanged
-    /// since the route was learned, the route stays; otherwise (or when it
-    /// is stale, or the backend has no fingerprint) the text is learned
-    /// again.
-    async fn refresh(self: &Arc<Self>, sql: &str) {
-        // Waiting for a connection no longer than a call would.
-        let deadline = self.wait_deadline();
-        if let Some(check) = self.routes.check(sql) {
-            match self.probe(&check, deadline).await {
-                Ok((at, now)) if now.is_some() && now == check.fingerprint => {
-                    self.routes.confirmed(sql, at);
-                    return;
-                }
-                Ok(_) => {}
-                Err(_) => {
-                    self.routes.relearned(sql, None);
-                    return;
-                }
-            }
-        }
-        let learned = self.learn(sql, deadline).await.ok();
-        self.routes.relearned(sql, learned);
-    }
-
-    /// The fingerprint of `check`'s table taken after `check.at`: the one
-    /// another text's check took, or a new one (one query at a time per
-    /// table, so texts due together share it).
-    async fn probe(
-        &self,
-        check: &Check,
-        deadline: Option<Instant>,
-    ) -> Result<(Instant, Option<Box<str>>), Error> {
-        let table = self.routes.table(&check.insert);
-        if let Some(latest) = table.since(check.at) {
-            return Ok(latest);
-        }
-        let _turn = match deadline {
-            None => table.turn.lock().await,
-            Some(d) => tokio::time::timeout_at(d, table.turn.lock())
-                .await
-                .map_err(|_| Error::wait_timeout())?,
-        };
-        if let Some(latest) = table.since(check.at) {
-            return Ok(latest);
-        }
-        let mut conn = self.backend.connections().checkout(deadline).await?;
-        let at = Instant::now();
-        let limit = B::Connections::answer_limit(&conn);
-        let fingerprint = exchange!(B::Connections, limit, &mut conn, |c| self
-            .backend
-            .fingerprint(c, &check.insert))??
-        .map(Box::from);
-        self.counters.learn_checked();
-        table.set(at, fingerprint.clone());
-        Ok((at, fingerprint))
-    }
-
-    /// Marks the route of `sql` stale (its table changed under a prepared
-    /// statement): the next caller re-learns it.
-    pub(crate) fn route_stale(&self, sql: &str) {
-        self.routes.stale(sql);
-    }
-
-    /// Classifies `sql` and, for a batchable INSERT, asks the backend on a
-    /// connection taken by `deadline`, within the statement deadline: the
-    /// table's fingerprint first (a change after it is then seen by the
-    /// next check), then the text's facts and prepare.
-    async fn learn(&self, sql: &str, deadline: Option<Instant>) -> Result<Learned<B>, Error> {
-        let pass = |reason| Learned {
-            route: Route::Pass(Arc::new(reason)),
-            check: None,
-        };
-        Ok(match classify::classify(B::DIALECT, sql) {
-            // Refused whether or not coalescing is on.
-            Classified::Other(reason @ NotCoalesced::TransactionControl(_)) => pass(reason),
-            _ if !self.config.enabled => pass(NotCoalesced::Disabled),
-            Classified::Other(reason) => pass(reason),
-            Classified::Batchable(insert) => {
-                let mut conn = self.backend.connections().checkout(deadline).await?;
-                let limit = B::Connections::answer_limit(&conn);
-                let at = Instant::now();
-                let fingerprint = exchange!(B::Connections, limit, &mut conn, |c| self
-                    .backend
-                    .fingerprint(c, &insert))??
-                .map(Box::from);
-                let learned = exchange!(B::Connections, limit, &mut conn, |c| self
-                    .backend
-                    .prepare_shape(c, sql, insert.clone()))?;
-                self.counters.learned();
-                let route = match learned? {
-                    Err(reason) => {
-                        self.warn_not_coalesced(sql, &reason);
-                        Route::Pass(Arc::new(reason))
-                    }
-                    Ok(shape) => {
-                        let ppr = insert.params_per_row.max(1);
-                        let cap_rows = self
-                            .config
-                            .max_rows
-                            .min(self.backend.max_params() / ppr)
-                            .max(1);
-                        let cap_bytes = self
-                            .config
-                            .max_bytes
-                            .min(self.backend.max_statement_bytes());
-                        Route::Batch(Arc::new(ShapeQueue::new(
-                            sql,
-                            insert.clone(),
-                            shape,
-                            cap_rows,
-                            cap_bytes,
-                        )))
-                    }
-                };
-                Learned {
-                    route,
-                    check: Some(Check {
-                        insert,
-                        fingerprint,
-                        at,
-                    }),
-                }
-            }
-        })
-    }
-
-    /// Warns, once per text, that `sql` (an INSERT the classifier would
-    /// coalesce) runs on its own for `reason`, which the backend found on
-    /// the server (a trigger, a view, a table type...): nothing else tells
-    /// the operator short of `explain()`.
-    fn warn_not_coalesced(&self, sql: &str, reason: &NotCoalesced) {
-        let first = lock(&self.warned).put(sql.into(), ()).is_none();
-        if first {
-            tracing::warn!(sql, reason = %reason, "INSERT not coalesced: each row runs on its own");
-        }
-    }
-
     /// Reserves `n` queue slots, waiting or failing fast as configured.
     async fn reserve(&self, n: usize, deadline: Option<Instant>) -> Result<(), Error> {
         let n32 = u32::try_from(n).unwrap_or(u32::MAX);
@@ -410,13 +153,13 @@ impl<B: Backend> Engine<B> {
 
     /// Checks a row's size against the statement limits before it queues.
     pub(crate) fn check_row(&self, q: &ShapeQueue<B>, bytes: usize) -> Result<(), Error> {
-        if bytes > q.cap_bytes {
+        if bytes > q.cap_bytes() {
             return Err(Error::too_large(format!(
                 "row of {bytes} parameter bytes exceeds the {} byte statement limit",
-                q.cap_bytes
+                q.cap_bytes()
             )));
         }
-        let ppr = q.insert.params_per_row;
+        let ppr = q.insert().params_per_row;
         if ppr > self.backend.max_params() {
             return Err(Error::too_large(format!(
                 "a row of {ppr} bind parameters exceeds the protocol limit of {}",
@@ -457,7 +200,7 @@ impl<B: Backend> Engine<B> {
         // that comes free takes it with the rows queued meanwhile rather
         // than carrying it alone.
         let row = if self.config.max_delay.is_none() && q.is_unloaded() {
-            match flush::inline(self, q, &work, row, deadline).await {
+            match direct::inline(self, q, &work, row, deadline).await {
                 Ok(result) => return result,
                 Err(row) => row,
             }
@@ -515,7 +258,7 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Runs an explicit batch from one caller (`execute_many`) in order on
-    /// one connection; see [`flush::direct`].
+    /// one connection; see [`direct::direct`].
     pub(crate) async fn submit_many(
         self: &Arc<Self>,
         work: Work,
@@ -529,42 +272,31 @@ impl<B: Backend> Engine<B> {
         let (rows, bytes): (Vec<B::Row>, Vec<usize>) = rows.into_iter().unzip();
         let (tx, rx) = oneshot::channel();
         let caller = flush::caller_span();
-        let direct = flush::direct(self.clone(), q.clone(), rows, bytes, deadline, caller, tx);
-        tokio::spawn(Detached::new(work, direct));
+        let batch = direct::direct(self.clone(), q.clone(), rows, bytes, deadline, caller, tx);
+        tokio::spawn(Detached::new(work, batch));
         rx.await.unwrap_or_else(|_| Err(Error::lost()))
     }
 
-    /// Appends rows to a queue and makes sure enough flushers are on their
-    /// way: one per statement's worth of queued rows not yet claimed.
+    /// Appends a row to its queue and spawns the flushers the queue asks
+    /// for (see [`ShapeQueue::push`]); a queue holding a full statement
+    /// wakes its timed flushers.
     fn enqueue(self: &Arc<Self>, q: &Arc<ShapeQueue<B>>, p: Pending<B>) {
-        let added = 1;
-        let (spawn, full) = {
-            let mut st = q.lock();
-            st.bytes += p.bytes;
-            st.rows.push_back(p);
-            let needed = st.rows.len().div_ceil(q.cap_rows);
-            let spawn = needed.saturating_sub(st.waiting);
-            st.waiting += spawn;
-            if st.balancing && q.balanced(&st) {
-                st.balancing = false;
-                q.done.notify_waiters();
-            }
-            (spawn, q.is_full(&st))
-        };
-        self.counters.queued_delta(added, 0);
-        for _ in 0..spawn {
-            self.spawn_flusher(q.clone());
-        }
+        let (spawn, full) = q.push(p);
+        self.counters.queued_delta(1, 0);
+        self.spawn_flushers(q, spawn);
         if full && self.config.max_delay.is_some() {
-            q.wake.notify_waiters();
+            q.wake();
         }
     }
 
-    /// Spawns a flusher for `q`. Called while the caller holds a [`Work`]
-    /// guard (a call, or another flusher), so `close()` cannot miss it.
-    fn spawn_flusher(self: &Arc<Self>, q: Arc<ShapeQueue<B>>) {
-        let work = self.tracker.more();
-        tokio::spawn(flush::flusher(self.clone(), q, work));
+    /// Spawns `n` flushers for `q` (counted in by the queue). Called while
+    /// the caller holds a [`Work`] guard (a call, or another flusher), so
+    /// `close()` cannot miss them.
+    fn spawn_flushers(self: &Arc<Self>, q: &Arc<ShapeQueue<B>>, n: usize) {
+        for _ in 0..n {
+            let work = self.tracker.more();
+            tokio::spawn(flush::flusher(self.clone(), q.clone(), work));
+        }
     }
 
     /// Whether statements of `shape` go out two at a time (the backend

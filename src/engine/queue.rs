@@ -1,11 +1,14 @@
-//! One queue per batchable statement shape, and the rule for how many rows a
-//! flush takes from it.
+//! One queue per batchable statement shape: its rows, how many flushers
+//! it needs, the rule for how many rows a flush takes from it and in which
+//! statements they go.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::time::Duration;
 
+use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
@@ -13,6 +16,7 @@ use super::work::Work;
 use crate::backend::batch::Backend;
 use crate::classify::InsertShape;
 use crate::error::Error;
+use crate::stats::FlushReason;
 use crate::sync::lock;
 
 /// The reply channel of one queued row.
@@ -101,39 +105,43 @@ pub(crate) struct Pending<B: Backend> {
 /// the first callers of a flush are enough to find it from them.
 pub(crate) const MAX_LINKS: usize = 64;
 
-pub(crate) struct State<B: Backend> {
-    pub(crate) rows: VecDeque<Pending<B>>,
-    pub(crate) bytes: usize,
+/// What the queue's lock guards.
+struct State<B: Backend> {
+    rows: VecDeque<Pending<B>>,
+    bytes: usize,
     /// Flusher tasks spawned for this queue that have not taken rows yet.
-    pub(crate) waiting: usize,
+    waiting: usize,
     /// A flusher holds a connection until the queue is balanced (see
-    /// [`ShapeQueue::balanced`]): `enqueue` wakes it once it is.
-    pub(crate) balancing: bool,
+    /// [`ShapeQueue::balanced`]): [`push`](ShapeQueue::push) wakes it once
+    /// it is.
+    balancing: bool,
 }
 
-/// The queue of one statement shape.
+/// The queue of one statement shape: its rows, the flushers on their way
+/// for them, and the statements of the shape on the wire. Every count lives
+/// behind its methods.
 pub(crate) struct ShapeQueue<B: Backend> {
     /// The SQL text the callers gave.
-    pub(crate) sql: Box<str>,
+    sql: Box<str>,
     /// The statement as the classifier read it.
-    pub(crate) insert: Arc<InsertShape>,
-    /// What the backend prepared for it.
+    insert: Arc<InsertShape>,
+    /// What the backend prepared for it (read by the pool to encode a row).
     pub(crate) shape: B::Shape,
     /// Most rows one statement of this shape may carry (rows, parameter limit).
-    pub(crate) cap_rows: usize,
+    cap_rows: usize,
     /// Most parameter bytes one statement may carry.
-    pub(crate) cap_bytes: usize,
-    pub(crate) state: Mutex<State<B>>,
-    /// Wakes timed flushers early (queue full or pool closing).
-    pub(crate) wake: Notify,
+    cap_bytes: usize,
+    state: Mutex<State<B>>,
+    /// Wakes timed flushers early (queue full).
+    wake: Notify,
     /// Statements of this shape on the wire right now (flushes, idle fast
     /// path, explicit batches).
     flushing: AtomicUsize,
     /// Rows of those statements.
     flushing_rows: AtomicUsize,
     /// Wakes flushers waiting to balance their statement (a flush of this
-    /// shape ended).
-    pub(crate) done: Notify,
+    /// shape ended, or the queue came into balance).
+    done: Notify,
 }
 
 /// A group of rows taken for one flush.
@@ -149,6 +157,8 @@ pub(crate) struct Taken<B: Backend> {
     /// The spans of the first [`MAX_LINKS`] callers of the taken rows that
     /// have one.
     pub(crate) callers: Vec<tracing::Span>,
+    /// When each taken row was queued.
+    pub(crate) waited: Vec<Instant>,
     /// Rows whose deadline had passed when the flush took them: they fail
     /// unsent.
     pub(crate) expired: Vec<Expired<B>>,
@@ -183,9 +193,133 @@ impl<B: Backend> ShapeQueue<B> {
         }
     }
 
+    /// The SQL text the callers gave.
+    pub(crate) fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// The statement as the classifier read it.
+    pub(crate) fn insert(&self) -> &InsertShape {
+        &self.insert
+    }
+
+    /// Most rows one statement of this shape may carry.
+    pub(crate) fn cap_rows(&self) -> usize {
+        self.cap_rows
+    }
+
+    /// Most parameter bytes one statement of this shape may carry.
+    pub(crate) fn cap_bytes(&self) -> usize {
+        self.cap_bytes
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<B>> {
+        // A panic while holding this lock cannot leave the queue inconsistent
+        // (every critical section is a few pushes/pops), so poisoning is ignored.
+        lock(&self.state)
+    }
+
+    /// Flushers the queued rows need: one per statement's worth.
+    fn flushers_needed(&self, st: &State<B>) -> usize {
+        st.rows.len().div_ceil(self.cap_rows)
+    }
+
+    /// The one rule for starting flushers: counts in (`waiting`) the
+    /// flushers to spawn so that [`flushers_needed`](Self::flushers_needed)
+    /// are on their way, and returns how many.
+    fn more_flushers(&self, st: &mut State<B>) -> usize {
+        let spawn = self.flushers_needed(st).saturating_sub(st.waiting);
+        st.waiting += spawn;
+        spawn
+    }
+
+    /// Appends a caller's row. Returns how many flushers the caller must
+    /// spawn (already counted in, see [`more_flushers`](Self::more_flushers))
+    /// and whether the queue now holds a full statement's worth of rows. A
+    /// flusher waiting for the queue to come into balance (see
+    /// [`balanced_or_ask`](Self::balanced_or_ask)) is woken once it has.
+    pub(crate) fn push(&self, p: Pending<B>) -> (usize, bool) {
+        let mut st = self.lock();
+        st.bytes += p.bytes;
+        st.rows.push_back(p);
+        let spawn = self.more_flushers(&mut st);
+        if st.balancing && self.balanced(&st) {
+            st.balancing = false;
+            self.done.notify_waiters();
+        }
+        (spawn, self.is_full(&st))
+    }
+
+    /// A flusher (one of the flushers counted in) takes the rows of its
+    /// `statements` statements (see [`take`](Self::take)) and is counted
+    /// out. Timed batching (`delay` set): takes nothing (`None`, the
+    /// flusher stays counted in) when the queue is no longer due — while
+    /// the flusher waited for a connection, another one took the rows that
+    /// made it due (a full statement, the oldest row's deadline), and the
+    /// rest waits for its own deadline instead of going early; `closed`
+    /// says the pool is closing, which makes it due. Also returns how many
+    /// flushers to spawn for the rows left over (more than the taken
+    /// statements' worth, or rows that came in meanwhile), counted in.
+    pub(crate) fn take_due(
+        &self,
+        delay: Option<Duration>,
+        closed: impl FnOnce() -> bool,
+        statements: usize,
+        any_size: impl Fn(usize) -> bool,
+    ) -> Option<(Taken<B>, usize)> {
+        let mut st = self.lock();
+        if let Some(delay) = delay {
+            let due = closed()
+                || self.is_full(&st)
+                || st
+                    .rows
+                    .front()
+                    .is_none_or(|p| p.queued_at + delay <= Instant::now());
+            if !due {
+                return None;
+            }
+        }
+        st.waiting -= 1;
+        let taken = self.take(&mut st, statements, Instant::now(), any_size);
+        let spawn = self.more_flushers(&mut st);
+        Some((taken, spawn))
+    }
+
+    /// Timed batching: when the oldest queued row is `delay` old, or why
+    /// the queue is to be flushed now: [`FlushReason::Full`] (a full
+    /// statement's worth is queued) or [`FlushReason::Natural`] (nothing
+    /// is queued: the flusher goes on to take what a connection finds).
+    pub(crate) fn due_at(&self, delay: Duration) -> Result<Instant, FlushReason> {
+        let st = self.lock();
+        if self.is_full(&st) {
+            return Err(FlushReason::Full);
+        }
+        match st.rows.front() {
+            Some(p) => Ok(p.queued_at + delay),
+            None => Err(FlushReason::Natural),
+        }
+    }
+
+    /// Wakes the timed flushers waiting in [`woken`](Self::woken) (the
+    /// queue holds a full statement).
+    pub(crate) fn wake(&self) {
+        self.wake.notify_waiters();
+    }
+
+    /// Resolves at the next [`wake`](Self::wake).
+    pub(crate) fn woken(&self) -> Notified<'_> {
+        self.wake.notified()
+    }
+
+    /// Resolves when a flush of this shape ends, or the queue comes into
+    /// balance after [`balanced_or_ask`](Self::balanced_or_ask) said no.
+    pub(crate) fn flush_ended(&self) -> Notified<'_> {
+        self.done.notified()
+    }
+
     /// Counts a flush of `rows` rows of this shape in or out (see
     /// [`flushing`](Self::flushing)); a flush counted out wakes the
-    /// flushers waiting in [`balanced`](Self::balanced).
+    /// flushers waiting in [`flush_ended`](Self::flush_ended).
     pub(crate) fn flushing_delta(&self, up: bool, rows: usize) {
         if up {
             self.flushing.fetch_add(1, Ordering::Relaxed);
@@ -208,7 +342,7 @@ impl<B: Backend> ShapeQueue<B> {
     /// wire, or a full statement. Under load this keeps a connection that
     /// came free from carrying a handful of rows while the callers of the
     /// statements on the wire are about to queue theirs.
-    pub(crate) fn balanced(&self, st: &State<B>) -> bool {
+    fn balanced(&self, st: &State<B>) -> bool {
         let flushing = self.flushing();
         let on_wire = self.flushing_rows.load(Ordering::Relaxed);
         flushing == 0
@@ -217,10 +351,16 @@ impl<B: Backend> ShapeQueue<B> {
             || st.rows.len() * 2 * flushing >= on_wire
     }
 
-    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State<B>> {
-        // A panic while holding this lock cannot leave the queue inconsistent
-        // (every critical section is a few pushes/pops), so poisoning is ignored.
-        lock(&self.state)
+    /// Whether the queue is [balanced](Self::balanced) now; if not,
+    /// [`push`](Self::push) wakes the waiters of
+    /// [`flush_ended`](Self::flush_ended) once it is.
+    pub(crate) fn balanced_or_ask(&self) -> bool {
+        let mut st = self.lock();
+        if self.balanced(&st) {
+            return true;
+        }
+        st.balancing = true;
+        false
     }
 
     /// Nothing queued and no flusher on its way.
@@ -258,7 +398,7 @@ impl<B: Backend> ShapeQueue<B> {
                 }
             }
         }
-        let surplus = st.rows.len().div_ceil(self.cap_rows) < st.waiting;
+        let surplus = self.flushers_needed(&st) < st.waiting;
         if surplus {
             st.waiting -= 1;
         }
@@ -266,8 +406,40 @@ impl<B: Backend> ShapeQueue<B> {
     }
 
     /// Whether the queue holds a full statement's worth of rows.
-    pub(crate) fn is_full(&self, st: &State<B>) -> bool {
+    fn is_full(&self, st: &State<B>) -> bool {
         st.rows.len() >= self.cap_rows || st.bytes >= self.cap_bytes
+    }
+
+    /// Something of each queued row, in queue order.
+    #[cfg(test)]
+    pub(crate) fn queued<T>(&self, f: impl FnMut(&Pending<B>) -> T) -> Vec<T> {
+        self.lock().rows.iter().map(f).collect()
+    }
+
+    /// The statements that send `len` rows of `rows` from `start`: one bulk
+    /// statement where `backend` takes them so (no text per row count to
+    /// keep to), else allowed statement sizes ([`decompose`]).
+    pub(crate) fn statements(
+        &self,
+        backend: &B,
+        rows: &[B::Row],
+        start: usize,
+        len: usize,
+    ) -> Vec<(usize, usize)> {
+        if backend.any_size(&self.shape, len)
+            && backend.uses_bulk(&self.shape, &rows[start..start + len])
+        {
+            return vec![(start, len)];
+        }
+        let mut at = start;
+        decompose(len, self.cap_rows)
+            .into_iter()
+            .map(|size| {
+                let piece = (at, size);
+                at += size;
+                piece
+            })
+            .collect()
     }
 
     /// Takes the rows of the next `statements` statements (1, or 2 when the
@@ -281,32 +453,32 @@ impl<B: Backend> ShapeQueue<B> {
     /// no text of its own (the backend's bulk path), which takes them all.
     /// A second statement is taken only from what is left once the first
     /// is full.
-    pub(crate) fn take(
+    fn take(
         &self,
         st: &mut State<B>,
         statements: usize,
         now: Instant,
         any_size: impl Fn(usize) -> bool,
-    ) -> (Taken<B>, Vec<Instant>) {
+    ) -> Taken<B> {
         let mut taken = Taken {
             rows: Vec::new(),
             replies: Vec::new(),
             claims: Vec::new(),
             callers: Vec::new(),
+            waited: Vec::new(),
             expired: Vec::new(),
             chunks: Vec::with_capacity(statements),
             cancelled: 0,
             full: false,
         };
-        let mut waited = Vec::new();
         for _ in 0..statements.max(1) {
-            let full = self.take_one(st, &mut taken, &mut waited, now, &any_size);
+            let full = self.take_one(st, &mut taken, now, &any_size);
             taken.full = full;
             if !full || st.rows.is_empty() {
                 break;
             }
         }
-        (taken, waited)
+        taken
     }
 
     /// One statement's rows for [`take`](Self::take); whether it is full.
@@ -314,7 +486,6 @@ impl<B: Backend> ShapeQueue<B> {
         &self,
         st: &mut State<B>,
         taken: &mut Taken<B>,
-        waited: &mut Vec<Instant>,
         now: Instant,
         any_size: &impl Fn(usize) -> bool,
     ) -> bool {
@@ -359,7 +530,7 @@ impl<B: Backend> ShapeQueue<B> {
         taken.claims.reserve(size);
         for p in kept {
             st.bytes -= p.bytes;
-            waited.push(p.queued_at);
+            taken.waited.push(p.queued_at);
             taken.rows.push(p.row);
             taken.replies.push(p.reply);
             taken.claims.push(p.claim);

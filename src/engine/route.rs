@@ -13,16 +13,23 @@
 //! again at once. Until the new answer arrives callers keep the old one, so
 //! re-learning adds no latency.
 
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, Shared};
 use lru::LruCache;
 use tokio::time::Instant;
 
+use super::Engine;
 use super::queue::ShapeQueue;
 use crate::backend::batch::Backend;
-use crate::classify::InsertShape;
+use crate::backend::{Connections, exchange};
+use crate::classify::{self, Classified, InsertShape};
+use crate::error::Error;
 use crate::explain::{Explain, NotCoalesced};
 use crate::sync::lock;
 
@@ -62,6 +69,239 @@ impl<B: Backend> Route<B> {
     }
 }
 
+impl<B: Backend> Engine<B> {
+    /// Where `sql` goes: classified once per text (cached), the first call
+    /// for a new batchable text asking the backend to prepare its shape (one
+    /// round trip); a failure there (the statement is invalid, the server is
+    /// down) is returned and not cached. A route the server decided is
+    /// re-learned in the background when it is due (see the module docs).
+    pub(crate) async fn route(
+        self: &Arc<Self>,
+        sql: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Route<B>, Error> {
+        if let Some((route, due)) = self.routes.get(sql) {
+            if due {
+                // Counted as work (the caller holds its own, so `close()`
+                // cannot miss it): `close()` waits for its statements.
+                let (engine, sql, work) = (self.clone(), sql.to_owned(), self.tracker.more());
+                tokio::spawn(async move {
+                    engine.refresh(&sql).await;
+                    drop(work);
+                });
+            }
+            return Ok(route);
+        }
+        // Boxed: the first call of a text only, kept out of every call's
+        // future.
+        Box::pin(self.route_new(sql, deadline)).await
+    }
+
+    /// [`route`](Engine::route) of a text not cached.
+    ///
+    /// Callers of a new text arrive together: the first starts learning it
+    /// in a task of its own (one statement on one connection), the others
+    /// wait for that answer. Each waits no longer than its own `deadline`
+    /// (then it fails with a wait timeout: nothing of its row was sent),
+    /// and a learning cut short by its caller's going does not leave a
+    /// statement half-answered on a connection. A failure is not shared: a
+    /// waiter whose learning another caller started asks again itself.
+    async fn route_new(
+        self: &Arc<Self>,
+        sql: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Route<B>, Error> {
+        loop {
+            let (learning, mine) = {
+                let mut map = lock(&self.routes.learning);
+                match map.get(sql) {
+                    Some(l) => (l.clone(), false),
+                    None => {
+                        let l = self.start_learning(sql, deadline);
+                        map.insert(sql.into(), l.clone());
+                        (l, true)
+                    }
+                }
+            };
+            let answer = match deadline {
+                None => learning.answer.await,
+                Some(d) => tokio::time::timeout_at(d, learning.answer)
+                    .await
+                    .map_err(|_| Error::wait_timeout())?,
+            };
+            match answer {
+                Err(_) if !mine => continue,
+                answer => return answer,
+            }
+        }
+    }
+
+    /// Learns `sql` in a task of its own, connection wait bounded by
+    /// `deadline`; the task caches the route and ends the text's entry in
+    /// [`Routes::learning`]. Counted as work, so `close()` waits for its statement.
+    fn start_learning(self: &Arc<Self>, sql: &str, deadline: Option<Instant>) -> Learning<B> {
+        let id = self.routes.learnings.fetch_add(1, Ordering::Relaxed);
+        let (engine, sql, work) = (self.clone(), Box::<str>::from(sql), self.tracker.more());
+        let task = tokio::spawn(async move {
+            let learned = engine
+                .learn(&sql, deadline)
+                .await
+                .map(|r| engine.routes.put_first(&sql, r));
+            let mut map = lock(&engine.routes.learning);
+            if map.get(&sql).is_some_and(|l| l.id == id) {
+                map.remove(&sql);
+            }
+            drop(work);
+            learned
+        });
+        Learning {
+            id,
+            answer: task
+                .map(|joined| joined.unwrap_or_else(|_| Err(Error::lost())))
+                .boxed()
+                .shared(),
+        }
+    }
+
+    /// Checks a due route of `sql` in the background: its table's
+    /// fingerprint (one query shared by the texts on that table) unchanged
+    /// since the route was learned, the route stays; otherwise (or when it
+    /// is stale, or the backend has no fingerprint) the text is learned
+    /// again.
+    async fn refresh(self: &Arc<Self>, sql: &str) {
+        // Waiting for a connection no longer than a call would.
+        let deadline = self.wait_deadline();
+        if let Some(check) = self.routes.check(sql) {
+            match self.probe(&check, deadline).await {
+                Ok((at, now)) if now.is_some() && now == check.fingerprint => {
+                    self.routes.confirmed(sql, at);
+                    return;
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    self.routes.relearned(sql, None);
+                    return;
+                }
+            }
+        }
+        let learned = self.learn(sql, deadline).await.ok();
+        self.routes.relearned(sql, learned);
+    }
+
+    /// The fingerprint of `check`'s table taken after `check.at`: the one
+    /// another text's check took, or a new one (one query at a time per
+    /// table, so texts due together share it).
+    async fn probe(
+        &self,
+        check: &Check,
+        deadline: Option<Instant>,
+    ) -> Result<(Instant, Option<Box<str>>), Error> {
+        let table = self.routes.table(&check.insert);
+        if let Some(latest) = table.since(check.at) {
+            return Ok(latest);
+        }
+        let _turn = match deadline {
+            None => table.turn.lock().await,
+            Some(d) => tokio::time::timeout_at(d, table.turn.lock())
+                .await
+                .map_err(|_| Error::wait_timeout())?,
+        };
+        if let Some(latest) = table.since(check.at) {
+            return Ok(latest);
+        }
+        let mut conn = self.backend.connections().checkout(deadline).await?;
+        let at = Instant::now();
+        let limit = B::Connections::answer_limit(&conn);
+        let fingerprint = exchange!(B::Connections, limit, &mut conn, |c| self
+            .backend
+            .fingerprint(c, &check.insert))??
+        .map(Box::from);
+        self.counters.learn_checked();
+        table.set(at, fingerprint.clone());
+        Ok((at, fingerprint))
+    }
+
+    /// Marks the route of `sql` stale (its table changed under a prepared
+    /// statement): the next caller re-learns it.
+    pub(crate) fn route_stale(&self, sql: &str) {
+        self.routes.stale(sql);
+    }
+
+    /// Classifies `sql` and, for a batchable INSERT, asks the backend on a
+    /// connection taken by `deadline`, within the statement deadline: the
+    /// table's fingerprint first (a change after it is then seen by the
+    /// next check), then the text's facts and prepare.
+    async fn learn(&self, sql: &str, deadline: Option<Instant>) -> Result<Learned<B>, Error> {
+        let pass = |reason| Learned {
+            route: Route::Pass(Arc::new(reason)),
+            check: None,
+        };
+        Ok(match classify::classify(B::DIALECT, sql) {
+            // Refused whether or not coalescing is on.
+            Classified::Other(reason @ NotCoalesced::TransactionControl(_)) => pass(reason),
+            _ if !self.config.enabled => pass(NotCoalesced::Disabled),
+            Classified::Other(reason) => pass(reason),
+            Classified::Batchable(insert) => {
+                let mut conn = self.backend.connections().checkout(deadline).await?;
+                let limit = B::Connections::answer_limit(&conn);
+                let at = Instant::now();
+                let fingerprint = exchange!(B::Connections, limit, &mut conn, |c| self
+                    .backend
+                    .fingerprint(c, &insert))??
+                .map(Box::from);
+                let learned = exchange!(B::Connections, limit, &mut conn, |c| self
+                    .backend
+                    .prepare_shape(c, sql, insert.clone()))?;
+                self.counters.learned();
+                let route = match learned? {
+                    Err(reason) => {
+                        self.warn_not_coalesced(sql, &reason);
+                        Route::Pass(Arc::new(reason))
+                    }
+                    Ok(shape) => {
+                        let ppr = insert.params_per_row.max(1);
+                        let cap_rows = self
+                            .config
+                            .max_rows
+                            .min(self.backend.max_params() / ppr)
+                            .max(1);
+                        let cap_bytes = self
+                            .config
+                            .max_bytes
+                            .min(self.backend.max_statement_bytes());
+                        Route::Batch(Arc::new(ShapeQueue::new(
+                            sql,
+                            insert.clone(),
+                            shape,
+                            cap_rows,
+                            cap_bytes,
+                        )))
+                    }
+                };
+                Learned {
+                    route,
+                    check: Some(Check {
+                        insert,
+                        fingerprint,
+                        at,
+                    }),
+                }
+            }
+        })
+    }
+
+    /// Warns, once per text, that `sql` (an INSERT the classifier would
+    /// coalesce) runs on its own for `reason`, which the backend found on
+    /// the server (a trigger, a view, a table type...): nothing else tells
+    /// the operator short of `explain()`.
+    fn warn_not_coalesced(&self, sql: &str, reason: &NotCoalesced) {
+        let first = lock(&self.routes.warned).put(sql.into(), ()).is_none();
+        if first {
+            tracing::warn!(sql, reason = %reason, "INSERT not coalesced: each row runs on its own");
+        }
+    }
+}
+
 /// A route as learned, with what tells whether it is still current.
 pub(crate) struct Learned<B: Backend> {
     pub(crate) route: Route<B>,
@@ -92,13 +332,37 @@ struct Entry<B: Backend> {
     refreshing: bool,
 }
 
-/// The route cache of one engine.
+/// The route cache of one engine, and the texts being learned.
 pub(crate) struct Routes<B: Backend> {
     cache: Mutex<LruCache<Box<str>, Entry<B>>>,
     /// The latest fingerprint of each table (and functions called), shared
     /// by the texts on it (bounded like `cache`).
     tables: Mutex<LruCache<Box<str>, Arc<TableProbe>>>,
     relearn_after: Duration,
+    /// Texts being learned right now, shared by their concurrent callers.
+    learning: Mutex<HashMap<Box<str>, Learning<B>>>,
+    /// The id of the next [`Learning`].
+    learnings: AtomicU64,
+    /// Texts already warned about as not coalesced (bounded like `cache`:
+    /// a text forgotten here may be warned about again).
+    warned: Mutex<LruCache<Box<str>, ()>>,
+}
+
+/// A text being learned in a task of its own, awaited by its concurrent
+/// callers, each for as long as its own wait allows.
+struct Learning<B: Backend> {
+    /// Tells learnings of one text apart.
+    id: u64,
+    answer: Shared<BoxFuture<'static, Result<Route<B>, Error>>>,
+}
+
+impl<B: Backend> Clone for Learning<B> {
+    fn clone(&self) -> Self {
+        Learning {
+            id: self.id,
+            answer: self.answer.clone(),
+        }
+    }
 }
 
 /// The latest fingerprint taken of one table, and the turn to take the next
@@ -130,6 +394,9 @@ impl<B: Backend> Routes<B> {
             cache: Mutex::new(LruCache::new(capacity)),
             tables: Mutex::new(LruCache::new(capacity)),
             relearn_after,
+            learning: Mutex::default(),
+            learnings: AtomicU64::new(0),
+            warned: Mutex::new(LruCache::new(capacity)),
         }
     }
 

@@ -551,7 +551,7 @@ impl H {
 
     /// Rows waiting in the queue, in order.
     fn queued(&self) -> Vec<i64> {
-        self.q.lock().rows.iter().map(|p| p.row).collect()
+        self.q.queued(|p| p.row)
     }
 
     fn queue_is_idle(&self) -> bool {
@@ -1120,7 +1120,7 @@ async fn busy_connections_accumulate_rows_into_allowed_statement_sizes() {
             mem.max_params = max_params;
             let config = config().max_rows(max_rows).queue_capacity(64);
             let h = H::with(mem, config).await;
-            let cap = h.q.cap_rows;
+            let cap = h.q.cap_rows();
             assert_eq!(cap, max_rows.min(max_params));
             h.mem().open_gates();
             let hold = h.mem().hold_all();
@@ -2411,7 +2411,11 @@ async fn caller_span_is_kept_only_when_flush_spans_are_recorded() {
         let span = tracing::info_span!("caller");
         let mut f: BoxFut<_> = Box::pin(h.submit(1).instrument(span));
         assert!(poll(&mut f).is_pending());
-        assert!(h.q.lock().rows.iter().all(|p| p.caller.is_none()));
+        assert!(
+            h.q.queued(|p| p.caller.is_none())
+                .into_iter()
+                .all(|none| none)
+        );
         drop(hold);
         h.drain().await;
         assert_ok_own(1, outcome(&mut f));
