@@ -4,9 +4,11 @@
 //! per-row outcomes back out to the callers. Also the flush span, shared by
 //! every path that sends rows.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
 use super::execute::{InFlight, Pipeline, Rows, execute_rows};
@@ -16,11 +18,12 @@ use crate::backend::Lease;
 use crate::error::Error;
 use crate::stats::FlushReason;
 
-/// One flusher task. It was counted in the queue's `waiting` when spawned;
-/// it waits (timed batching only), takes a connection, then takes the rows
-/// of one statement and runs them (timed batching: waits again instead if
-/// the queue is no longer due, see [`take`]). Rows still queued after
-/// that are claimed by further flushers (spawned by `enqueue`, or here).
+/// One flusher task, counted in by its queue when spawned (see
+/// [`ShapeQueue::push`]). It waits (timed batching only), takes a
+/// connection, then takes the rows of its statement (two where the backend
+/// pipelines) and runs them (timed batching: waits again instead if the
+/// queue is no longer due, see [`take`]). Rows still queued after that are
+/// claimed by further flushers (spawned by `Engine::enqueue`, or here).
 /// While it waits for a connection, rows whose `wait_timeout` passes fail
 /// unsent ([`acquire`]).
 pub(super) async fn flusher<B: Backend>(
@@ -151,19 +154,16 @@ async fn acquire<B: Backend>(
 /// what is left of a statement on the wire.
 async fn balance<B: Backend>(engine: &Engine<B>, q: &ShapeQueue<B>) {
     loop {
-        let done = q.flush_ended();
-        let closing = engine.closing.notified();
-        tokio::pin!(done, closing);
-        done.as_mut().enable();
-        closing.as_mut().enable();
-        // Once not balanced, the next row queued that balances it wakes us.
+        let done = armed(q.flush_ended());
+        let closing = armed(engine.closing.notified());
+        // Not balanced: the row queued that balances it wakes `done`.
         if engine.is_closed() || q.balanced_or_ask() {
             return;
         }
         let expiry = q.next_expiry().map(|at| at - BALANCE_MARGIN);
         tokio::select! {
-            () = &mut done => {}
-            () = &mut closing => return,
+            () = done => {}
+            () = closing => return,
             () = sleep_until(expiry) => return,
         }
     }
@@ -174,6 +174,13 @@ async fn balance<B: Backend>(engine: &Engine<B>, q: &ShapeQueue<B>) {
 /// caller's own timer fails it (see [`Claim`](super::queue::Claim)), on a
 /// runtime that may be late to wake it.
 const BALANCE_MARGIN: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// `notified`, registered now (a wake-up from here on is not missed).
+fn armed(notified: Notified<'_>) -> Pin<Box<Notified<'_>>> {
+    let mut notified = Box::pin(notified);
+    notified.as_mut().enable();
+    notified
+}
 
 /// Sleeps until `at`, or forever.
 async fn sleep_until(at: Option<Instant>) {
@@ -235,11 +242,8 @@ async fn wait_for_deadline<B: Backend>(
     delay: std::time::Duration,
 ) -> FlushReason {
     loop {
-        let woken = q.woken();
-        let closing = engine.closing.notified();
-        tokio::pin!(woken, closing);
-        woken.as_mut().enable();
-        closing.as_mut().enable();
+        let woken = armed(q.woken());
+        let closing = armed(engine.closing.notified());
         if engine.is_closed() {
             return FlushReason::Close;
         }
@@ -249,8 +253,8 @@ async fn wait_for_deadline<B: Backend>(
         };
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => return FlushReason::Timer,
-            _ = &mut woken => {}
-            _ = &mut closing => {}
+            () = woken => {}
+            () = closing => {}
         }
     }
 }

@@ -157,12 +157,14 @@ pub(crate) struct Taken<B: Backend> {
     /// The spans of the first [`MAX_LINKS`] callers of the taken rows that
     /// have one.
     pub(crate) callers: Vec<tracing::Span>,
-    /// When each taken row was queued.
+    /// When each taken row was queued (for the queue-wait counters).
     pub(crate) waited: Vec<Instant>,
     /// Rows whose deadline had passed when the flush took them: they fail
     /// unsent.
     pub(crate) expired: Vec<Expired<B>>,
+    /// Rows dropped unsent: their callers had gone.
     pub(crate) cancelled: usize,
+    /// Whether the last statement taken is full (the flush's reason).
     pub(crate) full: bool,
 }
 
