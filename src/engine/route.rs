@@ -12,6 +12,12 @@
 //! (the table changed under a prepared statement) has its text learned
 //! again at once. Until the new answer arrives callers keep the old one, so
 //! re-learning adds no latency.
+//!
+//! [`Engine::route`] is the way in, and everything about a text's route is
+//! here: the cache ([`Routes`]), learning a new text (one task per text,
+//! shared by its concurrent callers), the background check and re-learning,
+//! and the warning about an INSERT the server declines. From here a text
+//! only goes down: to the backend, and to the [`ShapeQueue`] it creates.
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;

@@ -105,9 +105,8 @@ async fn a_named_failing_row_runs_alone_and_the_rest_at_once() {
         &[-12],
     ];
     assert_eq!(h.mem().log(), expected);
-    let st = h.stats();
-    assert_eq!((st.batches, st.statements, st.rows_failed), (1, 7, 2));
-    h.assert_no_leaks().await;
+    h.assert_end(|st| (st.batches, st.statements, st.rows_failed), (1, 7, 2))
+        .await;
 }
 
 /// Every pattern of bad rows, with a backend naming the right row, a wrong
@@ -171,9 +170,8 @@ async fn statement_error_fails_that_statement_only() {
     }
     assert!(matches!(results[4].1, Ok(13)));
     assert_eq!((h.mem().written(10), h.mem().written(13)), (0, 1));
-    let st = h.stats();
-    assert_eq!((st.split_statements, st.rows_failed), (0, 4));
-    h.assert_no_leaks().await;
+    h.assert_end(|st| (st.split_statements, st.rows_failed), (0, 4))
+        .await;
 
     // While isolating a bad row: only the piece that breaks fails whole.
     let h = H::new(1, config()).await;
@@ -192,9 +190,8 @@ async fn statement_error_fails_that_statement_only() {
     assert!(matches!(results[1].1, Ok(2)));
     assert!(broken(&results[2].1, b) && broken(&results[3].1, b));
     assert_eq!((h.mem().written(2), h.mem().written(3)), (1, 0));
-    let st = h.stats();
-    assert_eq!((st.split_statements, st.rows_failed), (4, 3));
-    h.assert_no_leaks().await;
+    h.assert_end(|st| (st.split_statements, st.rows_failed), (4, 3))
+        .await;
 
     // An explicit batch of 7 runs as statements of 6 and 1.
     let h = H::new(1, config()).await;

@@ -605,6 +605,17 @@ impl H {
         settle().await;
     }
 
+    /// The counters `pick` reads are `expected`, and nothing leaked
+    /// ([`assert_no_leaks`](H::assert_no_leaks)).
+    async fn assert_end<T>(&self, pick: impl Fn(&Stats) -> T, expected: T)
+    where
+        T: PartialEq + std::fmt::Debug,
+    {
+        let st = self.stats();
+        assert_eq!(pick(&st), expected, "{st:?}");
+        self.assert_no_leaks().await;
+    }
+
     /// Nothing running, queued or held; every queue slot free: with every
     /// connection busy, `queue_capacity` new rows all queue without waiting.
     async fn assert_no_leaks(&self) {
@@ -648,7 +659,17 @@ async fn drain_all_own(
 ) {
     h.drain().await;
     assert_ok_own(v, outcome(&mut last));
-    assert_ok_own(spawned.0, finished(spawned.1).await);
+    assert_sent_and_queued_own(h, spawned, queued).await;
+}
+
+/// The spawned caller ([`H::sent`]) and the queued callers, their replies
+/// arrived, each got their own row back.
+async fn assert_sent_and_queued_own(
+    h: &H,
+    (v, sent): (i64, JoinHandle<Result<i64, Error>>),
+    queued: Vec<Caller>,
+) {
+    assert_ok_own(v, finished(sent).await);
     assert_all_own(h, queued);
 }
 

@@ -39,8 +39,7 @@ async fn under_load_a_lone_row_queues_and_goes_with_the_rows_queued_meanwhile() 
     assert_eq!(h.mem().log(), [vec![1], vec![2, 3]]);
     assert_eq!(h.mem().in_use(), 2);
     h.drain().await;
-    assert_ok_own(1, finished(a).await);
-    assert_all_own(&h, callers);
+    assert_sent_and_queued_own(&h, (1, a), callers).await;
     h.assert_no_leaks().await;
 }
 

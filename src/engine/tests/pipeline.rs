@@ -84,9 +84,7 @@ async fn submit_many_keeps_two_statements_on_the_wire() {
     assert_eq!(h.mem().log(), [vec![1, 2], vec![3, 4], vec![5, 6], vec![7]]);
     h.drain().await;
     assert_each_own(&h, &rows, &many_done(&mut many));
-    let st = h.stats();
-    assert_eq!((st.statements, st.rows), (4, 7));
-    h.assert_no_leaks().await;
+    h.assert_end(|st| (st.statements, st.rows), (4, 7)).await;
 }
 
 /// `BatchConfig::pipeline(false)`: a backend that pipelines still gets one

@@ -34,13 +34,11 @@ async fn close_flushes_queued_rows_and_waits_for_in_flight() {
     settle().await;
     finished(closer).await;
 
-    assert_ok_own(1, finished(a).await);
-    assert_all_own(&h, queued);
+    assert_sent_and_queued_own(&h, (1, a), queued).await;
     assert_eq!(h.mem().times_sent(5), 0);
-    let st = h.stats();
-    assert_eq!((st.flush_close, st.rows, st.rows_cancelled), (1, 4, 0));
     assert!(closed(poll(&mut h.submit(8))));
-    h.assert_no_leaks().await;
+    h.assert_end(|st| (st.flush_close, st.rows, st.rows_cancelled), (1, 4, 0))
+        .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -57,10 +55,9 @@ async fn close_cuts_timers_short() {
     assert_eq!(h.mem().log(), [[1, 2, 3]]);
     assert_eq!(h.mem().received_at(), [t]);
     assert_all_own(&h, tasks);
-    let st = h.stats();
-    assert_eq!((st.flush_close, st.flush_timer), (1, 0));
     assert!(matches!(poll(&mut h.submit(4)), Poll::Ready(Err(e)) if e.is_pool_closed()));
-    h.assert_no_leaks().await;
+    h.assert_end(|st| (st.flush_close, st.flush_timer), (1, 0))
+        .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -74,8 +71,7 @@ async fn close_waits_for_rows_not_for_callers_that_stopped_polling() {
     settle().await;
     finished(closer).await;
     assert_eq!(h.mem().log(), [vec![1], vec![2, 3]]);
-    assert_ok_own(1, finished(a).await);
-    assert_all_own(&h, queued);
+    assert_sent_and_queued_own(&h, (1, a), queued).await;
     h.assert_no_leaks().await;
 }
 
@@ -146,9 +142,8 @@ async fn counters_stay_exact_when_a_backend_panics() {
         let e = outcome(&mut caller).unwrap_err();
         assert!(e.is_outcome_unknown(), "{e}");
     }
-    let st = h.stats();
-    assert_eq!((st.rows, st.rows_failed, st.in_flight), (3, 3, 0), "{st:?}");
-    h.assert_no_leaks().await;
+    h.assert_end(|st| (st.rows, st.rows_failed, st.in_flight), (3, 3, 0))
+        .await;
 }
 
 /// Whether a task ended by panicking.

@@ -68,9 +68,8 @@ async fn timed_full_statement_goes_early() {
     assert_eq!(h.mem().log(), [vec![1, 2, 3, 4], vec![5, 6]]);
     assert_eq!(h.mem().received_at(), [t0, t0 + delay]);
     assert_all_own(&h, tasks);
-    let st = h.stats();
-    assert_eq!((st.flush_full, st.flush_timer), (1, 1));
-    h.assert_no_leaks().await;
+    h.assert_end(|st| (st.flush_full, st.flush_timer), (1, 1))
+        .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -94,9 +93,8 @@ async fn max_bytes_limits_a_statement() {
         settle().await;
         assert_eq!(h.mem().log(), [vec![1, 2, 3], vec![4, 5, 6], vec![7]]);
         assert_all_own(&h, tasks);
-        let st = h.stats();
-        assert_eq!((st.flush_full, st.flush_timer), (2, 1));
-        h.assert_no_leaks().await;
+        h.assert_end(|st| (st.flush_full, st.flush_timer), (2, 1))
+            .await;
     }
 
     // A row larger than the limit fails alone, before it queues.

@@ -95,13 +95,8 @@ async fn a_row_behind_an_earlier_statement_of_its_flush_times_out_unsent() {
         }
     }
     assert_eq!(h.mem().times_sent(7), 0, "{:?}", h.mem().log());
-    let st = h.stats();
-    assert_eq!(
-        (st.rows, st.rows_unsent, st.rows_failed),
-        (6, 1, 1),
-        "{st:?}"
-    );
-    h.assert_no_leaks().await;
+    h.assert_end(|st| (st.rows, st.rows_unsent, st.rows_failed), (6, 1, 1))
+        .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -129,11 +124,6 @@ async fn an_unanswered_statement_fails_at_its_deadline_and_its_connection_is_clo
     settle().await;
     assert_all_own(&h, queued);
     assert!(Instant::now() - start < Duration::from_secs(4));
-    let st = h.stats();
-    assert_eq!(
-        (st.rows, st.rows_failed, st.statements),
-        (3, 1, 2),
-        "{st:?}"
-    );
-    h.assert_no_leaks().await;
+    h.assert_end(|st| (st.rows, st.rows_failed, st.statements), (3, 1, 2))
+        .await;
 }
