@@ -36,16 +36,41 @@ pub fn pg_render(sql: &str, rows: usize) -> Option<String> {
         .map(|shape| shape.render(rows, None))
 }
 
-/// PostgreSQL rows encoded as their callers encode them (opaque).
-#[cfg(feature = "postgres")]
-pub struct PgRows(Vec<crate::postgres::PgRow>);
+/// A backend's encoded rows (opaque): the type, its `Debug` (the row
+/// count) and its `len` / `is_empty`.
+macro_rules! encoded_rows {
+    ($(#[$doc:meta])* $name:ident($row:ty), $feature:literal) => {
+        $(#[$doc])*
+        #[cfg(feature = $feature)]
+        pub struct $name(Vec<$row>);
 
-#[cfg(feature = "postgres")]
-impl std::fmt::Debug for PgRows {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PgRows({} rows)", self.0.len())
-    }
+        #[cfg(feature = $feature)]
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}({} rows)", stringify!($name), self.0.len())
+            }
+        }
+
+        #[cfg(feature = $feature)]
+        impl $name {
+            /// Number of rows.
+            pub fn len(&self) -> usize {
+                self.0.len()
+            }
+
+            /// Whether there are none.
+            pub fn is_empty(&self) -> bool {
+                self.0.is_empty()
+            }
+        }
+    };
 }
+
+encoded_rows!(
+    /// PostgreSQL rows encoded as their callers encode them (opaque).
+    PgRows(crate::postgres::PgRow),
+    "postgres"
+);
 
 /// The caller's task, both PostgreSQL paths: encodes each of `rows` for a
 /// statement whose parameters have `types` (`postgres/encode.rs` `encode`,
@@ -63,16 +88,6 @@ pub fn pg_encode(types: &[Type], rows: &[&Params<'_>]) -> PgRows {
 
 #[cfg(feature = "postgres")]
 impl PgRows {
-    /// Number of rows.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// The flusher's task, rewrite path: the bind list of the rows' n-row
     /// statement, built as `postgres/batch.rs` `write_named` builds it (every
     /// row's encoded values in order, no copy of their bytes).
@@ -163,16 +178,11 @@ pub fn mysql_shape(sql: &str) -> Option<MyShapePlan> {
     Some(MyShapePlan(crate::mysql::MyShape::unlearned(shape)))
 }
 
-/// MariaDB rows as their callers checked them (opaque).
-#[cfg(feature = "mysql")]
-pub struct MyRows(Vec<crate::mysql::MyRow>);
-
-#[cfg(feature = "mysql")]
-impl std::fmt::Debug for MyRows {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MyRows({} rows)", self.0.len())
-    }
-}
+encoded_rows!(
+    /// MariaDB rows as their callers checked them (opaque).
+    MyRows(crate::mysql::MyRow),
+    "mysql"
+);
 
 /// The caller's task, MariaDB rewrite path: turns each of `rows` into a
 /// row of `shape` (`mysql/batch.rs` `encode`, once per row, as each caller
@@ -188,16 +198,6 @@ pub fn mysql_encode(shape: &MyShapePlan, rows: Vec<mysql_async::Params>) -> MyRo
 
 #[cfg(feature = "mysql")]
 impl MyRows {
-    /// Number of rows.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// The flusher's task, MariaDB rewrite path: the parameters of the
     /// rows' multi-row statement, collected as `mysql/batch.rs` `statement`
     /// collects them (every row's values cloned, in order).

@@ -4,6 +4,10 @@
 //! string, the rest left as it was for the driver.
 
 use std::borrow::Cow;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::error::{Error, Kind};
 
 /// Removes every parameter named in `keys` from a connection string (URL or
 /// key-value form) and returns the rest with the removed `(key, value)`
@@ -28,6 +32,93 @@ pub(crate) fn append(config: &str, key: &str, value: &str) -> String {
     } else {
         format!("{} {key}={value}", config.trim_end())
     }
+}
+
+/// `Display` for a parameter's value type, as its `as_str` name.
+macro_rules! display_as_str {
+    ($ty:ty) => {
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use display_as_str;
+
+/// The value among `all` whose name (`name`) is `s` (ASCII case ignored
+/// with `any_case`), else a config error naming parameter `key` and every
+/// name it takes.
+pub(crate) fn parse_name<T: Copy>(
+    key: &str,
+    s: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+    any_case: bool,
+) -> Result<T, Error> {
+    let fits = |n: &str| {
+        if any_case {
+            n.eq_ignore_ascii_case(s)
+        } else {
+            n == s
+        }
+    };
+    if let Some(&value) = all.iter().find(|&&v| fits(name(v))) {
+        return Ok(value);
+    }
+    let names: Vec<&str> = all.iter().map(|&v| name(v)).collect();
+    let (last, rest) = names.split_last().expect("a parameter takes some value");
+    Err(Error::new(
+        Kind::Config,
+        format!(
+            "invalid {key}={s:?}: expected {} or {last}",
+            rest.join(", ")
+        ),
+    ))
+}
+
+/// The TLS parameters of a connection string: the mode and the files of
+/// the roots to trust, the client certificate and its key.
+pub(crate) struct TlsParams<M> {
+    pub(crate) mode: Option<M>,
+    pub(crate) root_cert: Option<PathBuf>,
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
+}
+
+/// Takes the TLS parameters named `keys` (mode, roots, certificate, key)
+/// out of a connection string and returns the rest with them; the last
+/// one named wins. A certificate without its key (or a key without its
+/// certificate) is an error.
+pub(crate) fn take_tls<M: FromStr<Err = Error>>(
+    config: &str,
+    keys: &[&str; 4],
+) -> Result<(String, TlsParams<M>), Error> {
+    let (rest, taken) = take(config, keys);
+    let mut tls = TlsParams {
+        mode: None,
+        root_cert: None,
+        cert: None,
+        key: None,
+    };
+    for (key, value) in taken {
+        match keys.iter().position(|k| *k == key) {
+            Some(0) => tls.mode = Some(value.parse()?),
+            Some(1) => tls.root_cert = Some(value.into()),
+            Some(2) => tls.cert = Some(value.into()),
+            _ => tls.key = Some(value.into()),
+        }
+    }
+    if tls.cert.is_some() != tls.key.is_some() {
+        return Err(Error::new(
+            Kind::Config,
+            format!(
+                "{} and {} go together: give both files or neither",
+                keys[2], keys[3]
+            ),
+        ));
+    }
+    Ok((rest, tls))
 }
 
 /// `scheme://...`; anything else is a `key=value` string.
@@ -131,29 +222,41 @@ mod tests {
     }
 
     #[test]
-    fn url_values_are_decoded() {
-        let (rest, taken) = take(
-            "postgresql://u@h/db?sslrootcert=%2Ftmp%2Fca%20x.pem&x=1&sslmode=verify-full",
-            &["sslrootcert", "sslmode"],
-        );
-        assert_eq!(rest, "postgresql://u@h/db?x=1");
-        assert_eq!(
-            taken,
-            pairs(&[("sslrootcert", "/tmp/ca x.pem"), ("sslmode", "verify-full")])
+    fn names_are_parsed_and_listed() {
+        let name = |n: usize| ["one", "two", "three"][n];
+        assert_eq!(parse_name("k", "TWO", &[0, 1, 2], name, true).unwrap(), 1);
+        assert!(parse_name("k", "TWO", &[0, 1, 2], name, false).is_err());
+        let e = parse_name("k", "four", &[0, 1, 2], name, false).unwrap_err();
+        assert!(e.is_config());
+        assert!(
+            e.to_string()
+                .contains(r#"invalid k="four": expected one, two or three"#),
+            "{e}"
         );
     }
 
     #[test]
-    fn key_value_values_are_unquoted() {
-        let (rest, taken) = take(
-            "host=h sslrootcert='/tmp/a b\\'c.pem' user=u sslmode = verify-ca",
-            &["sslrootcert", "sslmode"],
-        );
-        assert_eq!(rest, "host=h user=u");
-        assert_eq!(
-            taken,
-            pairs(&[("sslrootcert", "/tmp/a b'c.pem"), ("sslmode", "verify-ca")])
-        );
+    fn values_are_decoded_and_unquoted() {
+        // URL values are percent-decoded, key-value ones unquoted.
+        let cases = [
+            (
+                "postgresql://u@h/db?sslrootcert=%2Ftmp%2Fca%20x.pem&x=1&sslmode=verify-full",
+                "postgresql://u@h/db?x=1",
+                [("sslrootcert", "/tmp/ca x.pem"), ("sslmode", "verify-full")],
+            ),
+            (
+                "host=h sslrootcert='/tmp/a b\\'c.pem' user=u sslmode = verify-ca",
+                "host=h user=u",
+                [("sslrootcert", "/tmp/a b'c.pem"), ("sslmode", "verify-ca")],
+            ),
+        ];
+        for (config, rest, taken) in cases {
+            assert_eq!(
+                take(config, &["sslrootcert", "sslmode"]),
+                (rest.to_owned(), pairs(&taken)),
+                "{config}"
+            );
+        }
     }
 
     #[test]

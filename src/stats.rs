@@ -87,6 +87,14 @@ macro_rules! export {
     };
 }
 
+/// Adds `$n` to a counter and to its exported metric.
+macro_rules! count {
+    ($self:ident . $name:ident, $n:expr) => {{
+        $self.$name.fetch_add($n as u64, Relaxed);
+        export!($self.$name, $n);
+    }};
+}
+
 impl Counters {
     /// Counters of the pool named `pool` (its `metrics` label) of backend
     /// `backend` (`"postgres"`, `"mysql"`).
@@ -125,22 +133,10 @@ impl Counters {
         self.batches.fetch_add(1, Relaxed);
         self.rows.fetch_add(rows as u64, Relaxed);
         match reason {
-            FlushReason::Natural => {
-                self.flush_natural.fetch_add(1, Relaxed);
-                export!(self.flush_natural, 1);
-            }
-            FlushReason::Full => {
-                self.flush_full.fetch_add(1, Relaxed);
-                export!(self.flush_full, 1);
-            }
-            FlushReason::Timer => {
-                self.flush_timer.fetch_add(1, Relaxed);
-                export!(self.flush_timer, 1);
-            }
-            FlushReason::Close => {
-                self.flush_close.fetch_add(1, Relaxed);
-                export!(self.flush_close, 1);
-            }
+            FlushReason::Natural => count!(self.flush_natural, 1),
+            FlushReason::Full => count!(self.flush_full, 1),
+            FlushReason::Timer => count!(self.flush_timer, 1),
+            FlushReason::Close => count!(self.flush_close, 1),
         }
     }
     /// `rows` rows about to be sent by one flush (already counted by
@@ -162,8 +158,7 @@ impl Counters {
         allow(unused_variables, reason = "the rows are for the metrics feature")
     )]
     pub(crate) fn statement(&self, rows: usize) {
-        self.statements.fetch_add(1, Relaxed);
-        export!(self.statements, 1);
+        count!(self.statements, 1);
         #[cfg(feature = "metrics")]
         self.exported.statement_rows.record(rows as f64);
     }
@@ -186,29 +181,24 @@ impl Counters {
             .record(started.at.0.elapsed().as_secs_f64());
     }
     pub(crate) fn pipelined(&self) {
-        self.pipelined_statements.fetch_add(1, Relaxed);
-        export!(self.pipelined_statements, 1);
+        count!(self.pipelined_statements, 1);
     }
     pub(crate) fn bulk(&self) {
-        self.bulk_statements.fetch_add(1, Relaxed);
-        export!(self.bulk_statements, 1);
+        count!(self.bulk_statements, 1);
     }
     pub(crate) fn split(&self, n: usize) {
         if n > 0 {
-            self.split_statements.fetch_add(n as u64, Relaxed);
-            export!(self.split_statements, n);
+            count!(self.split_statements, n);
         }
     }
     pub(crate) fn failed(&self, n: usize) {
         if n > 0 {
-            self.rows_failed.fetch_add(n as u64, Relaxed);
-            export!(self.rows_failed, n);
+            count!(self.rows_failed, n);
         }
     }
     pub(crate) fn cancelled(&self, n: usize) {
         if n > 0 {
-            self.rows_cancelled.fetch_add(n as u64, Relaxed);
-            export!(self.rows_cancelled, n);
+            count!(self.rows_cancelled, n);
         }
     }
     /// Rows counted as flushed that were not sent after all (through
@@ -221,21 +211,17 @@ impl Counters {
     }
     pub(crate) fn unsent(&self, n: usize) {
         if n > 0 {
-            self.rows_unsent.fetch_add(n as u64, Relaxed);
-            export!(self.rows_unsent, n);
+            count!(self.rows_unsent, n);
         }
     }
     pub(crate) fn learned(&self) {
-        self.learns.fetch_add(1, Relaxed);
-        export!(self.learns, 1);
+        count!(self.learns, 1);
     }
     pub(crate) fn learn_checked(&self) {
-        self.learn_checks.fetch_add(1, Relaxed);
-        export!(self.learn_checks, 1);
+        count!(self.learn_checks, 1);
     }
     pub(crate) fn passthrough(&self) {
-        self.passthrough.fetch_add(1, Relaxed);
-        export!(self.passthrough, 1);
+        count!(self.passthrough, 1);
     }
     pub(crate) fn waited(&self, d: Duration) {
         let us = d.as_micros().min(u64::MAX as u128) as u64;

@@ -99,17 +99,72 @@ impl<C: Connections> Drop for Lease<C> {
 /// future driving it was dropped) fails its next recycle, and dropping it
 /// closes its socket at once instead of waiting for the answer.
 pub(crate) trait Wire {
+    /// What the methods below read and write.
+    fn wire(&self) -> &WireState;
+    /// What [`set_busy`](Wire::set_busy) writes.
+    fn wire_mut(&mut self) -> &mut WireState;
     /// See [`Connections::set_busy`].
-    fn set_busy(&mut self, busy: bool);
+    fn set_busy(&mut self, busy: bool) {
+        self.wire_mut().busy = busy;
+    }
     /// Whether a request is unanswered.
-    fn is_busy(&self) -> bool;
+    fn is_busy(&self) -> bool {
+        self.wire().busy
+    }
     /// The statement time limit in force on this session, as read from the
     /// server after it was opened (and after every reset the pool did), or
     /// the one the user gave the pool where the server cannot enforce it;
     /// `None` when there is none.
-    fn statement_limit(&self) -> Option<Duration>;
+    fn statement_limit(&self) -> Option<Duration> {
+        let wire = self.wire();
+        // Unknown after a statement that may have changed it.
+        wire.limit.filter(|_| !wire.limit_stale)
+    }
     /// Its generation and idle time (see [`Lifecycle`]).
-    fn stamp(&self) -> &Stamp;
+    fn stamp(&self) -> &Stamp {
+        &self.wire().stamp
+    }
+}
+
+/// What the pool keeps of a connection for [`Wire`], in each backend's
+/// connection wrapper.
+#[derive(Debug)]
+pub(crate) struct WireState {
+    /// A request of batchpool's is unanswered.
+    pub(crate) busy: bool,
+    /// The statement time limit in force (see [`Wire::statement_limit`]).
+    pub(crate) limit: Option<Duration>,
+    /// A statement of the user's that names the server's limit setting
+    /// ran: the limit is read again before the pool relies on it.
+    pub(crate) limit_stale: bool,
+    /// Its generation and idle time, for the pool's lifecycle settings.
+    pub(crate) stamp: Stamp,
+}
+
+impl WireState {
+    /// A new connection's: idle, no limit known yet.
+    pub(crate) fn new(stamp: Stamp) -> WireState {
+        WireState {
+            busy: false,
+            limit: None,
+            limit_stale: false,
+            stamp,
+        }
+    }
+
+    /// Why a connection taken from the pool must not be handed out again,
+    /// found without a round trip: retired or past `max_lifetime` (see
+    /// [`Lifecycle::expired`]), or a request left unanswered on it.
+    pub(crate) fn unusable(
+        &self,
+        lifecycle: &Lifecycle,
+        metrics: &deadpool::managed::Metrics,
+    ) -> Option<&'static str> {
+        lifecycle.expired(&self.stamp, metrics).or_else(|| {
+            self.busy
+                .then_some("a statement on this connection was left unanswered")
+        })
+    }
 }
 
 /// How long the pool keeps to the number of connections a server's limit

@@ -28,10 +28,10 @@ mod driver;
 pub(crate) mod lifecycle;
 
 pub(crate) use self::connections::{
-    CapRefused, Capped, ConnectionCap, Connections, Lease, Wire, answer, exchange,
+    CapRefused, Capped, ConnectionCap, Connections, Lease, Wire, WireState, answer, exchange,
 };
 pub(crate) use self::driver::{Driver, End, Group, GroupReplies, Ran, Stmt};
-pub(crate) use self::lifecycle::{Lifecycle, Stamp};
+pub(crate) use self::lifecycle::Lifecycle;
 
 /// A pooled connection of backend `B`, returned to the pool when dropped.
 pub(crate) type Conn<B> = <<B as batch::Backend>::Connections as Connections>::Conn;

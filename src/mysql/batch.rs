@@ -430,6 +430,24 @@ impl MySql {
         Ok(stmt)
     }
 
+    /// The error of `rows` run as `stmt`, which the server refused or did
+    /// not answer.
+    async fn failed(
+        conn: &mut Client,
+        stmt: mysql_async::Statement,
+        shape: &MyShape,
+        rows: &[MyRow],
+        e: mysql_async::Error,
+    ) -> ChunkError<Outcome> {
+        conn.note_error(&e);
+        if stale(&e) {
+            // Nothing ran: prepare afresh next time.
+            let _ = conn.close(stmt).await;
+        }
+        let values: Vec<&[Value]> = rows.iter().map(|r| r.values.as_slice()).collect();
+        chunk_error(e, &shape.shape, &values)
+    }
+
     /// Runs `rows` as one multi-row statement.
     async fn statement(
         &self,
@@ -470,15 +488,7 @@ impl MySql {
         };
         match run.await {
             Ok(written) => Ok(self.outputs(shape, n, written, increment)),
-            Err(e) => {
-                conn.note_error(&e);
-                if stale(&e) {
-                    // Nothing ran: prepare afresh next time.
-                    let _ = conn.close(stmt).await;
-                }
-                let values: Vec<&[Value]> = rows.iter().map(|r| r.values.as_slice()).collect();
-                Err(chunk_error(e, &shape.shape, &values))
-            }
+            Err(e) => Err(Self::failed(conn, stmt, shape, rows, e).await),
         }
     }
 }
@@ -612,7 +622,6 @@ impl MySql {
         shape: &MyShape,
         rows: &[MyRow],
     ) -> ChunkResult<Outcome> {
-        let n = rows.len();
         let stmt = Self::ready(conn, shape, 1).await?;
         if usize::from(stmt.num_params()) != shape.params {
             // Not what the shape was learned as: the multi-row INSERT
@@ -622,17 +631,11 @@ impl MySql {
         match conn.exec_batch(&stmt, bulk_params(rows)).await {
             Ok(()) => {
                 // One OK for the command: its rows in all.
+                let n = rows.len();
                 let exact = conn.affected_rows() == n as u64;
                 Ok((0..n).map(|_| Outcome::new(1, exact, None, None)).collect())
             }
-            Err(e) => {
-                conn.note_error(&e);
-                if stale(&e) {
-                    let _ = conn.close(stmt).await;
-                }
-                let values: Vec<&[Value]> = rows.iter().map(|r| r.values.as_slice()).collect();
-                Err(chunk_error(e, &shape.shape, &values))
-            }
+            Err(e) => Err(Self::failed(conn, stmt, shape, rows, e).await),
         }
     }
 }

@@ -16,7 +16,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 
 use super::tls::Connect;
-use crate::backend::{CapRefused, Capped, ConnectionCap, Lifecycle, Stamp, Wire};
+use crate::backend::{CapRefused, Capped, ConnectionCap, Lifecycle, Wire, WireState};
 use crate::pool::hooks::Hooks;
 
 /// A connection idle for at least this long is pinged before it is handed
@@ -139,14 +139,11 @@ impl Manager {
             },
             broken: false,
             lent: false,
-            busy: false,
             own_limit: None,
             pool_set: false,
-            limit: None,
-            limit_stale: false,
             explicit_limit: self.statement_timeout,
             server: Arc::clone(&self.server),
-            stamp,
+            wire: WireState::new(stamp),
         };
         self.settle(&mut wrapper).await?;
         Ok(wrapper)
@@ -174,7 +171,9 @@ impl Manager {
             let result = match self.attempt_timeout {
                 Some(limit) => match tokio::time::timeout(limit, attempt).await {
                     Ok(result) => result,
-                    Err(_) => Err(mysql_async::Error::Other(Box::new(HostTimeout(limit)))),
+                    Err(_) => Err(mysql_async::Error::Other(Box::new(HostError::HostTimeout(
+                        limit,
+                    )))),
                 },
                 None => attempt.await,
             };
@@ -207,7 +206,7 @@ impl Manager {
             })
             .collect::<Vec<_>>()
             .join("; ");
-        Err(mysql_async::Error::Other(Box::new(NoHost(text))))
+        Err(mysql_async::Error::Other(Box::new(HostError::NoHost(text))))
     }
 
     /// The `post_create` hooks, after [`setup`](Self::setup) and before
@@ -279,50 +278,45 @@ impl Manager {
         self.post_create(wrapper).await?;
         wrapper.session = read_settings(wrapper, &self.server).await?;
         if let Readiness::NotReady(why) = &wrapper.session.readiness {
-            return Err(mysql_async::Error::Other(Box::new(NotReady(why.clone()))));
+            return Err(mysql_async::Error::Other(Box::new(HostError::NotReady(
+                why.clone(),
+            ))));
         }
         wrapper.settle_limit(pool_set, own, self.statement_timeout);
         Ok(())
     }
 }
 
-/// A Galera node that is not ready for writes (see
-/// [Several hosts](super#several-hosts-failover)): its connection is not
-/// used.
+/// Why the manager gave no connection.
 #[derive(Debug)]
-struct NotReady(String);
+enum HostError {
+    /// A Galera node that is not ready for writes (see
+    /// [Several hosts](super#several-hosts-failover)): its connection is
+    /// not used.
+    NotReady(String),
+    /// One host's attempt took longer than `create_timeout`.
+    HostTimeout(Duration),
+    /// No host of the list gave a connection: each one's error.
+    NoHost(String),
+}
 
-impl std::fmt::Display for NotReady {
+impl std::fmt::Display for HostError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the Galera node is not ready for writes ({})", self.0)
+        match self {
+            HostError::NotReady(why) => {
+                write!(f, "the Galera node is not ready for writes ({why})")
+            }
+            HostError::HostTimeout(limit) => {
+                write!(f, "no connection within {} ms", limit.as_millis())
+            }
+            HostError::NoHost(errors) => {
+                write!(f, "no host gave a connection ready for writes: {errors}")
+            }
+        }
     }
 }
 
-impl std::error::Error for NotReady {}
-
-/// One host's attempt took longer than `create_timeout`.
-#[derive(Debug)]
-struct HostTimeout(Duration);
-
-impl std::fmt::Display for HostTimeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "no connection within {} ms", self.0.as_millis())
-    }
-}
-
-impl std::error::Error for HostTimeout {}
-
-/// No host of the list gave a connection: each one's error.
-#[derive(Debug)]
-struct NoHost(String);
-
-impl std::fmt::Display for NoHost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "no host gave a connection ready for writes: {}", self.0)
-    }
-}
-
-impl std::error::Error for NoHost {}
+impl std::error::Error for HostError {}
 
 /// `SET SESSION max_statement_time` to `limit` (`None`: no limit).
 fn set_limit(limit: Option<Duration>) -> String {
@@ -565,20 +559,15 @@ impl managed::Manager for Manager {
     ) -> RecycleResult<mysql_async::Error> {
         // Only ever a connection in the pool: one in use is retired when it
         // comes back and is next taken (or swept).
-        if let Some(why) = self.lifecycle.expired(&wrapper.stamp, metrics) {
+        if let Some(why) = wrapper.wire.unusable(&self.lifecycle, metrics) {
             return Err(RecycleError::message(why));
         }
-        if wrapper.busy {
-            return Err(RecycleError::message(
-                "a statement on this connection was left unanswered",
-            ));
-        }
-        if !wrapper.lent && wrapper.limit_stale {
-            wrapper.busy = true;
+        if !wrapper.lent && wrapper.wire.limit_stale {
+            wrapper.wire.busy = true;
             Box::pin(wrapper.refresh_limit())
                 .await
                 .map_err(RecycleError::Backend)?;
-            wrapper.busy = false;
+            wrapper.wire.busy = false;
         }
         if !wrapper.lent
             && metrics.last_used() < IDLE_PING
@@ -593,9 +582,9 @@ impl managed::Manager for Manager {
         // The check talks to the server: if it does not finish within
         // `recycle_timeout`, deadpool drops the connection still marked,
         // and it is closed at once.
-        wrapper.busy = true;
+        wrapper.wire.busy = true;
         let checked = Box::pin(self.check(wrapper, metrics)).await;
-        wrapper.busy = false;
+        wrapper.wire.busy = false;
         checked
     }
 }
@@ -662,43 +651,27 @@ pub struct ConnWrapper {
     pub(crate) broken: bool,
     /// Handed out by `Pool::get`: reset before reuse.
     pub(crate) lent: bool,
-    /// A request of batchpool's is unanswered (see [`Wire`]).
-    busy: bool,
     /// The session's own `max_statement_time`, before the pool set the
     /// user's [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout)
     /// (`None`: no limit).
     own_limit: Option<Duration>,
     /// The pool's `SET max_statement_time` is in force on the session.
     pool_set: bool,
-    /// The statement time limit in force (see [`Wire::statement_limit`]).
-    limit: Option<Duration>,
-    /// A statement of the user's that names `max_statement_time` ran: the
-    /// limit is read again before the pool relies on it.
-    limit_stale: bool,
     /// [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout).
     explicit_limit: Option<Duration>,
     /// The pool's server settings (read again with the session's).
     server: Arc<OnceLock<ServerInfo>>,
-    /// Its generation and idle time, for the pool's lifecycle settings.
-    stamp: Stamp,
+    /// Busy, statement limit and lifecycle stamp (see [`Wire`]).
+    wire: WireState,
 }
 
 impl Wire for ConnWrapper {
-    fn set_busy(&mut self, busy: bool) {
-        self.busy = busy;
+    fn wire(&self) -> &WireState {
+        &self.wire
     }
 
-    fn is_busy(&self) -> bool {
-        self.busy
-    }
-
-    fn statement_limit(&self) -> Option<Duration> {
-        // Unknown after a statement that may have changed it.
-        self.limit.filter(|_| !self.limit_stale)
-    }
-
-    fn stamp(&self) -> &Stamp {
-        &self.stamp
+    fn wire_mut(&mut self) -> &mut WireState {
+        &mut self.wire
     }
 }
 
@@ -711,7 +684,7 @@ impl Drop for ConnWrapper {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        if !self.busy {
+        if !self.wire.busy {
             // mysql_async reads what is pending, then quits, in a task.
             return;
         }
@@ -760,7 +733,7 @@ impl ConnWrapper {
     /// such limit (MySQL) the pool enforces the user's `explicit` one
     /// itself.
     fn settle_limit(&mut self, pool_set: bool, own: Option<Duration>, explicit: Option<Duration>) {
-        self.limit_stale = false;
+        self.wire.limit_stale = false;
         let read = self.session.statement_limit;
         // `max_statement_time` keeps microseconds; the pool sets whole ms.
         let same = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
@@ -769,7 +742,7 @@ impl ConnWrapper {
         };
         self.pool_set = pool_set && same(read, explicit);
         self.own_limit = if self.pool_set { own } else { read };
-        self.limit = match (read, explicit.filter(|_| !pool_set)) {
+        self.wire.limit = match (read, explicit.filter(|_| !pool_set)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -785,14 +758,14 @@ impl ConnWrapper {
                 .windows(NAME.len())
                 .any(|w| w.eq_ignore_ascii_case(NAME))
         }) {
-            self.limit_stale = true;
+            self.wire.limit_stale = true;
         }
     }
 
     /// Reads the session's settings again if a statement may have changed
     /// its limit (see [`note_texts`](Self::note_texts)).
     pub(crate) async fn refresh_limit(&mut self) -> Result<(), mysql_async::Error> {
-        if !self.limit_stale {
+        if !self.wire.limit_stale {
             return Ok(());
         }
         let server = Arc::clone(&self.server);
@@ -815,7 +788,7 @@ impl ConnWrapper {
         let own = self.own_limit;
         self.query_drop(set_limit(own)).await?;
         self.pool_set = false;
-        self.limit = own;
+        self.wire.limit = own;
         Ok(())
     }
 

@@ -60,6 +60,39 @@ fn split_table(text: &str) -> Option<(Option<String>, String)> {
     }
 }
 
+/// The schema and table a table name as written (`t`, `` `db`.`t` ``)
+/// names: its own schema, else the connection's current database. `None`
+/// when the name does not parse or there is no current database.
+async fn locate(
+    conn: &mut Client,
+    table: &str,
+) -> Result<Option<(String, String)>, mysql_async::Error> {
+    let Some((schema, name)) = split_table(table) else {
+        return Ok(None);
+    };
+    let schema = match schema {
+        Some(schema) => Some(schema),
+        None => conn
+            .query_first::<Option<String>, _>("SELECT DATABASE()")
+            .await?
+            .flatten(),
+    };
+    Ok(schema.map(|schema| (schema, name)))
+}
+
+/// The parameters of a query that filters three catalog tables, each by
+/// literal schema and table.
+fn three_filters(schema: &str, name: &str) -> (String, String, String, String, String, String) {
+    (
+        schema.to_owned(),
+        name.to_owned(),
+        schema.to_owned(),
+        name.to_owned(),
+        schema.to_owned(),
+        name.to_owned(),
+    )
+}
+
 /// What the server says about the target table.
 pub(crate) struct TableFacts {
     /// Storage engine (`InnoDB`...).
@@ -116,29 +149,12 @@ pub(crate) async fn table_facts(
     conn: &mut Client,
     table: &str,
 ) -> Result<Option<TableFacts>, Error> {
-    let Some((schema, name)) = split_table(table) else {
-        return Ok(None);
-    };
     let run = async {
-        let schema = match schema {
-            Some(schema) => Some(schema),
-            None => conn
-                .query_first::<Option<String>, _>("SELECT DATABASE()")
-                .await?
-                .flatten(),
-        };
-        let Some(schema) = schema else {
+        let Some((schema, name)) = locate(conn, table).await? else {
             return Ok(None);
         };
-        let params = (
-            schema.clone(),
-            name.clone(),
-            schema.clone(),
-            name.clone(),
-            schema,
-            name,
-        );
-        conn.exec_first::<Row, _, _>(TABLE_FACTS, params).await
+        conn.exec_first::<Row, _, _>(TABLE_FACTS, three_filters(&schema, &name))
+            .await
     };
     let row = match run.await {
         Ok(Some(row)) => row,
@@ -204,29 +220,13 @@ pub(crate) async fn fingerprint(
     table: &str,
     calls: bool,
 ) -> Result<Option<String>, Error> {
-    let Some((schema, name)) = split_table(table) else {
-        return Ok(None);
-    };
     let run = async {
-        let schema = match schema {
-            Some(schema) => Some(schema),
-            None => conn
-                .query_first::<Option<String>, _>("SELECT DATABASE()")
-                .await?
-                .flatten(),
-        };
-        let Some(schema) = schema else {
+        let Some((schema, name)) = locate(conn, table).await? else {
             return Ok(None);
         };
-        let params = (
-            schema.clone(),
-            name.clone(),
-            schema.clone(),
-            name.clone(),
-            schema.clone(),
-            name,
-        );
-        let table: Option<Option<String>> = conn.exec_first(FINGERPRINT, params).await?;
+        let table: Option<Option<String>> = conn
+            .exec_first(FINGERPRINT, three_filters(&schema, &name))
+            .await?;
         let functions: Option<Option<String>> = if calls {
             conn.query_first(FUNCTIONS_FINGERPRINT).await?
         } else {

@@ -38,6 +38,15 @@ pub enum SslMode {
 }
 
 impl SslMode {
+    /// Every mode, weakest first.
+    const ALL: [SslMode; 5] = [
+        SslMode::Disabled,
+        SslMode::Preferred,
+        SslMode::Required,
+        SslMode::VerifyCa,
+        SslMode::VerifyIdentity,
+    ];
+
     /// The name used in URLs (`VERIFY_IDENTITY`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -50,30 +59,13 @@ impl SslMode {
     }
 }
 
-impl fmt::Display for SslMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::params::display_as_str!(SslMode);
 
 impl FromStr for SslMode {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<SslMode, Error> {
-        match s.to_ascii_uppercase().as_str() {
-            "DISABLED" => Ok(SslMode::Disabled),
-            "PREFERRED" => Ok(SslMode::Preferred),
-            "REQUIRED" => Ok(SslMode::Required),
-            "VERIFY_CA" => Ok(SslMode::VerifyCa),
-            "VERIFY_IDENTITY" => Ok(SslMode::VerifyIdentity),
-            _ => Err(Error::new(
-                Kind::Config,
-                format!(
-                    "invalid ssl-mode={s:?}: expected DISABLED, PREFERRED, REQUIRED, VERIFY_CA \
-                     or VERIFY_IDENTITY"
-                ),
-            )),
-        }
+        crate::params::parse_name("ssl-mode", s, &SslMode::ALL, SslMode::as_str, true)
     }
 }
 
@@ -108,24 +100,16 @@ const KEYS: [&str; 4] = ["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
 /// Takes batchpool's TLS parameters out of a MySQL URL and returns the rest
 /// (for mysql_async) with the settings.
 pub(crate) fn split(url: &str) -> Result<(String, MyTls), Error> {
-    let (rest, taken) = crate::params::take(url, &KEYS);
-    let mut tls = MyTls::default();
-    for (key, value) in taken {
-        match key.as_str() {
-            "ssl-mode" => tls.mode = Some(value.parse()?),
-            "ssl-ca" => tls.ca = Some(value.into()),
-            "ssl-cert" => tls.cert = Some(value.into()),
-            _ => tls.key = Some(value.into()),
-        }
-    }
-    if tls.cert.is_some() != tls.key.is_some() {
-        return Err(Error::new(
-            Kind::Config,
-            "ssl-cert and ssl-key go together: give both files or neither",
-        ));
-    }
+    let (rest, taken) = crate::params::take_tls(url, &KEYS)?;
     let (_, named) = crate::params::take(&rest, &["prefer_socket"]);
-    tls.prefer_socket_named = !named.is_empty();
+    let tls = MyTls {
+        mode: taken.mode,
+        ca: taken.root_cert,
+        cert: taken.cert,
+        key: taken.key,
+        prefer_socket_named: !named.is_empty(),
+        custom: None,
+    };
     Ok((rest, tls))
 }
 

@@ -10,6 +10,20 @@ use crate::engine::Engine;
 use crate::error::Error;
 use crate::stats::Counters;
 
+/// The builder's setters of `Option<Duration>` settings (each takes a
+/// `Duration` or `None`), with their documentation.
+macro_rules! duration_setters {
+    ($($(#[$doc:meta])* $name:ident;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, d: impl Into<Option<Duration>>) -> Self {
+                self.settings.$name = d.into();
+                self
+            }
+        )*
+    };
+}
+
 /// Builds a [`Pool`]: from [`Pool::builder`] (a connection string) or the
 /// backend's own config type (`postgres::Pool::from_config`,
 /// `mysql::Pool::from_opts`).
@@ -65,119 +79,97 @@ impl<B: Backend> PoolBuilder<B> {
         self
     }
 
-    /// Longest time a call may wait before its statement is sent: for its
-    /// SQL text to be learned, a queue slot, a connection (opening one
-    /// included), counted end to end from the call's start (default:
-    /// unbounded). A coalesced row not sent when its time is up fails then,
-    /// with an error for which [`Error::is_timeout`](crate::Error::is_timeout)
-    /// is true and [`is_outcome_unknown`](crate::Error::is_outcome_unknown)
-    /// false, and is never sent afterwards — whatever held it: no connection
-    /// free, a flush waiting to take more rows, an earlier statement of its
-    /// own flush. Rows already sent are bounded by
-    /// [`statement_timeout`](PoolBuilder::statement_timeout) instead.
-    pub fn wait_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
-        self.settings.wait_timeout = d.into();
-        self
-    }
+    duration_setters! {
+        /// Longest time a call may wait before its statement is sent: for its
+        /// SQL text to be learned, a queue slot, a connection (opening one
+        /// included), counted end to end from the call's start (default:
+        /// unbounded). A coalesced row not sent when its time is up fails then,
+        /// with an error for which [`Error::is_timeout`](crate::Error::is_timeout)
+        /// is true and [`is_outcome_unknown`](crate::Error::is_outcome_unknown)
+        /// false, and is never sent afterwards — whatever held it: no connection
+        /// free, a flush waiting to take more rows, an earlier statement of its
+        /// own flush. Rows already sent are bounded by
+        /// [`statement_timeout`](PoolBuilder::statement_timeout) instead.
+        wait_timeout;
 
-    /// Longest time to open a new connection (default 10 s). `None` for
-    /// unbounded.
-    pub fn create_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
-        self.settings.create_timeout = d.into();
-        self
-    }
+        /// Longest time to open a new connection (default 10 s). `None` for
+        /// unbounded.
+        create_timeout;
 
-    /// Longest time to check a connection before it is handed out again
-    /// (default 5 s). `None` for unbounded.
-    pub fn recycle_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
-        self.settings.recycle_timeout = d.into();
-        self
-    }
+        /// Longest time to check a connection before it is handed out again
+        /// (default 5 s). `None` for unbounded.
+        recycle_timeout;
 
-    /// Time limit of every statement the pool sends (default `None`: the
-    /// session's own limit, from the connection string, the role or user,
-    /// the database or the server; the pool sets none).
-    ///
-    /// Whichever limit a session has is enforced twice. The server cancels
-    /// a slow statement at the limit, and every caller of it gets a
-    /// definite error for which
-    /// [`Error::is_statement_timeout`](crate::Error::is_statement_timeout)
-    /// is true (nothing of it committed). And the pool waits for an answer
-    /// at most the limit plus 1 s: a statement still unanswered then (a
-    /// network black hole, a stalled server) fails its callers with an
-    /// error for which [`is_outcome_unknown`](crate::Error::is_outcome_unknown)
-    /// and [`is_timeout`](crate::Error::is_timeout) are true, and its
-    /// connection is closed, never returned to the pool. The pool reads the
-    /// session's limit from the server (`SHOW statement_timeout`,
-    /// `@@max_statement_time`) when a connection opens and after every
-    /// reset; a session without one gets no deadline from the pool either
-    /// (TCP keepalive and [`tcp_user_timeout`](PoolBuilder::tcp_user_timeout)
-    /// still notice a vanished peer).
-    ///
-    /// Set, the pool changes the session for its own statements: `SET
-    /// statement_timeout` (PostgreSQL, not behind a pooler) or `SET SESSION
-    /// max_statement_time` (MariaDB) on each new connection. A `post_create`
-    /// hook that sets the limit itself wins. A `Pool::get` connection gets
-    /// the session's own limit back before it is handed out (one round
-    /// trip), so a long migration or `VACUUM` on it is not cut by this
-    /// setting. Where the server cannot take it (behind a transaction-mode
-    /// pooler, MySQL's writes) only the pool's deadline applies.
-    pub fn statement_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
-        self.settings.statement_timeout = d.into();
-        self
-    }
+        /// Time limit of every statement the pool sends (default `None`: the
+        /// session's own limit, from the connection string, the role or user,
+        /// the database or the server; the pool sets none).
+        ///
+        /// Whichever limit a session has is enforced twice. The server cancels
+        /// a slow statement at the limit, and every caller of it gets a
+        /// definite error for which
+        /// [`Error::is_statement_timeout`](crate::Error::is_statement_timeout)
+        /// is true (nothing of it committed). And the pool waits for an answer
+        /// at most the limit plus 1 s: a statement still unanswered then (a
+        /// network black hole, a stalled server) fails its callers with an
+        /// error for which [`is_outcome_unknown`](crate::Error::is_outcome_unknown)
+        /// and [`is_timeout`](crate::Error::is_timeout) are true, and its
+        /// connection is closed, never returned to the pool. The pool reads the
+        /// session's limit from the server (`SHOW statement_timeout`,
+        /// `@@max_statement_time`) when a connection opens and after every
+        /// reset; a session without one gets no deadline from the pool either
+        /// (TCP keepalive and [`tcp_user_timeout`](PoolBuilder::tcp_user_timeout)
+        /// still notice a vanished peer).
+        ///
+        /// Set, the pool changes the session for its own statements: `SET
+        /// statement_timeout` (PostgreSQL, not behind a pooler) or `SET SESSION
+        /// max_statement_time` (MariaDB) on each new connection. A `post_create`
+        /// hook that sets the limit itself wins. A `Pool::get` connection gets
+        /// the session's own limit back before it is handed out (one round
+        /// trip), so a long migration or `VACUUM` on it is not cut by this
+        /// setting. Where the server cannot take it (behind a transaction-mode
+        /// pooler, MySQL's writes) only the pool's deadline applies.
+        statement_timeout;
 
-    /// TCP keepalive idle time of new connections (default 30 s; `None`
-    /// turns keepalive off), unless the connection string sets it
-    /// (`keepalives_idle` / `keepalives=0`, `tcp_keepalive`). With
-    /// [`tcp_user_timeout`](PoolBuilder::tcp_user_timeout) it is how a
-    /// connection to a vanished host is noticed while it is idle.
-    pub fn tcp_keepalive(mut self, d: impl Into<Option<Duration>>) -> Self {
-        self.settings.tcp_keepalive = d.into();
-        self
-    }
+        /// TCP keepalive idle time of new connections (default 30 s; `None`
+        /// turns keepalive off), unless the connection string sets it
+        /// (`keepalives_idle` / `keepalives=0`, `tcp_keepalive`). With
+        /// [`tcp_user_timeout`](PoolBuilder::tcp_user_timeout) it is how a
+        /// connection to a vanished host is noticed while it is idle.
+        tcp_keepalive;
 
-    /// `TCP_USER_TIMEOUT` of new connections (default 30 s; `None` for the
-    /// OS default, which retransmits for about 15 minutes), unless the
-    /// connection string sets `tcp_user_timeout`: how long sent data (or a
-    /// keepalive probe) may stay unacknowledged before the OS closes the
-    /// connection. PostgreSQL only: mysql_async does not expose it.
-    pub fn tcp_user_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
-        self.settings.tcp_user_timeout = d.into();
-        self
-    }
+        /// `TCP_USER_TIMEOUT` of new connections (default 30 s; `None` for the
+        /// OS default, which retransmits for about 15 minutes), unless the
+        /// connection string sets `tcp_user_timeout`: how long sent data (or a
+        /// keepalive probe) may stay unacknowledged before the OS closes the
+        /// connection. PostgreSQL only: mysql_async does not expose it.
+        tcp_user_timeout;
 
-    /// Longest time a connection is kept open, counted from when it was
-    /// opened (default `None`: no limit). An older connection is closed
-    /// instead of being handed out, and an idle one by a background task
-    /// within about a quarter of this (at most 1 s) after it reaches the
-    /// age; a new one is opened when needed. A connection in use is never
-    /// closed under its user: one lent by [`Pool::get`](crate::postgres::Pool::get),
-    /// in a [`Transaction`](crate::Transaction) or carrying a statement is
-    /// closed when it comes back.
-    ///
-    /// Set it below any limit between the pool and the server (a load
-    /// balancer's or firewall's connection lifetime, a server's
-    /// `idle_session_timeout` / `wait_timeout`...), or to spread sessions
-    /// over servers added behind a load balancer. Every connection opened
-    /// at once reaches the age at once too.
-    pub fn max_lifetime(mut self, d: impl Into<Option<Duration>>) -> Self {
-        self.settings.max_lifetime = d.into();
-        self
-    }
+        /// Longest time a connection is kept open, counted from when it was
+        /// opened (default `None`: no limit). An older connection is closed
+        /// instead of being handed out, and an idle one by a background task
+        /// within about a quarter of this (at most 1 s) after it reaches the
+        /// age; a new one is opened when needed. A connection in use is never
+        /// closed under its user: one lent by [`Pool::get`](crate::postgres::Pool::get),
+        /// in a [`Transaction`](crate::Transaction) or carrying a statement is
+        /// closed when it comes back.
+        ///
+        /// Set it below any limit between the pool and the server (a load
+        /// balancer's or firewall's connection lifetime, a server's
+        /// `idle_session_timeout` / `wait_timeout`...), or to spread sessions
+        /// over servers added behind a load balancer. Every connection opened
+        /// at once reaches the age at once too.
+        max_lifetime;
 
-    /// Longest time a connection may sit unused in the pool before it is
-    /// closed (default `None`: no limit), by a background task that looks
-    /// about four times per `idle_timeout` (at most once a second): an idle
-    /// connection is closed between `idle_timeout` and about 1.5 ×
-    /// `idle_timeout` after it came back. A connection in use is never
-    /// closed. Set it to give connections back to the server after a burst,
-    /// or below a firewall's or the server's idle limit (MySQL's
-    /// `wait_timeout`, PostgreSQL's `idle_session_timeout`), so that a
-    /// connection the other side closed is never handed out.
-    pub fn idle_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
-        self.settings.idle_timeout = d.into();
-        self
+        /// Longest time a connection may sit unused in the pool before it is
+        /// closed (default `None`: no limit), by a background task that looks
+        /// about four times per `idle_timeout` (at most once a second): an idle
+        /// connection is closed between `idle_timeout` and about 1.5 ×
+        /// `idle_timeout` after it came back. A connection in use is never
+        /// closed. Set it to give connections back to the server after a burst,
+        /// or below a firewall's or the server's idle limit (MySQL's
+        /// `wait_timeout`, PostgreSQL's `idle_session_timeout`), so that a
+        /// connection the other side closed is never handed out.
+        idle_timeout;
     }
 
     /// The pool's name (default `"default"`): the `pool` label of its

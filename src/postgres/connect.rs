@@ -12,27 +12,31 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 
 use super::listen::{Received, forward};
 
+/// An open connection and the task that drives it.
+pub(crate) type Connected = (tokio_postgres::Client, tokio::task::JoinHandle<()>);
+
+/// An open connection, the receiver of its notifications and the task that
+/// drives it.
+pub(crate) type ConnectedListening = (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<Received>,
+    tokio::task::JoinHandle<()>,
+);
+
 /// Opens a connection and drives it on a spawned task.
 #[async_trait]
 pub(crate) trait Connect: Send + Sync {
     async fn connect(
         &self,
         config: &tokio_postgres::Config,
-    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>;
+    ) -> Result<Connected, tokio_postgres::Error>;
 
     /// Like `connect`, with the connection's notifications forwarded to the
     /// returned receiver (a [`Listener`](super::Listener)'s connection).
     async fn connect_listening(
         &self,
         config: &tokio_postgres::Config,
-    ) -> Result<
-        (
-            tokio_postgres::Client,
-            tokio::sync::mpsc::UnboundedReceiver<Received>,
-            tokio::task::JoinHandle<()>,
-        ),
-        tokio_postgres::Error,
-    >;
+    ) -> Result<ConnectedListening, tokio_postgres::Error>;
 }
 
 /// Any tokio-postgres TLS connector (`NoTls`, tokio-postgres-rustls,
@@ -50,7 +54,7 @@ where
     async fn connect(
         &self,
         config: &tokio_postgres::Config,
-    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error> {
+    ) -> Result<Connected, tokio_postgres::Error> {
         let (client, connection) = config.connect(self.0.clone()).await?;
         let io = tokio::spawn(async move {
             if let Err(e) = connection.await {
@@ -63,14 +67,7 @@ where
     async fn connect_listening(
         &self,
         config: &tokio_postgres::Config,
-    ) -> Result<
-        (
-            tokio_postgres::Client,
-            tokio::sync::mpsc::UnboundedReceiver<Received>,
-            tokio::task::JoinHandle<()>,
-        ),
-        tokio_postgres::Error,
-    > {
+    ) -> Result<ConnectedListening, tokio_postgres::Error> {
         let (client, connection) = config.connect(self.0.clone()).await?;
         let (received, io) = forward(connection);
         Ok((client, received, io))

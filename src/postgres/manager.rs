@@ -21,7 +21,7 @@ use super::pipeline::{Step, in_order};
 use super::pooler::behind_pooler;
 use super::statements::Statements;
 use super::unnamed::{Described, Learned, look_up, preload_types};
-use crate::backend::{CapRefused, Capped, ConnectionCap, Lifecycle, Stamp, Wire};
+use crate::backend::{CapRefused, Capped, ConnectionCap, Lifecycle, Wire, WireState};
 use crate::error::{Error, Kind};
 use crate::pool::hooks::Hooks;
 use crate::sync::lock;
@@ -143,23 +143,18 @@ impl managed::Manager for Manager {
     ) -> RecycleResult<ConnectError> {
         // Only ever a connection in the pool: one in use is retired when it
         // comes back and is next taken (or swept).
-        if let Some(why) = self.lifecycle.expired(&client.stamp, metrics) {
-            return Err(RecycleError::message(why));
-        }
         if client.is_broken() {
             return Err(RecycleError::message("connection closed"));
         }
-        if client.busy {
-            return Err(RecycleError::message(
-                "a statement on this connection was left unanswered",
-            ));
+        if let Some(why) = client.wire.unusable(&self.lifecycle, metrics) {
+            return Err(RecycleError::message(why));
         }
-        if !client.lent && client.limit_stale {
-            client.busy = true;
+        if !client.lent && client.wire.limit_stale {
+            client.wire.busy = true;
             Box::pin(client.refresh_limit(self.statement_timeout))
                 .await
                 .map_err(|e| RecycleError::Backend(e.into()))?;
-            client.busy = false;
+            client.wire.busy = false;
         }
         let read_only_seen = client.read_only_seen.swap(false, Ordering::Relaxed);
         if !client.lent && !self.hooks.has_pre_recycle() && !read_only_seen {
@@ -168,7 +163,7 @@ impl managed::Manager for Manager {
         }
         // Marked busy meanwhile: past `recycle_timeout` deadpool drops it,
         // and a busy connection is closed at once.
-        client.busy = true;
+        client.wire.busy = true;
         Box::pin(self.check(client))
             .await
             .map_err(RecycleError::Backend)?;
@@ -187,7 +182,7 @@ impl managed::Manager for Manager {
                 "the session is read-only (transaction_read_only = on)",
             ));
         }
-        client.busy = false;
+        client.wire.busy = false;
         Ok(())
     }
 }
@@ -296,14 +291,11 @@ impl Manager {
             read_only_seen: AtomicBool::new(false),
             types: Mutex::new(HashSet::new()),
             pooled,
-            busy: false,
             lent: false,
             own_limit: own,
             pool_set: false,
-            limit: None,
-            limit_stale: false,
             explicit_limit: self.statement_timeout,
-            stamp,
+            wire: WireState::new(stamp),
         };
         if unnamed {
             match preload_types(&wrapper.client).await {
@@ -402,8 +394,6 @@ pub struct ClientWrapper {
     /// Unnamed mode: oids of the catalog types tokio-postgres has cached on
     /// this connection.
     types: Mutex<HashSet<u32>>,
-    /// A request of batchpool's is unanswered (see [`Wire`]).
-    busy: bool,
     /// Handed out by `Pool::get`: reset (or checked, behind a pooler)
     /// before reuse.
     pub(crate) lent: bool,
@@ -415,33 +405,19 @@ pub struct ClientWrapper {
     own_limit: Option<Duration>,
     /// The pool's `SET statement_timeout` is in force on the session.
     pool_set: bool,
-    /// The statement time limit in force (see [`Wire::statement_limit`]).
-    limit: Option<Duration>,
-    /// A statement of the user's that names `statement_timeout` ran: the
-    /// limit is read again before the pool relies on it.
-    limit_stale: bool,
     /// [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout).
     explicit_limit: Option<Duration>,
-    /// Its generation and idle time, for the pool's lifecycle settings.
-    stamp: Stamp,
+    /// Busy, statement limit and lifecycle stamp (see [`Wire`]).
+    wire: WireState,
 }
 
 impl Wire for ClientWrapper {
-    fn set_busy(&mut self, busy: bool) {
-        self.busy = busy;
+    fn wire(&self) -> &WireState {
+        &self.wire
     }
 
-    fn is_busy(&self) -> bool {
-        self.busy
-    }
-
-    fn statement_limit(&self) -> Option<Duration> {
-        // Unknown after a statement that may have changed it.
-        self.limit.filter(|_| !self.limit_stale)
-    }
-
-    fn stamp(&self) -> &Stamp {
-        &self.stamp
+    fn wire_mut(&mut self) -> &mut WireState {
+        &mut self.wire
     }
 }
 
@@ -506,7 +482,7 @@ fn parse_limit(value: &str) -> Option<Duration> {
 
 impl Drop for ClientWrapper {
     fn drop(&mut self) {
-        if self.busy {
+        if self.wire.busy {
             // Do not wait for an answer that may never come: close the
             // socket now (the server rolls back whatever was open).
             self.io.abort();
@@ -553,15 +529,15 @@ impl ClientWrapper {
     /// `explicit` limit (behind a pooler) it enforces it itself, as the
     /// tighter of the two.
     fn settle_limit(&mut self, read: Option<Duration>, explicit: Option<Duration>) {
-        self.limit_stale = false;
+        self.wire.limit_stale = false;
         if self.pool_set && read == explicit {
-            self.limit = explicit;
+            self.wire.limit = explicit;
             return;
         }
         // Not the pool's value (a hook changed it): the session's own.
         self.pool_set = false;
         self.own_limit = read;
-        self.limit = match (read, explicit.filter(|_| self.pooled)) {
+        self.wire.limit = match (read, explicit.filter(|_| self.pooled)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -572,7 +548,7 @@ impl ClientWrapper {
     /// change the session's limit, which is then read again.
     pub(crate) fn note_texts(&mut self, texts: &[&str]) {
         if texts.iter().any(|sql| names_limit(sql)) {
-            self.limit_stale = true;
+            self.wire.limit_stale = true;
         }
     }
 
@@ -583,7 +559,7 @@ impl ClientWrapper {
         &mut self,
         explicit: Option<Duration>,
     ) -> Result<(), tokio_postgres::Error> {
-        if !self.limit_stale {
+        if !self.wire.limit_stale {
             return Ok(());
         }
         let read = show_limit(&self.client).await?;
@@ -607,7 +583,7 @@ impl ClientWrapper {
             .await
             .map_err(sent_error)?;
         self.pool_set = false;
-        self.limit = self.own_limit;
+        self.wire.limit = self.own_limit;
         Ok(())
     }
 

@@ -2,10 +2,9 @@
 //! unnamed ones only (safe behind a transaction-mode pooler), and the
 //! connection-string parameter `statements=` that selects it.
 
-use std::fmt;
 use std::str::FromStr;
 
-use crate::error::{Error, Kind};
+use crate::error::Error;
 
 /// Which kind of prepared statement the pool sends (see
 /// [Behind a pooler](super#behind-a-pooler)).
@@ -69,25 +68,15 @@ impl Statements {
     }
 }
 
-impl fmt::Display for Statements {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::params::display_as_str!(Statements);
 
 impl FromStr for Statements {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Statements, Error> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" => Ok(Statements::Auto),
-            "named" => Ok(Statements::Named),
-            "unnamed" => Ok(Statements::Unnamed),
-            other => Err(Error::new(
-                Kind::Config,
-                format!("invalid statements={other:?}: expected auto, named or unnamed"),
-            )),
-        }
+        let all = [Statements::Auto, Statements::Named, Statements::Unnamed];
+        let s = s.to_ascii_lowercase();
+        crate::params::parse_name("statements", &s, &all, Statements::as_str, false)
     }
 }
 
@@ -110,32 +99,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn url_parameter_is_taken_out() {
-        let (rest, mode) =
-            split("postgresql://u@h:6432/db?sslmode=disable&statements=unnamed&x=1").unwrap();
-        assert_eq!(rest, "postgresql://u@h:6432/db?sslmode=disable&x=1");
-        assert_eq!(mode, Some(Statements::Unnamed));
-        let (rest, mode) = split("postgres://u@h/db?statements=named").unwrap();
-        assert_eq!(rest, "postgres://u@h/db");
-        assert_eq!(mode, Some(Statements::Named));
-        let (rest, mode) = split("postgres://u@h/db").unwrap();
-        assert_eq!((rest.as_str(), mode), ("postgres://u@h/db", None));
-    }
-
-    #[test]
-    fn key_value_parameter_is_taken_out() {
-        let (rest, mode) =
-            split("host=h statements = 'Unnamed' password='a b\\'c' user=u").unwrap();
-        assert_eq!(rest, "host=h password='a b\\'c' user=u");
-        assert_eq!(mode, Some(Statements::Unnamed));
-        let (rest, mode) = split("host=h user=u").unwrap();
-        assert_eq!((rest.as_str(), mode), ("host=h user=u", None));
-        // A value that merely contains the word is not the key.
-        let (rest, mode) = split("application_name=statements host=h").unwrap();
-        assert_eq!(
-            (rest.as_str(), mode),
-            ("application_name=statements host=h", None)
-        );
+    fn parameter_is_taken_out() {
+        // (connection string, what is left of it, the mode it named)
+        let cases = [
+            (
+                "postgresql://u@h:6432/db?sslmode=disable&statements=unnamed&x=1",
+                "postgresql://u@h:6432/db?sslmode=disable&x=1",
+                Some(Statements::Unnamed),
+            ),
+            (
+                "postgres://u@h/db?statements=named",
+                "postgres://u@h/db",
+                Some(Statements::Named),
+            ),
+            ("postgres://u@h/db", "postgres://u@h/db", None),
+            (
+                "host=h statements = 'Unnamed' password='a b\\'c' user=u",
+                "host=h password='a b\\'c' user=u",
+                Some(Statements::Unnamed),
+            ),
+            ("host=h user=u", "host=h user=u", None),
+            // A value that merely contains the word is not the key.
+            (
+                "application_name=statements host=h",
+                "application_name=statements host=h",
+                None,
+            ),
+        ];
+        for (config, rest, mode) in cases {
+            assert_eq!(split(config).unwrap(), (rest.to_owned(), mode), "{config}");
+        }
     }
 
     #[test]

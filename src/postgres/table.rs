@@ -119,6 +119,27 @@ SELECT format('%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s',
     (SELECT string_agg(concat_ws(':', o.oid, o.xmin), ',' ORDER BY o.oid)
         FROM pg_policy o WHERE o.polrelid IN (SELECT relid FROM tree)))";
 
+/// The one row (if any) of the catalog query `sql`: a named statement
+/// cached on the connection, or in unnamed mode one typed round trip with
+/// the parameter `types`.
+async fn query_catalog(
+    conn: &ClientWrapper,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    types: &[Type],
+) -> Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
+    if conn.unnamed() {
+        let typed: Vec<(&(dyn ToSql + Sync), Type)> =
+            params.iter().copied().zip(types.iter().cloned()).collect();
+        conn.query_typed(sql, &typed)
+            .await
+            .map(|rows| rows.into_iter().next())
+    } else {
+        let stmt = conn.prepare_cached(sql).await?;
+        conn.query_opt(&stmt, params).await
+    }
+}
+
 /// The parameter types of [`FINGERPRINT`].
 const FINGERPRINT_TYPES: [Type; 2] = [Type::TEXT, Type::TEXT_ARRAY];
 
@@ -130,22 +151,7 @@ pub(crate) async fn fingerprint(
     shape: &InsertShape,
 ) -> Result<Option<String>, Error> {
     let params: [&(dyn ToSql + Sync); 2] = [&shape.table, &shape.calls];
-    let read = async {
-        if conn.unnamed() {
-            let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
-                .iter()
-                .copied()
-                .zip(FINGERPRINT_TYPES.iter().cloned())
-                .collect();
-            conn.query_typed(FINGERPRINT, &typed)
-                .await
-                .map(|rows| rows.into_iter().next())
-        } else {
-            let stmt = conn.prepare_cached(FINGERPRINT).await?;
-            conn.query_opt(&stmt, &params).await
-        }
-    };
-    match read.await {
+    match query_catalog(conn, FINGERPRINT, &params, &FINGERPRINT_TYPES).await {
         Ok(row) => Ok(row.and_then(|row| row.get::<_, Option<String>>(0))),
         Err(e) if e.as_db_error().is_some() => Ok(None),
         Err(e) => Err(unsent_error(e)),
@@ -249,22 +255,7 @@ async fn facts(
     let repeatable: Vec<&str> = REPEATABLE.to_vec();
     let params: [&(dyn ToSql + Sync); 5] =
         [&shape.table, &shape.calls, &events, &keys, &repeatable];
-    let read = async {
-        if conn.unnamed() {
-            let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
-                .iter()
-                .copied()
-                .zip(FACTS_TYPES.iter().cloned())
-                .collect();
-            conn.query_typed(FACTS, &typed)
-                .await
-                .map(|rows| rows.into_iter().next())
-        } else {
-            let stmt = conn.prepare_cached(FACTS).await?;
-            conn.query_opt(&stmt, &params).await
-        }
-    };
-    let row = match read.await {
+    let row = match query_catalog(conn, FACTS, &params, &FACTS_TYPES).await {
         Ok(row) => row,
         // A server that cannot answer (an old version, no catalog access):
         // not coalesced.

@@ -3,13 +3,12 @@
 //! parses only `sslmode=disable|prefer|require`), and what each mode
 //! verifies.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 #[cfg(feature = "rustls")]
 use super::verify::{Verify, client_config};
-use crate::error::{Error, Kind};
+use crate::error::Error;
 
 /// Whether and how a connection uses TLS: libpq's `sslmode`.
 ///
@@ -39,6 +38,17 @@ pub enum SslMode {
 }
 
 impl SslMode {
+    /// Every mode, weakest first. Not libpq's two modes weaker than
+    /// `prefer`: batchpool never negotiates less than asked, so they are not
+    /// offered.
+    const ALL: [SslMode; 5] = [
+        SslMode::Disable,
+        SslMode::Prefer,
+        SslMode::Require,
+        SslMode::VerifyCa,
+        SslMode::VerifyFull,
+    ];
+
     /// The name used in connection strings (`verify-full`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -72,32 +82,13 @@ impl SslMode {
     }
 }
 
-impl fmt::Display for SslMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+crate::params::display_as_str!(SslMode);
 
 impl FromStr for SslMode {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<SslMode, Error> {
-        match s {
-            "disable" => Ok(SslMode::Disable),
-            "prefer" => Ok(SslMode::Prefer),
-            "require" => Ok(SslMode::Require),
-            "verify-ca" => Ok(SslMode::VerifyCa),
-            "verify-full" => Ok(SslMode::VerifyFull),
-            // libpq's two modes weaker than prefer: batchpool never
-            // negotiates less than asked, so they are not offered.
-            other => Err(Error::new(
-                Kind::Config,
-                format!(
-                    "invalid sslmode={other:?}: expected disable, prefer, require, verify-ca \
-                     or verify-full"
-                ),
-            )),
-        }
+        crate::params::parse_name("sslmode", s, &SslMode::ALL, SslMode::as_str, false)
     }
 }
 
@@ -139,17 +130,13 @@ impl TlsConfig {
     /// # Ok::<(), batchpool::Error>(())
     /// ```
     pub fn split_config(config: &str) -> Result<(String, TlsConfig), Error> {
-        let (rest, taken) = crate::params::take(config, &KEYS);
-        let mut tls = TlsConfig::default();
-        for (key, value) in taken {
-            match key.as_str() {
-                "sslmode" => tls.mode = Some(value.parse()?),
-                "sslrootcert" => tls.root_cert = Some(value.into()),
-                "sslcert" => tls.cert = Some(value.into()),
-                _ => tls.key = Some(value.into()),
-            }
-        }
-        tls.check()?;
+        let (rest, taken) = crate::params::take_tls(config, &KEYS)?;
+        let tls = TlsConfig {
+            mode: taken.mode,
+            root_cert: taken.root_cert,
+            cert: taken.cert,
+            key: taken.key,
+        };
         let rest = match tls.mode {
             Some(mode) => crate::params::append(&rest, "sslmode", mode.driver_mode_name()),
             None => rest,
@@ -165,17 +152,6 @@ impl TlsConfig {
     /// The `sslrootcert` file, if one was named.
     pub fn root_cert(&self) -> Option<&Path> {
         self.root_cert.as_deref()
-    }
-
-    /// A client certificate is given with its key, or neither.
-    fn check(&self) -> Result<(), Error> {
-        if self.cert.is_some() != self.key.is_some() {
-            return Err(Error::new(
-                Kind::Config,
-                "sslcert and sslkey go together: give both files or neither",
-            ));
-        }
-        Ok(())
     }
 
     /// Each setting of `self`, else `fallback`'s (the connection string's

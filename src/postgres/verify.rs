@@ -38,11 +38,12 @@ pub(crate) fn client_config(
 ) -> Result<ClientConfig, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier: Arc<dyn ServerCertVerifier> = match verify {
-        Verify::Nothing => Arc::new(AnyCertificate {
+        Verify::Nothing => Arc::new(ChainVerifier {
+            roots: None,
             provider: Arc::clone(&provider),
         }),
-        Verify::Chain => Arc::new(ChainOnly {
-            roots: roots(root_cert)?,
+        Verify::Chain => Arc::new(ChainVerifier {
+            roots: Some(roots(root_cert)?),
             provider: Arc::clone(&provider),
         }),
         Verify::Full => WebPkiServerVerifier::builder_with_provider(
@@ -99,70 +100,17 @@ fn roots(root_cert: Option<&Path>) -> Result<RootCertStore, Error> {
     Ok(roots)
 }
 
-/// `prefer` and `require` (libpq checks no certificate there): the
-/// handshake's signatures are still checked, so the session is with the
-/// holder of the certificate's key, whatever the certificate says.
+/// `prefer` and `require` (`roots` is `None`: libpq checks no certificate
+/// there), and `verify-ca` (the chain must end at one of `roots`; the name
+/// is not checked). In both, the handshake's signatures are still checked,
+/// so the session is with the holder of the certificate's key.
 #[derive(Debug)]
-struct AnyCertificate {
+struct ChainVerifier {
+    roots: Option<RootCertStore>,
     provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain must end at a trusted root; the name is not
-/// checked.
-#[derive(Debug)]
-struct ChainOnly {
-    roots: RootCertStore,
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for ChainVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -171,14 +119,16 @@ impl ServerCertVerifier for ChainOnly {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = ParsedCertificate::try_from(end_entity)?;
-        verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.provider.signature_verification_algorithms.all,
-        )?;
+        if let Some(roots) = &self.roots {
+            let cert = ParsedCertificate::try_from(end_entity)?;
+            verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.provider.signature_verification_algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
