@@ -75,6 +75,10 @@ pub(crate) struct TlsConfig {
     pub(crate) mode: Option<SslMode>,
     ca: Option<PathBuf>,
     cert: Option<PathBuf>,
+    #[cfg_attr(
+        not(feature = "rustls"),
+        allow(dead_code, reason = "the client key is used with the rustls feature")
+    )]
     key: Option<PathBuf>,
     /// The URL named `prefer_socket` (mysql_async's switch to the server's
     /// Unix socket after a TCP connection to it): left as it says.
