@@ -10,7 +10,7 @@ use mysql_async::{Opts, OptsBuilder, Params, QueryResult, Row, Statement};
 
 use super::errors::{sent_error, unsent_error};
 use super::manager::{Manager, Redacted};
-use super::tls::{self, MyTls};
+use super::tls::{self, TlsConfig};
 use super::{Client, MyOptions, MySql};
 use crate::backend::{Driver, End, Group, GroupReplies, Ran, Stmt};
 use crate::config::PoolSettings;
@@ -19,7 +19,7 @@ use crate::error::{Error, Kind};
 /// A statement ready to run: parameterless ones go over the text protocol
 /// (so any statement works, prepared or not).
 #[derive(Debug)]
-pub(crate) enum MyPrepared {
+pub(crate) enum Prepared {
     /// Sent as text.
     Text,
     /// A prepared statement (cached per connection by mysql_async).
@@ -38,7 +38,7 @@ fn in_transaction(conn: &Client) -> bool {
 async fn run(
     conn: &mut Client,
     sql: &str,
-    prepared: &MyPrepared,
+    prepared: &Prepared,
     params: Params,
     all_rows: bool,
 ) -> Result<Ran<Row>, Error> {
@@ -46,11 +46,11 @@ async fn run(
         return Err(Error::closed_before_send());
     }
     let result = match prepared {
-        MyPrepared::Text => match conn.query_iter(sql).await {
+        Prepared::Text => match conn.query_iter(sql).await {
             Ok(result) => read(result, all_rows).await,
             Err(e) => Err(e),
         },
-        MyPrepared::Stmt(stmt) => match conn.exec_iter(stmt, params).await {
+        Prepared::Stmt(stmt) => match conn.exec_iter(stmt, params).await {
             Ok(result) => read(result, all_rows).await,
             Err(e) => Err(e),
         },
@@ -99,7 +99,7 @@ impl Driver for MySql {
     type Options = MyOptions;
     type QueryRow = Row;
     type Args<'a> = Params;
-    type Prepared = MyPrepared;
+    type Prepared = Prepared;
     type Bound = Params;
 
     const NAME: &'static str = "MySQL";
@@ -263,16 +263,16 @@ impl Driver for MySql {
         conn: &'a mut Client,
         texts: &'a [(&'a str, bool)],
         _in_transaction: bool,
-    ) -> Vec<Result<MyPrepared, Error>> {
+    ) -> Vec<Result<Prepared, Error>> {
         conn.note_texts(texts.iter().map(|(sql, _)| *sql));
         let mut out = Vec::with_capacity(texts.len());
         for (sql, has_params) in texts {
             if !has_params {
-                out.push(Ok(MyPrepared::Text));
+                out.push(Ok(Prepared::Text));
                 continue;
             }
             out.push(match conn.prep(*sql).await {
-                Ok(stmt) => Ok(MyPrepared::Stmt(stmt)),
+                Ok(stmt) => Ok(Prepared::Stmt(stmt)),
                 Err(e) => {
                     conn.note_error(&e);
                     Err(unsent_error(e))
@@ -282,10 +282,10 @@ impl Driver for MySql {
         out
     }
 
-    fn bind(prepared: &MyPrepared, args: Params) -> Result<Params, Error> {
+    fn bind(prepared: &Prepared, args: Params) -> Result<Params, Error> {
         let takes = match prepared {
-            MyPrepared::Text => 0,
-            MyPrepared::Stmt(stmt) => usize::from(stmt.num_params()),
+            Prepared::Text => 0,
+            Prepared::Stmt(stmt) => usize::from(stmt.num_params()),
         };
         let given = match &args {
             Params::Empty => 0,
@@ -377,7 +377,7 @@ impl Driver for MySql {
 /// parameters.
 pub(crate) struct MyConfig {
     pub(crate) opts: Opts,
-    pub(crate) tls: MyTls,
+    pub(crate) tls: TlsConfig,
     /// The URL's host list (empty: the one host of `opts`).
     pub(crate) hosts: Vec<super::hosts::Host>,
 }

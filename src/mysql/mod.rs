@@ -359,7 +359,7 @@ pub(crate) struct MyOptions {
     /// [`PoolBuilder::post_create`] and [`PoolBuilder::pre_recycle`].
     hooks: crate::pool::hooks::Hooks<mysql_async::Conn>,
     /// [`PoolBuilder::ssl_mode`] and [`PoolBuilder::ssl_opts`].
-    tls: self::tls::MyTls,
+    tls: self::tls::TlsConfig,
     /// [`PoolBuilder::hosts`]: replaces the URL's hosts.
     hosts: Option<Result<Vec<self::hosts::Host>, crate::Error>>,
 }

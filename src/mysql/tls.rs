@@ -71,10 +71,14 @@ impl FromStr for SslMode {
 
 /// TLS settings from the URL or the builder.
 #[derive(Clone, Default)]
-pub(crate) struct MyTls {
+pub(crate) struct TlsConfig {
     pub(crate) mode: Option<SslMode>,
     ca: Option<PathBuf>,
     cert: Option<PathBuf>,
+    #[cfg_attr(
+        not(feature = "rustls"),
+        allow(dead_code, reason = "the client key is used with the rustls feature")
+    )]
     key: Option<PathBuf>,
     /// The URL named `prefer_socket` (mysql_async's switch to the server's
     /// Unix socket after a TCP connection to it): left as it says.
@@ -83,10 +87,10 @@ pub(crate) struct MyTls {
     pub(crate) custom: Option<SslOpts>,
 }
 
-impl fmt::Debug for MyTls {
+impl fmt::Debug for TlsConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Not `SslOpts`'s own Debug: it prints a client key held in memory.
-        f.debug_struct("MyTls")
+        f.debug_struct("TlsConfig")
             .field("mode", &self.mode)
             .field("ca", &self.ca)
             .field("custom", &self.custom.is_some())
@@ -99,10 +103,10 @@ const KEYS: [&str; 4] = ["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
 
 /// Takes batchpool's TLS parameters out of a MySQL URL and returns the rest
 /// (for mysql_async) with the settings.
-pub(crate) fn split(url: &str) -> Result<(String, MyTls), Error> {
+pub(crate) fn split(url: &str) -> Result<(String, TlsConfig), Error> {
     let (rest, taken) = crate::params::take_tls(url, &KEYS)?;
     let (_, named) = crate::params::take(&rest, &["prefer_socket"]);
-    let tls = MyTls {
+    let tls = TlsConfig {
         mode: taken.mode,
         ca: taken.root_cert,
         cert: taken.cert,
@@ -121,7 +125,7 @@ pub(crate) struct Connect {
     pub(crate) plain: Option<Opts>,
 }
 
-impl MyTls {
+impl TlsConfig {
     fn has_files(&self) -> bool {
         self.ca.is_some() || self.cert.is_some()
     }
@@ -162,7 +166,11 @@ fn for_mode(mode: SslMode) -> Option<SslOpts> {
 /// The options to connect with: the URL's TLS settings, else the
 /// builder's, else what mysql_async's own parameters (`require_ssl`) or
 /// options set. A custom [`SslOpts`] (builder) is used whenever TLS is on.
-pub(crate) fn connect_opts(opts: Opts, from_url: MyTls, builder: &MyTls) -> Result<Connect, Error> {
+pub(crate) fn connect_opts(
+    opts: Opts,
+    from_url: TlsConfig,
+    builder: &TlsConfig,
+) -> Result<Connect, Error> {
     let mode = from_url.mode.or(builder.mode);
     let files = if from_url.has_files() {
         &from_url
@@ -252,7 +260,7 @@ mod tests {
 
     fn connect(url: &str) -> Result<Connect, Error> {
         let (rest, tls) = split(url)?;
-        connect_opts(Opts::from_url(&rest).unwrap(), tls, &MyTls::default())
+        connect_opts(Opts::from_url(&rest).unwrap(), tls, &TlsConfig::default())
     }
 
     #[test]
