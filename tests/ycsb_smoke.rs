@@ -365,6 +365,9 @@ async fn rewrite_peer_is_one_statement_per_group_within_the_limits() {
         tasks: 1,
         pool_size: 1,
         max_in_flight: None,
+        max_rows: None,
+        max_delay_us: None,
+        pipeline: true,
         bulk_group: None,
     };
     for mode in [None, Some(Statements::Unnamed)] {
@@ -393,6 +396,9 @@ async fn check_bulk_threshold<D: Database>(db: &mut D) {
         tasks: 1,
         pool_size: 1,
         max_in_flight: None,
+        max_rows: None,
+        max_delay_us: None,
+        pipeline: true,
         bulk_group: None,
     };
     for (threshold, bulk) in [(None, 0), (Some(2), 4)] {
@@ -458,6 +464,9 @@ async fn copy_groups_are_one_statement_each() {
             tasks: 1,
             pool_size: 1,
             max_in_flight: None,
+            max_rows: None,
+            max_delay_us: None,
+            pipeline: true,
             bulk_group: group,
         };
         db.reset().await.expect("truncate");
@@ -638,6 +647,9 @@ async fn a_wrong_count_fails_the_run() {
         tasks: 2,
         pool_size: 2,
         max_in_flight: None,
+        max_rows: None,
+        max_delay_us: None,
+        pipeline: true,
         bulk_group: None,
     };
     let progress = ycsb::Progress::start(false, "copy", 20);

@@ -42,6 +42,17 @@ pub struct Args {
     /// `BatchConfig::max_in_flight` for `coalesce` (default: the library default).
     #[arg(long)]
     pub max_in_flight: Option<usize>,
+    /// `BatchConfig::max_rows` for `coalesce` (default: the library default).
+    #[arg(long, value_name = "ROWS")]
+    pub max_rows: Option<usize>,
+    /// `BatchConfig::max_delay` for `coalesce`, in microseconds: timed
+    /// batching (default: natural batching).
+    #[arg(long, value_name = "MICROS")]
+    pub max_delay_us: Option<u64>,
+    /// `BatchConfig::pipeline(false)` for `coalesce`: one statement on the
+    /// wire per connection at a time.
+    #[arg(long)]
+    pub no_pipeline: bool,
     /// Modes to run, comma separated, in this order (default: all). With
     /// the default, MariaDB runs its own six (`load-data` instead of
     /// `copy`); a given list runs on each database the modes it has.
@@ -181,6 +192,11 @@ pub struct Args {
     /// No progress bar on stderr.
     #[arg(long)]
     pub no_progress: bool,
+    /// After each run, print the CPU time it took: the bench process (the
+    /// client side), the server's processes, and the machine's busy share
+    /// (Linux `/proc`).
+    #[arg(long)]
+    pub cpu: bool,
     /// Passed by `cargo bench` to every harness = false bench; ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
@@ -285,6 +301,9 @@ impl Args {
             tasks: self.tasks,
             pool_size: self.pool_size,
             max_in_flight: self.max_in_flight,
+            max_rows: self.max_rows,
+            max_delay_us: self.max_delay_us,
+            pipeline: !self.no_pipeline,
             repeat: self.repeat,
             modes: if self.sweeps_only {
                 Vec::new()
@@ -301,6 +320,7 @@ impl Args {
             seed: self.seed,
             fail_rate: self.fail_rate,
             progress: !self.no_progress,
+            cpu: self.cpu,
         }
     }
 

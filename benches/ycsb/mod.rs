@@ -16,6 +16,7 @@
 #![allow(dead_code)] // the bench and the smoke test each use a different part
 
 pub mod cli;
+pub mod cpu;
 pub mod modes;
 pub mod mysql;
 pub mod pg;
@@ -161,6 +162,13 @@ pub struct Options {
     pub pool_size: usize,
     /// `BatchConfig::max_in_flight` for `coalesce` (`None`: the default).
     pub max_in_flight: Option<usize>,
+    /// `BatchConfig::max_rows` for `coalesce` (`None`: the default).
+    pub max_rows: Option<usize>,
+    /// `BatchConfig::max_delay` for `coalesce`, in µs (`None`: natural
+    /// batching).
+    pub max_delay_us: Option<u64>,
+    /// `BatchConfig::pipeline` for `coalesce`.
+    pub pipeline: bool,
     /// Runs of every mode (the report shows the median).
     pub repeat: usize,
     /// Modes, in the order of the first repeat.
@@ -194,6 +202,9 @@ pub struct Options {
     /// Show a progress bar on stderr.
     #[serde(skip)]
     pub progress: bool,
+    /// Print each run's CPU time (client, server, machine).
+    #[serde(skip)]
+    pub cpu: bool,
 }
 
 impl Default for Options {
@@ -204,6 +215,9 @@ impl Default for Options {
             tasks: 64,
             pool_size: 8,
             max_in_flight: None,
+            max_rows: None,
+            max_delay_us: None,
+            pipeline: true,
             repeat: 1,
             modes: Mode::ALL.to_vec(),
             sweep: None,
@@ -216,6 +230,7 @@ impl Default for Options {
             seed: 0x5eed_1cb5,
             fail_rate: None,
             progress: true,
+            cpu: false,
         }
     }
 }
@@ -310,6 +325,13 @@ pub struct LoadConfig {
     pub pool_size: usize,
     /// `BatchConfig::max_in_flight` for `coalesce` (`None`: the default).
     pub max_in_flight: Option<usize>,
+    /// `BatchConfig::max_rows` for `coalesce` (`None`: the default).
+    pub max_rows: Option<usize>,
+    /// `BatchConfig::max_delay` for `coalesce`, in µs (`None`: natural
+    /// batching).
+    pub max_delay_us: Option<u64>,
+    /// `BatchConfig::pipeline` for `coalesce`.
+    pub pipeline: bool,
     /// The bulk mode (`copy`, `load-data`): `None` loads every row in one
     /// stream (one statement); `Some(n)` sends one statement per group of
     /// `n` rows, one after the other on one connection (the sweep only).
@@ -319,11 +341,17 @@ pub struct LoadConfig {
 impl LoadConfig {
     /// The batching config of the `coalesce` mode.
     pub fn coalesce_batching(&self) -> batchpool::BatchConfig {
-        let config = batchpool::BatchConfig::default();
-        match self.max_in_flight {
-            Some(n) => config.max_in_flight(n),
-            None => config,
+        let mut config = batchpool::BatchConfig::default().pipeline(self.pipeline);
+        if let Some(n) = self.max_in_flight {
+            config = config.max_in_flight(n);
         }
+        if let Some(n) = self.max_rows {
+            config = config.max_rows(n);
+        }
+        if let Some(us) = self.max_delay_us {
+            config = config.max_delay(std::time::Duration::from_micros(us));
+        }
+        config
     }
 }
 
@@ -423,6 +451,11 @@ pub trait Database: Sized {
     }
     /// Host:port of the server, for the report.
     fn address(&self) -> String;
+    /// The server's main process on this machine, whose process tree's
+    /// CPU time is shown after each mode; `None` where unknown.
+    async fn server_pid(&self) -> Option<u32> {
+        None
+    }
     /// The server's version string.
     async fn version(&self) -> Result<String>;
     /// The value of one of [`SETTINGS`](Database::SETTINGS).
@@ -700,10 +733,16 @@ async fn run_one<D: Database>(
     label: String,
 ) -> Result<ModeRun> {
     db.reset().await?;
+    let server = db.server_pid().await;
     let progress = Progress::start(opts.progress, &label, data.len() as u64);
+    let before = cpu::Sample::now(server);
     let loaded = db.load(mode, data, cfg, &progress).await;
+    let used = before.until(&cpu::Sample::now(server));
     let counted = progress.count();
     progress.finish();
+    if opts.cpu {
+        println!("cpu {label}: {}", used.describe(data.len()));
+    }
     let name = D::NAME;
     let loaded =
         loaded.map_err(|e| fail(format!("{name} {label}: load failed: {}", error_chain(&*e))))?;
@@ -792,6 +831,9 @@ pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Res
         tasks: opts.tasks,
         pool_size: opts.pool_size,
         max_in_flight: opts.max_in_flight,
+        max_rows: opts.max_rows,
+        max_delay_us: opts.max_delay_us,
+        pipeline: opts.pipeline,
         bulk_group: None,
     };
     let runs = repeated(&opts.modes, opts.repeat, async |mode, r| {

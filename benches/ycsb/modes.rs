@@ -273,13 +273,17 @@ pub(super) async fn concurrent(
             let (pool, next, data) = (pool.for_task(task), next.clone(), data.clone());
             let done = progress.counter();
             tokio::spawn(async move {
-                let mut hist = histogram();
+                // Plain latencies, put in a histogram after the clock
+                // stops: one histogram per task (360 KB of counters each)
+                // would fault in and miss the cache on every record, and
+                // merging 1,024 of them would be timed.
+                let mut latencies = Vec::new();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(r) = data.rows.get(i) else { break };
                     let t = Instant::now();
                     let n = pool.insert(r).await;
-                    hist.saturating_record(micros(t.elapsed()));
+                    latencies.push(micros(t.elapsed()));
                     match n {
                         Ok(n) if !r.duplicate => expect_one(n, &r.key)?,
                         // A duplicate key (`--fail-rate`) must fail.
@@ -291,12 +295,19 @@ pub(super) async fn concurrent(
                     }
                     done.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok::<_, BoxError>(hist)
+                Ok::<_, BoxError>(latencies)
             })
         })
         .collect();
-    let hist = join_histograms(tasks).await;
+    let latencies = join_latencies(tasks).await;
     let elapsed = started.elapsed();
+    let hist = latencies.map(|all| {
+        let mut hist = histogram();
+        for l in all.into_iter().flatten() {
+            hist.saturating_record(l);
+        }
+        hist
+    });
     let batching = pool.batching();
     pool.release().await;
     Ok(Loaded {
@@ -357,15 +368,15 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// Awaits every task and merges their histograms; the first error wins.
-async fn join_histograms(
-    tasks: Vec<tokio::task::JoinHandle<Result<Histogram<u64>>>>,
-) -> Result<Histogram<u64>> {
-    let mut all = histogram();
+/// Awaits every task and collects their latencies; the first error wins.
+async fn join_latencies(
+    tasks: Vec<tokio::task::JoinHandle<Result<Vec<u64>>>>,
+) -> Result<Vec<Vec<u64>>> {
+    let mut all = Vec::with_capacity(tasks.len());
     let mut first_err = None;
     for t in tasks {
         match t.await {
-            Ok(Ok(h)) => all.add(&h).map_err(|e| fail(format!("histogram: {e:?}")))?,
+            Ok(Ok(l)) => all.push(l),
             Ok(Err(e)) => {
                 first_err.get_or_insert(e);
             }

@@ -332,6 +332,16 @@ impl Database for MysqlTarget {
         self.bulk_threshold = rows;
     }
 
+    /// The server's process, from its pid file.
+    async fn server_pid(&self) -> Option<u32> {
+        let file: String = self
+            .admin_first("SELECT @@pid_file".to_string())
+            .await
+            .ok()??;
+        let pid = std::fs::read_to_string(file).ok()?.trim().parse().ok()?;
+        super::cpu::local_process(pid, &["mariadbd", "mysqld"])
+    }
+
     fn address(&self) -> String {
         let path = match (self.opts.ssl_opts(), self.opts.prefer_socket()) {
             (Some(_), _) => " (TLS)",

@@ -230,6 +230,17 @@ impl Database for PgTarget {
         })
     }
 
+    /// The postmaster: the parent of the admin connection's backend.
+    async fn server_pid(&self) -> Option<u32> {
+        let pid = statements::simple_first(&self.admin, "SELECT pg_backend_pid()")
+            .await
+            .ok()?
+            .parse()
+            .ok()?;
+        let backend = super::cpu::local_process(pid, &["postgres"])?;
+        super::cpu::local_process(super::cpu::parent(backend)?, &["postgres"])
+    }
+
     fn address(&self) -> String {
         let host = match self.config.get_hosts().first() {
             Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),

@@ -796,9 +796,27 @@ pub fn render_text(r: &Report) -> String {
         if mariadb { "" } else { " + CHECKPOINT" },
         r.build
     );
+    let mut coalesce = Vec::new();
+    if let Some(n) = o.max_in_flight {
+        coalesce.push(format!(".max_in_flight({n})"));
+    }
+    if let Some(n) = o.max_rows {
+        coalesce.push(format!(".max_rows({n})"));
+    }
+    if let Some(us) = o.max_delay_us {
+        coalesce.push(format!(".max_delay({us} µs)"));
+    }
+    if !o.pipeline {
+        coalesce.push(".pipeline(false)".to_string());
+    }
     let _ = writeln!(
         out,
-        "          batchpool: batchrewrite = execute_many on 1 connection, max_rows = batch size; coalesce = BatchConfig::default() (natural batching, max_rows 1000)"
+        "          batchpool: batchrewrite = execute_many on 1 connection, max_rows = batch size; coalesce = {}",
+        if coalesce.is_empty() {
+            "BatchConfig::default() (natural batching, max_rows 1000)".to_string()
+        } else {
+            format!("BatchConfig::default(){}", coalesce.join(""))
+        }
     );
     if mariadb {
         let _ = writeln!(
