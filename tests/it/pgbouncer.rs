@@ -23,9 +23,9 @@
 //! 16`), and of the calls acknowledged, hundreds had written into the OTHER
 //! child's table (e.g. table `a`: 1,347 rows, 489 of them `b`'s).
 //!
-//! The children are this test binary run again (`--exact child_process`),
-//! selected by environment variables; `child_process` does nothing in a
-//! normal run.
+//! The children are this test binary run again (`--exact
+//! pgbouncer::child_process`), selected by environment variables;
+//! `child_process` does nothing in a normal run.
 
 use crate::common;
 
