@@ -49,6 +49,8 @@
 //! The per-row hooks come from the crate's `bench` feature
 //! (`batchpool::bench`, not a stable API).
 
+// A bench uses only part of the test harness.
+#[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 

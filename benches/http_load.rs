@@ -30,6 +30,8 @@
 //! each) or `--target` (the built-in clients alone, in their own process)
 //! can drive it.
 
+// A bench uses only part of the test harness.
+#[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 

@@ -33,6 +33,8 @@
 //! format (plus a `<1ms` bucket), then one summary line per target with QPS
 //! ratios against `explicit`.
 
+// A bench uses only part of the test harness.
+#[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "ycsb/statements.rs"]

@@ -24,6 +24,8 @@
 //! the machine do not change them beyond the few statements of the bench's
 //! own bookkeeping.
 
+// A bench uses only part of the test harness.
+#[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 

@@ -29,6 +29,8 @@
 //! `tokio::spawn` itself allocates for each caller (the task cell that holds
 //! the future).
 
+// A bench uses only part of the test harness.
+#[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 

@@ -36,6 +36,8 @@
 //! of every sweep mode at 10 and 100 rows, a tasks sweep of 1 and 4 tasks,
 //! and PostgreSQL's again with unnamed statements.
 
+// A bench uses only part of the test harness.
+#[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 mod ycsb;

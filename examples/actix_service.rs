@@ -15,7 +15,7 @@
 //! `axum_service.rs`.
 
 #[path = "common/mod.rs"]
-#[allow(clippy::duplicate_mod)] // tests/http_service.rs includes both examples
+#[allow(clippy::duplicate_mod)] // tests/it/http_service.rs includes both examples
 mod common;
 
 use actix_web::http::StatusCode;

@@ -26,7 +26,7 @@
 //! that mapping are `common/mod.rs`, shared with `actix_service.rs`.
 
 #[path = "common/mod.rs"]
-#[allow(clippy::duplicate_mod)] // tests/http_service.rs includes both examples
+#[allow(clippy::duplicate_mod)] // tests/it/http_service.rs includes both examples
 mod common;
 
 use axum::Router;
@@ -36,7 +36,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use batchpool::postgres::Pool;
 
-pub use common::SCHEMA; // for tests/http_service.rs
+pub use common::SCHEMA; // for tests/it/http_service.rs
 use common::{ApiError, Created, Event, NewEvent};
 
 /// The router: `State<Pool>` is the batchpool pool as it is (cheap clone).

@@ -1,6 +1,6 @@
 //! The YCSB load-phase bench (`cargo bench --bench ycsb_load`), as a module
 //! shared by the bench binary (`benches/ycsb_load.rs`) and its smoke test
-//! (`tests/ycsb_smoke.rs`, which runs every mode on a few hundred rows).
+//! (`tests/it/ycsb_smoke.rs`, which runs every mode on a few hundred rows).
 //!
 //! * [`workload`]: the YCSB `usertable` rows (hashed keys, random fields),
 //!   generated before any timing.

@@ -158,7 +158,7 @@
 //! default): that, not the pool, sets how long writes stop. With the
 //! timeout at 1 s, writes came back 1.2 s and 2.2 s (two runs, a shared
 //! 2-core machine) after a node of a local 3-node cluster was killed
-//! (`tests/galera_failover.rs`).
+//! (`tests/it/galera_failover.rs`).
 //!
 //! **A node that stops being ready** under open connections (it loses
 //! quorum, or an operator desyncs it) answers their next statement with

@@ -13,9 +13,6 @@
 //! (`$1, $2, …`) for PostgreSQL. Each half is compiled only with its cargo
 //! feature (`postgres`, `mysql`).
 
-// Each test binary uses only some of these.
-#![allow(unused_imports, unused_macros)]
-
 use std::future::Future;
 use std::net::SocketAddr;
 
@@ -595,9 +592,7 @@ macro_rules! same_pool_api {
 }
 
 #[cfg(feature = "postgres")]
-pub use pg::{
-    Bouncer, Direct, Pg, PgVia, Pooler, Route, pg_params, pg_upstream, pg_via, pg_via_url,
-};
+pub use pg::{Bouncer, Pg, PgVia, Route, pg_params, pg_upstream, pg_via_url};
 
 #[cfg(feature = "postgres")]
 mod pg {

@@ -352,19 +352,9 @@ impl PgBouncer {
         )
     }
 
-    /// TCP port it listens on (127.0.0.1 only).
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// Its address, for a proxy in front of it.
     pub fn addr(&self) -> std::net::SocketAddr {
         std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    /// Temp dir (config, pid file, `pgbouncer.log`); gone after Drop.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 

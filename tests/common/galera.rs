@@ -21,7 +21,7 @@ pub const GALERA_NODES: usize = 3;
 /// How long the three nodes may take to see each other once all run.
 const FORM_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// The cluster of this process (see [`galera_cluster`]).
+/// The shared cluster of this process (see [`galera_cluster`]).
 static CLUSTER: OnceLock<GaleraCluster> = OnceLock::new();
 
 /// A throwaway 3-node MariaDB Galera cluster, started once per process on
@@ -32,16 +32,10 @@ static CLUSTER: OnceLock<GaleraCluster> = OnceLock::new();
 /// `wsrep_ready` ON and `Synced`.
 ///
 /// Blocks while the nodes start (about 10 to 30 s): call it before awaiting.
+/// A test that kills a node or changes a global setting starts a cluster
+/// of its own instead ([`GaleraCluster::start`]).
 pub fn galera_cluster() -> &'static GaleraCluster {
     CLUSTER.get_or_init(|| GaleraCluster::start(""))
-}
-
-/// As [`galera_cluster`], with `provider_options` added to every node's
-/// `wsrep_provider_options` (`;`-separated, e.g. shorter failure detection
-/// timeouts). The first call in a process starts the cluster: later calls
-/// get it as it was started, whatever options they name.
-pub fn galera_cluster_with(provider_options: &str) -> &'static GaleraCluster {
-    CLUSTER.get_or_init(|| GaleraCluster::start(provider_options))
 }
 
 /// The nodes of a Galera cluster (see [`galera_cluster`]).
@@ -69,7 +63,12 @@ fn provider() -> Option<PathBuf> {
 }
 
 impl GaleraCluster {
-    fn start(provider_options: &str) -> GaleraCluster {
+    /// A cluster of this caller's own, as [`galera_cluster`] starts it, with
+    /// `provider_options` added to every node's `wsrep_provider_options`
+    /// (`;`-separated, e.g. shorter failure detection timeouts; empty for
+    /// none). Each node stops and deletes itself when the cluster is
+    /// dropped. Blocks while the nodes start.
+    pub fn start(provider_options: &str) -> GaleraCluster {
         let extra = if provider_options.is_empty() {
             String::new()
         } else {

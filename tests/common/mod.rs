@@ -1,13 +1,14 @@
-#![allow(dead_code)]
-//! Test-server harness shared by batchpool's integration tests (`mod common;`)
-//! and benches (`#[path = "../tests/common/mod.rs"] mod common;`).
+//! Test-server harness shared by batchpool's integration tests (the test
+//! binary `tests/it`: `#[path = "../common/mod.rs"] mod common;`) and
+//! benches (`#[path = "../tests/common/mod.rs"] mod common;`).
 //!
 //! Tests and benches run against REAL servers:
 //! - `PG_URL` / `MYSQL_URL` set (non-empty): that server is used as is, e.g.
 //!   `PG_URL=postgresql://postgres@127.0.0.1:5432/postgres`,
 //!   `MYSQL_URL=mysql://root@127.0.0.1:3306/test`; likewise `PGBOUNCER_URL`
 //!   for a PgBouncer (transaction mode) in front of the PostgreSQL server.
-//! - unset: each test process starts its own throwaway PostgreSQL cluster
+//! - unset: each test process (the one test binary runs every suite in one)
+//!   starts its own throwaway PostgreSQL cluster
 //!   (`initdb` + `pg_ctl`) and/or `mariadbd`, once, on the first call to
 //!   [`pg_url`] / [`mysql_url`], in a temp dir, listening on 127.0.0.1 and a
 //!   free port only, with the unix socket inside that temp dir.
@@ -19,7 +20,8 @@
 //!
 //! - The Galera tests use [`galera_cluster`]: a throwaway 3-node MariaDB
 //!   Galera cluster on loopback (always started; Debian packages `galera-4`,
-//!   `rsync`), once per process.
+//!   `rsync`), once per process; a test that kills a node or changes a
+//!   global setting starts its own ([`GaleraCluster::start`]).
 //!
 //! - The TLS tests use [`pg_tls_server`] / [`mysql_tls_server`]: throwaway
 //!   servers with TLS on (always started, whatever `PG_URL` / `MYSQL_URL`
@@ -49,28 +51,23 @@ mod galera;
 mod mysql;
 #[cfg(feature = "postgres")]
 mod pg;
-#[allow(unused_imports)]
-pub use certs::{SERVER_NAMES, TestCerts};
+pub use certs::TestCerts;
 pub mod proxy;
 pub mod tx;
 mod util;
 
 #[cfg(feature = "postgres")]
-#[allow(unused_imports)]
 pub use bouncer::{
-    POOL_SIZE as BOUNCER_POOL_SIZE, PgBouncer, bouncer_admin_url, bouncer_fresh_db, bouncer_url,
+    POOL_SIZE as BOUNCER_POOL_SIZE, PgBouncer, bouncer_admin_url, bouncer_fresh_db,
     bouncer_url_for, direct_url_for, strip_param, with_statements,
 };
 #[cfg(feature = "mysql")]
-#[allow(unused_imports)] // each test binary uses only some of these
-pub use galera::{GALERA_NODES, GaleraCluster, galera_cluster, galera_cluster_with};
+pub use galera::{GaleraCluster, galera_cluster};
 #[cfg(feature = "mysql")]
-#[allow(unused_imports)] // each test binary uses only some of these
 pub use mysql::{
     MysqlServer, mysql_fresh_db, mysql_tls_fresh_db, mysql_tls_server, mysql_url, mysql_version,
 };
 #[cfg(feature = "postgres")]
-#[allow(unused_imports)]
 pub use pg::{PgServer, pg_fresh_db, pg_tls_fresh_db, pg_tls_server, pg_url, pg_version};
 
 /// Whether throwaway servers run with durability traded for speed

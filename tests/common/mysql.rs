@@ -354,11 +354,6 @@ impl MysqlServer {
         self.kill();
     }
 
-    /// Whether `mariadbd` runs (it was started and not killed).
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
-
     /// Starts `mariadbd` again on the same data dir and port, with the
     /// arguments it was first started with except those in `drop_args`
     /// (e.g. `--wsrep-new-cluster`), after [`sigkill`](MysqlServer::sigkill).

@@ -29,8 +29,6 @@ struct Shared {
     /// Connections accepted so far.
     accepted: AtomicU64,
     hold: AtomicBool,
-    /// Black hole for every connection, present and future.
-    hole_all: AtomicBool,
     /// The black-hole flag of each connection (dead ones pruned lazily).
     holes: Mutex<Vec<Weak<AtomicBool>>>,
     /// Bumped whenever a black hole opens or closes, to wake the tasks.
@@ -67,7 +65,6 @@ impl Proxy {
             holed_client_bytes: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             hold: AtomicBool::new(false),
-            hole_all: AtomicBool::new(false),
             holes: Mutex::new(Vec::new()),
             stalled: Mutex::new(Vec::new()),
             hole_changed: watch::channel(0u64).0,
@@ -118,19 +115,9 @@ impl Proxy {
     /// stay open, but from now on nothing is forwarded either way (bytes
     /// are read and kept, nothing is closed), as in a network stall.
     /// Connections made afterwards pass normally. Ended by
-    /// [`Proxy::black_hole`]`(false)` (the kept bytes are then delivered),
-    /// [`Proxy::kill_all`], or the client closing its end.
+    /// [`Proxy::kill_all`] or the client closing its end.
     pub fn black_hole_existing(&self) {
         self.shared.set_holes(true);
-    }
-
-    /// `true`: black-holes every connection, open now or made later.
-    /// `false`: ends every black hole (also those of
-    /// [`Proxy::black_hole_existing`]); the bytes kept meanwhile are
-    /// delivered.
-    pub fn black_hole(&self, on: bool) {
-        self.shared.hole_all.store(on, Ordering::SeqCst);
-        self.shared.set_holes(on);
     }
 
     /// Round trips seen so far: times the server answered after the client
@@ -181,7 +168,7 @@ async fn pipe(
     let mut hole_changed = shared.hole_changed.subscribe();
     // Alive (and registered) once this connection swallowed bytes in a hole.
     let mut stalled: Option<Arc<()>> = None;
-    let holed = || hole.load(Ordering::SeqCst) || shared.hole_all.load(Ordering::SeqCst);
+    let holed = || hole.load(Ordering::SeqCst);
     let mut cbuf = vec![0u8; 64 * 1024];
     let mut sbuf = vec![0u8; 64 * 1024];
     // Whether the client has sent bytes not yet answered.

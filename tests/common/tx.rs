@@ -3,10 +3,7 @@
 //! counts exactly what reaches the server, on the wire (a proxy counting
 //! round trips) and on the server (PostgreSQL's `log_statement = all`,
 //! MariaDB's general query log), one database per test on a server of the
-//! test binary's own.
-
-// Each test binary uses only some of these.
-#![allow(dead_code, unused_imports)]
+//! transaction tests' own.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use batchpool::{AtomicError, Error};
 
-use super::backend::{TestBackend, Val, wait_for};
+use super::backend::{TestBackend, Val};
 use super::proxy::Proxy;
 
 /// One entry of what the server logged, as the tests expect it.
@@ -52,7 +49,7 @@ pub trait TxBackend: TestBackend + Sized {
         "UPDATE item SET v = CONCAT(v, '+') WHERE k = ?"
     };
 
-    /// A fresh database with table `item (k, v)` on this binary's server,
+    /// A fresh database with table `item (k, v)` on the transaction tests' server,
     /// and a pool of `max_size` connections to it through a proxy.
     fn env(max_size: usize) -> impl Future<Output = Env<Self>> + Send;
 
@@ -259,7 +256,7 @@ mod pg {
     use std::sync::OnceLock;
     use tokio_postgres::types::ToSql;
 
-    /// This binary's own server, logging every statement as `db|app|LOG: ...`.
+    /// The transaction tests' own server, logging every statement as `db|app|LOG: ...`.
     pub fn server() -> &'static PgServer {
         static SERVER: OnceLock<PgServer> = OnceLock::new();
         SERVER.get_or_init(|| {
@@ -274,7 +271,7 @@ mod pg {
         BOUNCER.get_or_init(|| PgBouncer::start(&server().url()))
     }
 
-    /// A direct connection to `db` on this binary's server.
+    /// A direct connection to `db` on the transaction tests' server.
     pub async fn connect(db: &str) -> tokio_postgres::Client {
         let mut config = tokio_postgres::Config::new();
         config
@@ -472,7 +469,7 @@ mod pg {
 }
 
 #[cfg(feature = "postgres")]
-pub use pg::{bouncer as pg_bouncer, connect as pg_connect, server as pg_server};
+pub use pg::connect as pg_connect;
 
 #[cfg(feature = "mysql")]
 mod my {
@@ -485,7 +482,7 @@ mod my {
     use std::collections::HashMap;
     use std::sync::OnceLock;
 
-    /// This binary's own server, with the general query log on.
+    /// The transaction tests' own server, with the general query log on.
     pub fn server() -> &'static MysqlServer {
         static SERVER: OnceLock<MysqlServer> = OnceLock::new();
         SERVER.get_or_init(|| {
@@ -681,6 +678,3 @@ mod my {
         }
     }
 }
-
-#[cfg(feature = "mysql")]
-pub use my::server as my_server;
