@@ -6,7 +6,7 @@ use mysql_async::prelude::Queryable;
 
 use super::Client;
 use super::errors::unsent_error;
-use crate::error::Error;
+use crate::error::{Error, ServerError};
 
 /// Splits a table name as written (`t`, `` `db`.`t` ``) into schema and
 /// table, unquoted.
@@ -160,7 +160,9 @@ pub(crate) async fn table_facts(
         Ok(Some(row)) => row,
         Ok(None) => return Ok(None),
         // No access, or several tables matched a case-insensitive name.
-        Err(mysql_async::Error::Server(_)) => return Ok(None),
+        // A session killed, a timeout or a deadlock says nothing of the
+        // table: the learning fails and the next call asks again.
+        Err(e @ mysql_async::Error::Server(_)) if !transient(&e) => return Ok(None),
         Err(e) => {
             conn.note_error(&e);
             return Err(unsent_error(e));
@@ -241,7 +243,7 @@ pub(crate) async fn fingerprint(
     };
     match run.await {
         Ok(fingerprint) => Ok(fingerprint),
-        Err(mysql_async::Error::Server(_)) => Ok(None),
+        Err(e @ mysql_async::Error::Server(_)) if !transient(&e) => Ok(None),
         Err(e) => {
             conn.note_error(&e);
             Err(unsent_error(e))
@@ -249,9 +251,48 @@ pub(crate) async fn fingerprint(
     }
 }
 
+/// Whether the server's error `e` to a catalog read is transient (the
+/// session killed, the server going down, a lock or statement timeout, a
+/// deadlock, too many connections): no answer about the table, unlike an
+/// error of the read itself (no access, a name that matched several tables).
+fn transient(e: &mysql_async::Error) -> bool {
+    e.classify()
+        .is_some_and(|class| class.retryable || class.statement_timeout)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::split_table;
+    use super::{split_table, transient};
+    use crate::mysql::errors::codes;
+
+    fn server(code: u16, state: &str) -> mysql_async::Error {
+        mysql_async::Error::Server(mysql_async::ServerError {
+            code,
+            message: format!("error {code}"),
+            state: state.into(),
+        })
+    }
+
+    #[test]
+    fn only_errors_of_the_catalog_read_itself_stop_coalescing() {
+        for (code, state) in [
+            (codes::CONNECTION_KILLED, "70100"),
+            (codes::SERVER_SHUTDOWN, "08S01"),
+            (codes::LOCK_WAIT_TIMEOUT, "HY000"),
+            (codes::LOCK_DEADLOCK, "40001"),
+            (codes::STATEMENT_TIMEOUT, "70100"),
+            (codes::QUERY_TIMEOUT, "HY000"),
+            (codes::TOO_MANY_CONNECTIONS, "08004"),
+            (codes::NODE_NOT_READY, "08S01"),
+        ] {
+            assert!(transient(&server(code, state)), "{code}");
+        }
+        // No access to the table's metadata; a name that matched several
+        // tables (a subquery of more than one row).
+        for (code, state) in [(1142, "42000"), (1044, "42000"), (1242, "21000")] {
+            assert!(!transient(&server(code, state)), "{code}");
+        }
+    }
 
     #[test]
     fn table_names_split() {

@@ -3,6 +3,7 @@
 //! re-learned): whether n single-row INSERTs into it and one n-row INSERT
 //! are the same thing.
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::errors::unsent_error;
@@ -228,6 +229,16 @@ fn unreadable(version: Option<i32>, error: &Error) -> String {
     }
 }
 
+/// Whether the catalog query's error `code` means this server cannot
+/// answer it at all: class 42 (an unknown function, relation or column, a
+/// syntax the engine lacks, no privilege on a catalog) or 0A (a feature
+/// not supported). Everything else (class 08, 40, 53, 55, 57: a connection
+/// or session ended, a timeout, a conflict, too few resources) is transient.
+fn catalog_cannot_answer(code: &SqlState) -> bool {
+    let code = code.code();
+    code.starts_with("42") || code.starts_with("0A")
+}
+
 /// The release a `server_version_num` names: `11` for 110022, `9.6` for
 /// 90624.
 fn major(version_num: i32) -> String {
@@ -257,9 +268,15 @@ async fn facts(
         [&shape.table, &shape.calls, &events, &keys, &repeatable];
     let row = match query_catalog(conn, FACTS, &params, &FACTS_TYPES).await {
         Ok(row) => row,
-        // A server that cannot answer (an old version, no catalog access):
-        // not coalesced.
-        Err(e) if e.as_db_error().is_some() => {
+        // A server that cannot answer (an old version, an engine without
+        // these catalogs or functions, no catalog access): not coalesced.
+        // Any other server error (the session killed, a statement or lock
+        // timeout, a serialization failure) says nothing of the catalog:
+        // the learning fails, is not cached, and the next call asks again.
+        Err(e)
+            if e.as_db_error()
+                .is_some_and(|db| catalog_cannot_answer(db.code())) =>
+        {
             let version = server_version_num(conn).await;
             return Ok(Some(Err(unreadable(version, &Error::db(e)))));
         }
@@ -338,6 +355,34 @@ async fn facts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_errors_of_the_catalog_itself_stop_coalescing() {
+        for code in [
+            SqlState::UNDEFINED_FUNCTION,
+            SqlState::UNDEFINED_TABLE,
+            SqlState::UNDEFINED_COLUMN,
+            SqlState::INSUFFICIENT_PRIVILEGE,
+            SqlState::SYNTAX_ERROR,
+            SqlState::FEATURE_NOT_SUPPORTED,
+        ] {
+            assert!(catalog_cannot_answer(&code), "{code:?}");
+        }
+        for code in [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::QUERY_CANCELED,
+            SqlState::LOCK_NOT_AVAILABLE,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::TOO_MANY_CONNECTIONS,
+            SqlState::OUT_OF_MEMORY,
+            SqlState::CONNECTION_FAILURE,
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            SqlState::IN_FAILED_SQL_TRANSACTION,
+        ] {
+            assert!(!catalog_cannot_answer(&code), "{code:?}");
+        }
+    }
 
     #[test]
     fn a_server_older_than_12_is_named_in_the_reason() {

@@ -31,6 +31,7 @@ both! {
         stats_are_exact_under_cancellation,
         calls_after_close_fail_at_once,
         sessions_killed_under_a_cancellation_storm_lose_nothing,
+        sessions_killed_while_texts_are_learned_leave_them_coalesced,
         a_connection_given_up_on_leaves_the_pool_at_once,
     ],
 }
@@ -926,6 +927,93 @@ async fn all_refused<B: TestBackend>(pool: &B::Pool, insert: &str, when: &str) {
             }
         }
     }
+}
+
+/// Sessions ended while the pool learns texts (its catalog reads, its
+/// prepare) say nothing of the table: such a learning fails (its caller
+/// gets the error, nothing was sent) and is not kept, so once the killing
+/// stops every text is coalesced. A kill is never taken for "this table
+/// cannot be coalesced".
+async fn sessions_killed_while_texts_are_learned_leave_them_coalesced<B: TestBackend>() {
+    const TEXTS: usize = 40;
+    let (url, _admin) = fresh::<B>(&["CREATE TABLE kl (k INT PRIMARY KEY, v INT NOT NULL)"]).await;
+    let pool = B::pool_with(&url, None, BatchConfig::default(), 2, |b| {
+        b.statement_timeout(Duration::from_secs(5))
+            .wait_timeout(Duration::from_secs(5))
+    });
+    // Each text its own (trailing spaces): each is learned on its own.
+    let texts: Vec<String> = (0..TEXTS)
+        .map(|i| {
+            B::sql(&format!(
+                "INSERT INTO kl (k, v) VALUES (?, ?){}",
+                " ".repeat(i)
+            ))
+        })
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let (url, stop) = (url.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut admin = B::admin(&url).await;
+            let me = B::pick("SELECT pg_backend_pid()::text", "SELECT CONNECTION_ID()");
+            let db = B::pick("SELECT current_database()", "SELECT DATABASE()");
+            let me = scalar::<B>(&mut admin, me).await;
+            let db = scalar::<B>(&mut admin, db).await;
+            let others = B::pick(
+                format!(
+                    "SELECT pid::text FROM pg_stat_activity WHERE datname = '{db}' AND pid <> {me}"
+                ),
+                format!(
+                    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = '{db}' AND ID <> {me}"
+                ),
+            );
+            let mut kills = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let pause = rand::rng().random_range(1..15);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                let Ok(rows) = B::admin_rows(&mut admin, &others).await else {
+                    continue;
+                };
+                for row in rows {
+                    if let Some(Ok(id)) = row[0].as_deref().map(str::parse) {
+                        B::kill_session(&mut admin, id).await;
+                        kills += 1;
+                    }
+                }
+            }
+            kills
+        })
+    };
+    // Learned under the kills: each may fail.
+    let mut failed = 0;
+    for sql in &texts {
+        if B::explain(&pool, sql).await.is_err() {
+            failed += 1;
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let kills = killer.await.expect("killer");
+    assert!(kills > 0, "the killer ended no session");
+    // The killing over: every text is coalesced (a call that still meets a
+    // connection the killer ended is asked again).
+    for sql in &texts {
+        let mut tries = 0;
+        let why = loop {
+            match B::explain(&pool, sql).await {
+                Ok(why) => break why,
+                Err(e) => {
+                    tries += 1;
+                    assert!(tries < 20, "{sql:?}: still failing after the kills: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        assert!(
+            why.is_coalesced(),
+            "{sql:?} is not coalesced after {kills} kills ({failed} of {TEXTS} learnings failed): {why}"
+        );
+    }
+    B::close(&pool).await;
 }
 
 /// 10,000 callers, half of them dropped at a random point, while the
