@@ -68,6 +68,19 @@ async fn scalar<B: TestBackend>(admin: &mut B::Admin, sql: &str) -> String {
     rows[0][0].clone().expect("not NULL")
 }
 
+/// The query that lists the ids of the sessions on `admin`'s database other
+/// than `admin`'s own (for a test that ends them).
+async fn other_sessions<B: TestBackend>(admin: &mut B::Admin) -> String {
+    let me = B::pick("SELECT pg_backend_pid()::text", "SELECT CONNECTION_ID()");
+    let db = B::pick("SELECT current_database()", "SELECT DATABASE()");
+    let me = scalar::<B>(admin, me).await;
+    let db = scalar::<B>(admin, db).await;
+    B::pick(
+        format!("SELECT pid::text FROM pg_stat_activity WHERE datname = '{db}' AND pid <> {me}"),
+        format!("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = '{db}' AND ID <> {me}"),
+    )
+}
+
 /// Fails the test unless rows of `sql` are coalesced (else a test about
 /// queued rows proves nothing). Also learns the text.
 async fn assert_coalesced<B: TestBackend>(pool: &B::Pool, sql: &str) {
@@ -955,18 +968,7 @@ async fn sessions_killed_while_texts_are_learned_leave_them_coalesced<B: TestBac
         let (url, stop) = (url.clone(), stop.clone());
         tokio::spawn(async move {
             let mut admin = B::admin(&url).await;
-            let me = B::pick("SELECT pg_backend_pid()::text", "SELECT CONNECTION_ID()");
-            let db = B::pick("SELECT current_database()", "SELECT DATABASE()");
-            let me = scalar::<B>(&mut admin, me).await;
-            let db = scalar::<B>(&mut admin, db).await;
-            let others = B::pick(
-                format!(
-                    "SELECT pid::text FROM pg_stat_activity WHERE datname = '{db}' AND pid <> {me}"
-                ),
-                format!(
-                    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = '{db}' AND ID <> {me}"
-                ),
-            );
+            let others = other_sessions::<B>(&mut admin).await;
             let mut kills = 0;
             while !stop.load(Ordering::SeqCst) {
                 let pause = rand::rng().random_range(1..15);
@@ -1038,19 +1040,7 @@ async fn sessions_killed_under_a_cancellation_storm_lose_nothing<B: TestBackend>
         let (url, stop) = (url.clone(), stop.clone());
         tokio::spawn(async move {
             let mut admin = B::admin(&url).await;
-            let me = B::pick("SELECT pg_backend_pid()::text", "SELECT CONNECTION_ID()");
-            let db = B::pick("SELECT current_database()", "SELECT DATABASE()");
-            let one = |rows: Vec<Vec<Option<String>>>| rows[0][0].clone().expect("a value");
-            let me = one(B::admin_rows(&mut admin, me).await.expect("own id"));
-            let db = one(B::admin_rows(&mut admin, db).await.expect("database"));
-            let others = B::pick(
-                format!(
-                    "SELECT pid::text FROM pg_stat_activity WHERE datname = '{db}' AND pid <> {me}"
-                ),
-                format!(
-                    "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = '{db}' AND ID <> {me}"
-                ),
-            );
+            let others = other_sessions::<B>(&mut admin).await;
             let mut kills = 0;
             while !stop.load(Ordering::SeqCst) {
                 let pause = rand::rng().random_range(10..200);
