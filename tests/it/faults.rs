@@ -964,11 +964,13 @@ async fn sessions_killed_while_texts_are_learned_leave_them_coalesced<B: TestBac
         })
         .collect();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ready, killing) = tokio::sync::oneshot::channel();
     let killer = {
         let (url, stop) = (url.clone(), stop.clone());
         tokio::spawn(async move {
             let mut admin = B::admin(&url).await;
             let others = other_sessions::<B>(&mut admin).await;
+            ready.send(()).expect("the test waits");
             let mut kills = 0;
             while !stop.load(Ordering::SeqCst) {
                 let pause = rand::rng().random_range(1..15);
@@ -986,7 +988,8 @@ async fn sessions_killed_while_texts_are_learned_leave_them_coalesced<B: TestBac
             kills
         })
     };
-    // Learned under the kills: each may fail.
+    // Learned under the kills (the killer at work first): each may fail.
+    killing.await.expect("the killer started");
     let mut failed = 0;
     for sql in &texts {
         if B::explain(&pool, sql).await.is_err() {
