@@ -136,8 +136,10 @@ impl Manager {
                 strict: false,
                 statement_limit: None,
                 readiness: Readiness::Ready,
+                galera: false,
             },
             broken: false,
+            read_only_seen: false,
             lent: false,
             own_limit: None,
             pool_set: false,
@@ -154,7 +156,9 @@ impl Manager {
     /// once; each attempt is bounded by `create_timeout` when there are
     /// several hosts. A host is passed over when it cannot be reached, its
     /// session cannot be set up, or (a Galera node) it is not ready for
-    /// writes. The error, when none takes it, names every host's.
+    /// writes; one that is `read_only` (or a Galera node not synced) only
+    /// while another host may take writes. The error, when none takes it,
+    /// names every host's.
     async fn connect_any(&self) -> Result<ConnWrapper, mysql_async::Error> {
         let n = self.targets.len();
         if n == 1 {
@@ -162,8 +166,9 @@ impl Manager {
         }
         let first = self.preferred.load(Ordering::Relaxed) % n;
         let mut failures: Vec<(usize, mysql_async::Error)> = Vec::with_capacity(n);
-        // The first connection to a node that takes writes but is not
-        // synced, in case no host is.
+        // The first connection to the readiest host that is not ready (a
+        // Galera node not synced, else a read-only server), in case no
+        // host is.
         let mut fallback: Option<ConnWrapper> = None;
         for k in 0..n {
             let i = (first + k) % n;
@@ -183,7 +188,10 @@ impl Manager {
                     return Ok(wrapper);
                 }
                 Ok(wrapper) => {
-                    if fallback.is_none() {
+                    let better = fallback.as_ref().is_none_or(|f| {
+                        wrapper.session.readiness.rank() < f.session.readiness.rank()
+                    });
+                    if better {
                         fallback = Some(wrapper);
                     }
                 }
@@ -331,6 +339,13 @@ fn seconds(s: f64) -> Option<Duration> {
     (s.is_finite() && s > 0.0).then(|| Duration::from_secs_f64(s))
 }
 
+/// A Galera node's readiness for writes, as `name=value` pairs separated by
+/// spaces (see [`wsrep_readiness`]), from the status table, which a node
+/// that is not ready still answers.
+const WSREP_STATUS: &str = "SELECT GROUP_CONCAT(LOWER(VARIABLE_NAME), '=', VARIABLE_VALUE \
+     ORDER BY VARIABLE_NAME SEPARATOR ' ') FROM information_schema.GLOBAL_STATUS \
+     WHERE VARIABLE_NAME IN ('WSREP_READY', 'WSREP_LOCAL_STATE', 'WSREP_CLUSTER_STATUS')";
+
 /// What batchpool must know about one session.
 #[derive(Debug, Clone)]
 pub(crate) struct Session {
@@ -349,6 +364,9 @@ pub(crate) struct Session {
     pub(crate) statement_limit: Option<Duration>,
     /// Whether the server takes writes (a Galera node may not).
     pub(crate) readiness: Readiness,
+    /// A Galera node (`wsrep_on`): its readiness is read again when the
+    /// connection comes out of the pool after lying idle.
+    pub(crate) galera: bool,
 }
 
 /// Whether a server is ready for writes, read with the session's settings.
@@ -361,10 +379,28 @@ pub(crate) enum Readiness {
     /// component) but is not synced (a donor, or desynced for a backup):
     /// used only when no host of the list is [`Ready`](Readiness::Ready).
     NotSynced(String),
+    /// A server with `read_only` ON (a replica, a fenced primary): used
+    /// only when no host of the list is [`Ready`](Readiness::Ready) or
+    /// [`NotSynced`](Readiness::NotSynced), so that its own error answers
+    /// writes that nothing else can take.
+    ReadOnly,
     /// A Galera node that refuses writes (`wsrep_ready` OFF, outside the
     /// primary component), or whose state cannot be read: never used. Its
     /// status, for the error.
     NotReady(String),
+}
+
+impl Readiness {
+    /// How far a host is from the one wanted (0: ready), for choosing the
+    /// host of a fallback connection.
+    fn rank(&self) -> u8 {
+        match self {
+            Readiness::Ready => 0,
+            Readiness::NotSynced(_) => 1,
+            Readiness::ReadOnly => 2,
+            Readiness::NotReady(_) => 3,
+        }
+    }
 }
 
 /// Reads the settings batchpool depends on: the pool-wide ones the first
@@ -383,20 +419,21 @@ pub(crate) async fn read_settings(
     // A Galera node's readiness for writes comes in the same round trip:
     // `wsrep_ready`, `wsrep_local_state` and `wsrep_cluster_status`, from
     // the status table (readable on a node that is not ready).
-    for sql in [
+    let first = format!(
         "SELECT @@max_allowed_packet, @@auto_increment_increment, \
          @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, @@SESSION.max_statement_time, \
          @@GLOBAL.wsrep_on OR @@SESSION.wsrep_on, @@GLOBAL.wsrep_auto_increment_control, \
-         (SELECT GROUP_CONCAT(LOWER(VARIABLE_NAME), '=', VARIABLE_VALUE ORDER BY VARIABLE_NAME \
-          SEPARATOR ' ') FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN \
-          ('WSREP_READY', 'WSREP_LOCAL_STATE', 'WSREP_CLUSTER_STATUS'))",
+         ({WSREP_STATUS}), @@GLOBAL.read_only"
+    );
+    for sql in [
+        first.as_str(),
         "SELECT @@max_allowed_packet, @@auto_increment_increment, \
          @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, @@SESSION.max_statement_time, 0, 0, \
-         NULL",
+         NULL, @@GLOBAL.read_only",
         "SELECT @@max_allowed_packet, @@auto_increment_increment, \
-         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, NULL, 0, 0, NULL",
+         @@innodb_autoinc_lock_mode, @@SESSION.sql_mode, NULL, 0, 0, NULL, @@GLOBAL.read_only",
         "SELECT @@max_allowed_packet, @@auto_increment_increment, NULL, \
-         @@SESSION.sql_mode, NULL, 0, 0, NULL",
+         @@SESSION.sql_mode, NULL, 0, 0, NULL, @@GLOBAL.read_only",
     ] {
         match conn.query_first(sql).await {
             Ok(found) => {
@@ -469,11 +506,21 @@ pub(crate) async fn read_settings(
     } else {
         Readiness::Ready
     };
+    // `read_only` (MySQL's `super_read_only` sets it too): a replica, or a
+    // primary fenced during a switchover. Writes fail there for users
+    // without the privilege to bypass it, and would be the wrong server's
+    // for those with it.
+    let readiness = match readiness {
+        Readiness::NotReady(why) => Readiness::NotReady(why),
+        _ if get_u64(8).is_some_and(|on| on != 0) => Readiness::ReadOnly,
+        other => other,
+    };
     Ok(Session {
         auto_increment_increment: increment,
         strict,
         statement_limit,
         readiness,
+        galera,
     })
 }
 
@@ -574,6 +621,7 @@ impl managed::Manager for Manager {
             && wrapper.last_ok_packet().is_some()
             && !self.hooks.has_pre_recycle()
             && !wrapper.broken
+            && !wrapper.read_only_seen
             && !wrapper.is_disconnected()
         {
             // Used a moment ago and nothing to run: only its last status.
@@ -606,7 +654,43 @@ impl Manager {
             self.reset(wrapper).await?;
             wrapper.lent = false;
         } else if metrics.last_used() >= IDLE_PING || wrapper.last_ok_packet().is_none() {
-            wrapper.ping().await.map_err(RecycleError::Backend)?;
+            if wrapper.session.galera {
+                // The node may have left the primary component (or been
+                // desynced) while the connection lay idle: its readiness,
+                // in place of the ping. One that no longer takes writes
+                // goes, and a new connection opens on a node that does; a
+                // connection in use learns it from its next statement's
+                // 1047.
+                let status: Option<Option<String>> = wrapper
+                    .query_first(WSREP_STATUS)
+                    .await
+                    .map_err(RecycleError::Backend)?;
+                if let Readiness::NotReady(why) =
+                    wsrep_readiness(&status.flatten().unwrap_or_default())
+                {
+                    return Err(RecycleError::message(format!(
+                        "the Galera node is not ready for writes ({why})"
+                    )));
+                }
+            } else {
+                wrapper.ping().await.map_err(RecycleError::Backend)?;
+            }
+        }
+        if std::mem::take(&mut wrapper.read_only_seen) {
+            let read_only: Option<u64> = wrapper
+                .query_first("SELECT @@GLOBAL.read_only")
+                .await
+                .map_err(RecycleError::Backend)?;
+            if read_only.is_some_and(|on| on != 0) {
+                // A replica (an old primary demoted, a host of the list
+                // that was switched away from), or a server fenced with
+                // `read_only`: every write here would fail. A new
+                // connection opens on a host that takes writes, when the
+                // list has one.
+                return Err(RecycleError::message(
+                    "the server is read-only (read_only = ON)",
+                ));
+            }
         }
         self.hooks
             .pre_recycle(wrapper)
@@ -649,6 +733,10 @@ pub struct ConnWrapper {
     /// The server ended this session (killed, shutting down, packet too
     /// large); the pool throws it away.
     pub(crate) broken: bool,
+    /// A statement was refused as a write on a read-only server (1290,
+    /// 1836): before its next use the server's `read_only` is read, and
+    /// the connection goes when it is ON.
+    read_only_seen: bool,
     /// Handed out by `Pool::get`: reset before reuse.
     pub(crate) lent: bool,
     /// The session's own `max_statement_time`, before the pool set the
@@ -808,6 +896,12 @@ impl ConnWrapper {
         // connections go to a node that is.
         if matches!(code, 1047 | 1053 | 1152..=1161 | 1927) {
             self.broken = true;
+        }
+        // ER_OPTION_PREVENTS_STATEMENT (`--read-only`, among other
+        // options), ER_READ_ONLY_MODE: nothing ran; the session may be on
+        // a server that became a replica or was fenced.
+        if matches!(code, 1290 | 1836) {
+            self.read_only_seen = true;
         }
     }
 }

@@ -119,8 +119,9 @@
 //! [`PoolBuilder::hosts`](crate::PoolBuilder::hosts), which replaces the
 //! URL's host. A [`PoolConfig`](crate::PoolConfig) `url` takes the same
 //! form. It is meant for servers that each take writes, such as the nodes
-//! of a Galera cluster: a plain MySQL replica that is up but `read_only`
-//! is not passed over (its writes fail with 1290).
+//! of a Galera cluster, or a primary and the replicas one of which an
+//! operator or an HA manager promotes when it fails (a replica is
+//! `read_only` until then).
 //!
 //! **Opening a connection.** The pool tries the host its last new
 //! connection opened on, then the others in list order, going round once;
@@ -134,7 +135,11 @@
 //! node, a node cut off from the majority) — such a node is never used,
 //! with one host as with several — or `wsrep_local_state` not 4 (Synced:
 //! a donor, a node desynced for a backup), which takes writes but lags:
-//! it is used only when no host of the list is synced. The readiness is
+//! it is used only when no host of the list is synced. A server with
+//! `read_only` ON (MySQL's `super_read_only` sets it too) is passed over
+//! the same way, after those: it is used only when no other host takes
+//! writes, so that a write there gets the server's own error (1290) rather
+//! than a connection error, and reads still work. The readiness is
 //! read in the query that reads the session's settings, so it costs no
 //! round trip of its own, also after a session reset. When no host gives a
 //! connection, the error ([`Error::is_connect`](crate::Error::is_connect))
@@ -161,12 +166,28 @@
 //! (`tests/it/galera_failover.rs`).
 //!
 //! **A node that stops being ready** under open connections (it loses
-//! quorum, or an operator desyncs it) answers their next statement with
-//! 1047 "WSREP has not yet prepared node for application use": the
-//! statement did not run, its callers get that error (definite,
+//! quorum, or an operator desyncs it): a connection that lay idle in the
+//! pool for 5 s or more has the node's readiness read before its next use
+//! (in place of the ping such a connection gets on a plain server), and is
+//! closed when the node no longer takes writes. A connection in use (or
+//! idle for less) learns it from its next statement, which the node
+//! answers with 1047 "WSREP has not yet prepared node for application
+//! use": the statement did not run, its callers get that error (definite,
 //! [`Error::is_retryable`](crate::Error::is_retryable)), and the connection
-//! is closed, never used again; new connections go to a node that is
+//! is closed, never used again. New connections go to a node that is
 //! ready.
+//!
+//! **A server that becomes read-only** (a primary demoted to a replica, or
+//! fenced with `read_only` during a switchover) refuses its connections'
+//! writes with 1290 (1836 on MySQL's `super_read_only`): nothing ran, and
+//! the callers get that error, as the plain driver's would. A connection
+//! that saw it has `@@GLOBAL.read_only` read before its next use, and is
+//! closed when it is ON; new connections go to a host that takes writes,
+//! so with a host list writes move to the promoted server. This is also
+//! how a single host named by a DNS name that an HA manager moves (a
+//! managed database's cluster endpoint) reaches the new primary. A user
+//! with the privilege to bypass `read_only` (SUPER, or MariaDB's `READ_ONLY
+//! ADMIN`) is never refused, so its connections are never moved this way.
 //!
 //! # Per-row outcomes
 //!

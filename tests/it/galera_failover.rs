@@ -386,33 +386,7 @@ async fn a_node_not_ready_is_passed_over() {
     keys_on(&urls[0], t).await;
 
     let cut = 0;
-    let mut admin = connect(&urls[cut]).await;
-    admin
-        .query_drop("SET GLOBAL wsrep_provider_options = 'gmcast.isolate=1'")
-        .await
-        .expect("isolate");
-    let _ = admin.disconnect().await;
-    wait_for(
-        "the cut-off node to leave the primary component",
-        || async {
-            let ready = status(&urls[cut], "wsrep_ready").await;
-            let others: Vec<String> = {
-                let mut v = Vec::new();
-                for (i, u) in urls.iter().enumerate() {
-                    if i != cut {
-                        v.push(status(u, "wsrep_cluster_size").await);
-                    }
-                }
-                v
-            };
-            if ready == "OFF" && others.iter().all(|s| s == "2") {
-                Ok(())
-            } else {
-                Err(format!("ready {ready}, other nodes' sizes {others:?}"))
-            }
-        },
-    )
-    .await;
+    isolate(&urls, cut).await;
 
     let url = multi_host_url(cluster, &urls[0], &[cut, 1, 2]);
     let pool = Arc::new(builder(&url).build().expect("build pool"));
@@ -438,15 +412,7 @@ async fn a_node_not_ready_is_passed_over() {
     // Still cut off: the test tested what it meant to.
     let ready = status(&urls[cut], "wsrep_ready").await;
 
-    let mut admin = connect(&urls[cut]).await;
-    admin
-        .query_drop("SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'")
-        .await
-        .expect("rejoin");
-    let _ = admin.disconnect().await;
-    tokio::task::spawn_blocking(|| cluster.wait_formed())
-        .await
-        .expect("cluster whole again");
+    rejoin(cluster, &urls, cut).await;
 
     errors.truncate(10);
     assert!(errors.is_empty(), "{}", errors.join("\n"));
@@ -459,6 +425,114 @@ async fn a_node_not_ready_is_passed_over() {
     for url in &urls {
         let keys = keys_on(url, t).await;
         assert_eq!(keys.len() as i64, rows, "every row on {url}");
+    }
+}
+
+/// Cuts node `cut` off from the others (`gmcast.isolate=1`) and waits until
+/// it is out of the primary component (`wsrep_ready` OFF) and the others
+/// count two nodes.
+async fn isolate(urls: &[String], cut: usize) {
+    let mut admin = connect(&urls[cut]).await;
+    admin
+        .query_drop("SET GLOBAL wsrep_provider_options = 'gmcast.isolate=1'")
+        .await
+        .expect("isolate");
+    let _ = admin.disconnect().await;
+    wait_for(
+        "the cut-off node to leave the primary component",
+        || async {
+            let ready = status(&urls[cut], "wsrep_ready").await;
+            let mut others = Vec::new();
+            for (i, u) in urls.iter().enumerate() {
+                if i != cut {
+                    others.push(status(u, "wsrep_cluster_size").await);
+                }
+            }
+            if ready == "OFF" && others.iter().all(|s| s == "2") {
+                Ok(())
+            } else {
+                Err(format!("ready {ready}, other nodes' sizes {others:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// Lets node `cut` rejoin and waits until the cluster is whole again.
+async fn rejoin(cluster: &'static GaleraCluster, urls: &[String], cut: usize) {
+    let mut admin = connect(&urls[cut]).await;
+    admin
+        .query_drop("SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'")
+        .await
+        .expect("rejoin");
+    let _ = admin.disconnect().await;
+    tokio::task::spawn_blocking(|| cluster.wait_formed())
+        .await
+        .expect("cluster whole again");
+}
+
+/// The pool's connections lie idle on a node that is then cut off from the
+/// cluster: the node's readiness is read when each comes out of the pool,
+/// so no write is sent there (no caller gets the node's 1047), and new
+/// connections open on a node that takes writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_to_a_node_that_stops_being_ready_are_not_used() {
+    let _turn = TURN.lock().await;
+    let cluster = cluster();
+    let urls = cluster.fresh_db().await;
+    let t = "idle_not_ready";
+    create_table(&urls[0], t).await;
+    keys_on(&urls[0], t).await;
+
+    let cut = 0;
+    let url = multi_host_url(cluster, &urls[0], &[cut, 1, 2]);
+    let pool = Arc::new(builder(&url).build().expect("build pool"));
+    let sql = format!("INSERT INTO {t} (k, v) VALUES (?, ?)");
+    let write = |keys: std::ops::Range<i64>| {
+        let tasks: Vec<_> = keys
+            .map(|k| {
+                let (pool, sql) = (Arc::clone(&pool), sql.clone());
+                tokio::spawn(async move { (k, pool.execute(&sql, (k, format!("v{k}"))).await) })
+            })
+            .collect();
+        async move {
+            let mut errors = Vec::new();
+            for task in tasks {
+                let (k, r) = task.await.expect("caller");
+                if let Err(e) = r {
+                    errors.push(format!("key {k}: {e}"));
+                }
+            }
+            errors
+        }
+    };
+    // Every connection of the pool opened, on the first node of the list.
+    let errors = write(0..200).await;
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+    let opened = pool.status().size;
+    assert_eq!(pool_port(&pool).await, port_of(cluster, cut));
+
+    // Idle past the pool's ping interval (5 s) before the node goes.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    isolate(&urls, cut).await;
+    let errors = write(200..400).await;
+    let port = pool_port(&pool).await;
+    pool.close().await;
+    let ready = status(&urls[cut], "wsrep_ready").await;
+    rejoin(cluster, &urls, cut).await;
+
+    let mut shown = errors.clone();
+    shown.truncate(10);
+    assert!(
+        errors.is_empty(),
+        "{} of 200 callers failed ({opened} connections were idle on the node): {}",
+        errors.len(),
+        shown.join("\n")
+    );
+    assert_eq!(ready, "OFF", "the node stayed cut off during the writes");
+    assert_ne!(port, port_of(cluster, cut), "the pool's node");
+    for url in &urls {
+        assert_eq!(keys_on(url, t).await.len(), 400, "every row on {url}");
     }
 }
 

@@ -52,6 +52,8 @@ mod mysql_bulk;
 #[cfg(feature = "mysql")]
 mod mysql_coalesce;
 #[cfg(feature = "mysql")]
+mod mysql_read_only;
+#[cfg(feature = "mysql")]
 mod mysql_transactions;
 mod oracle;
 #[cfg(feature = "postgres")]

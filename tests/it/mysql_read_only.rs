@@ -1,0 +1,225 @@
+//! A MySQL / MariaDB host list with a read-only server in it: a replica
+//! (`read_only` ON) is passed over while another host takes writes, and the
+//! connections of a server that turns read-only under them (a primary
+//! demoted or fenced) are closed once a write was refused there, so that
+//! writes move to the host that takes them.
+//!
+//! Each test starts a server of its own (it sets the global `read_only`)
+//! and uses the shared one as the host that takes writes.
+
+use crate::common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use batchpool::mysql::{Pool, PoolBuilder};
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+
+const POOL_SIZE: usize = 4;
+
+async fn connect(url: &str) -> Conn {
+    Conn::from_url(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+/// `(user@host:port part, database)` of a `mysql://user@host:port/db` URL.
+fn split(url: &str) -> (&str, &str) {
+    url.rsplit_once('/').expect("database in the URL")
+}
+
+fn host_of(url: &str) -> &str {
+    split(url).0.rsplit_once('@').expect("user in the URL").1
+}
+
+/// The same database on `server`: `mysql://root@127.0.0.1:P/<db of url>`.
+fn same_db_on(server: &common::MysqlServer, url: &str) -> String {
+    format!("mysql://root@127.0.0.1:{}/{}", server.port(), split(url).1)
+}
+
+async fn run(url: &str, sql: &str) {
+    let mut conn = connect(url).await;
+    conn.query_drop(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let _ = conn.disconnect().await;
+}
+
+async fn keys(url: &str) -> BTreeSet<i64> {
+    let mut conn = connect(url).await;
+    let keys: Vec<i64> = conn.query("SELECT k FROM t").await.expect("read keys");
+    let _ = conn.disconnect().await;
+    keys.into_iter().collect()
+}
+
+fn builder(url: &str) -> PoolBuilder {
+    Pool::builder(url)
+        .max_size(POOL_SIZE)
+        .create_timeout(Duration::from_secs(5))
+}
+
+/// The client port of the server a pool's connection is on.
+async fn pool_port(pool: &Pool) -> u16 {
+    let row = pool.query_one("SELECT @@port", ()).await.expect("@@port");
+    row.get::<u16, _>(0).expect("port")
+}
+
+/// Creates the database of `shared` (already made there) on `own`, and
+/// table `t` in both.
+async fn same_table_on_both(shared: &str, own: &str) {
+    let db = split(shared).1;
+    let own_root = own.replace(&format!("/{db}"), "/test");
+    run(&own_root, &format!("CREATE DATABASE `{db}`")).await;
+    for url in [shared, own] {
+        run(url, "CREATE TABLE t (k BIGINT PRIMARY KEY) ENGINE=InnoDB").await;
+    }
+}
+
+/// A replica listed first is passed over for a host that takes writes; a
+/// list with no such host uses the replica (reads work there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_host_is_passed_over() {
+    let server = common::MysqlServer::start(&[]);
+    let shared = common::mysql_fresh_db().await;
+    let own = same_db_on(&server, &shared);
+    same_table_on_both(&shared, &own).await;
+    run(&own, "SET GLOBAL read_only = ON").await;
+
+    let db = split(&shared).1;
+    let list = format!(
+        "mysql://root@127.0.0.1:{},{}/{db}",
+        server.port(),
+        host_of(&shared)
+    );
+    let pool = builder(&list).build().expect("build pool");
+    let rows = 200i64;
+    let mut tasks = Vec::new();
+    for k in 0..rows {
+        let pool = pool.clone();
+        tasks.push(tokio::spawn(async move {
+            (k, pool.execute("INSERT INTO t (k) VALUES (?)", (k,)).await)
+        }));
+    }
+    for task in tasks {
+        let (k, r) = task.await.expect("caller");
+        assert_eq!(
+            r.unwrap_or_else(|e| panic!("key {k}: {e}")).rows_affected(),
+            1
+        );
+    }
+    let port = pool_port(&pool).await;
+    pool.close().await;
+    assert_ne!(port, server.port(), "the pool's server is the writable one");
+    assert_eq!(
+        keys(&shared).await.len() as i64,
+        rows,
+        "every row on the writable host"
+    );
+    assert!(keys(&own).await.is_empty(), "no row on the read-only host");
+
+    // Nothing else answers: the read-only server is used after all.
+    // A port nothing listens on.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let list = format!(
+        "mysql://root@127.0.0.1:{dead},127.0.0.1:{}/{db}",
+        server.port()
+    );
+    let pool = builder(&list).build().expect("build pool");
+    assert_eq!(pool_port(&pool).await, server.port());
+    pool.close().await;
+}
+
+/// A pool's connections are on a server that turns read-only (as a
+/// demoted primary does): each write refused there fails its own callers
+/// with the server's error, definite; the connection that saw it is closed,
+/// and new ones open on the other host of the list. At most one refusal per
+/// pooled connection, then every write lands on the other host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_on_a_server_turned_read_only_move_to_a_writable_host() {
+    let server = common::MysqlServer::start(&[]);
+    let shared = common::mysql_fresh_db().await;
+    let own = same_db_on(&server, &shared);
+    same_table_on_both(&shared, &own).await;
+
+    // A user without the privilege to bypass `read_only` (root has it), on
+    // both servers.
+    let db = split(&shared).1;
+    let user = format!("bp_writer_{}", std::process::id());
+    for url in [&shared, &own] {
+        run(url, &format!("DROP USER IF EXISTS '{user}'@'%'")).await;
+        run(url, &format!("CREATE USER '{user}'@'%'")).await;
+        run(url, &format!("GRANT ALL ON `{db}`.* TO '{user}'@'%'")).await;
+    }
+    let list = format!(
+        "mysql://{user}@127.0.0.1:{},{}/{db}",
+        server.port(),
+        host_of(&shared)
+    );
+    let pool = builder(&list).build().expect("build pool");
+    let sql = "INSERT INTO t (k) VALUES (?)";
+
+    // Every connection of the pool open on the first host.
+    let before = 100i64;
+    let mut tasks = Vec::new();
+    for k in 0..before {
+        let pool = pool.clone();
+        tasks.push(tokio::spawn(async move { pool.execute(sql, (k,)).await }));
+    }
+    for task in tasks {
+        task.await.expect("caller").expect("insert before");
+    }
+    assert_eq!(pool_port(&pool).await, server.port());
+    let opened = pool.status().size;
+
+    run(&own, "SET GLOBAL read_only = ON").await;
+
+    let mut ok = BTreeSet::new();
+    let mut refused = Vec::new();
+    let mut last_refused = None;
+    for k in before..before + 100 {
+        match pool.execute(sql, (k,)).await {
+            Ok(o) => {
+                assert_eq!(o.rows_affected(), 1);
+                ok.insert(k);
+            }
+            Err(e) => {
+                let text = e.to_string();
+                assert!(
+                    e.is_db() && !e.is_outcome_unknown() && text.contains("read-only"),
+                    "key {k}: {e}"
+                );
+                refused.push(k);
+                last_refused = Some(k);
+            }
+        }
+    }
+    let port = pool_port(&pool).await;
+    pool.close().await;
+    for url in [&shared, &own] {
+        run(url, &format!("DROP USER '{user}'@'%'")).await;
+    }
+
+    assert!(
+        refused.len() <= opened,
+        "at most one refusal per connection open on the read-only server \
+         ({opened}); refused keys {refused:?}"
+    );
+    assert!(
+        !refused.is_empty(),
+        "the server refused writes (the test tested what it meant to)"
+    );
+    let last = last_refused.expect("a refusal");
+    assert!(
+        (last + 1..before + 100).all(|k| ok.contains(&k)),
+        "every write after the last refusal succeeded"
+    );
+    assert_ne!(port, server.port(), "the pool moved to the writable host");
+    let on_own = keys(&own).await;
+    let on_shared = keys(&shared).await;
+    assert_eq!(on_own, (0..before).collect::<BTreeSet<_>>(), "rows before");
+    assert_eq!(on_shared, ok, "every Ok row after, and no refused one");
+}
