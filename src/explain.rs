@@ -27,6 +27,12 @@ pub enum NotCoalesced {
     /// reason (a non-transactional MySQL table, an `ON CONFLICT` whose
     /// skipped rows cannot be told apart, ...).
     Declined(String),
+    /// The server could not be asked about the statement's table this time:
+    /// the pool's own reading failed (its connection was lost, or the
+    /// answer did not come within the statement time limit). The caller's
+    /// statement was not part of it, so it runs on its own; the next call
+    /// of the text asks again. The error.
+    NotLearned(String),
 }
 
 impl fmt::Display for NotCoalesced {
@@ -42,6 +48,11 @@ impl fmt::Display for NotCoalesced {
             NotCoalesced::InsertForm(what) => write!(f, "INSERT form not coalesced: {what}"),
             NotCoalesced::Unreadable => f.write_str("the text could not be tokenized"),
             NotCoalesced::Declined(why) => f.write_str(why),
+            NotCoalesced::NotLearned(e) => write!(
+                f,
+                "the server could not be asked about the table this time ({e}); asked again \
+                 on the next call"
+            ),
         }
     }
 }

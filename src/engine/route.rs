@@ -149,10 +149,14 @@ impl<B: Backend> Engine<B> {
         let id = self.routes.learnings.fetch_add(1, Ordering::Relaxed);
         let (engine, sql, work) = (self.clone(), Box::<str>::from(sql), self.tracker.more());
         let task = tokio::spawn(async move {
-            let learned = engine
-                .learn(&sql, deadline)
-                .await
-                .map(|r| engine.routes.put_first(&sql, r));
+            let learned = engine.learn(&sql, deadline).await.map(|r| {
+                if r.unlearned() {
+                    // Not kept: the next caller asks again.
+                    r.route
+                } else {
+                    engine.routes.put_first(&sql, r)
+                }
+            });
             let mut map = lock(&engine.routes.learning);
             if map.get(&sql).is_some_and(|l| l.id == id) {
                 map.remove(&sql);
@@ -190,7 +194,11 @@ impl<B: Backend> Engine<B> {
                 }
             }
         }
-        let learned = self.learn(sql, deadline).await.ok();
+        let learned = self
+            .learn(sql, deadline)
+            .await
+            .ok()
+            .filter(|l| !l.unlearned());
         self.routes.relearned(sql, learned);
     }
 
@@ -237,6 +245,15 @@ impl<B: Backend> Engine<B> {
     /// connection taken by `deadline`, within the statement deadline: the
     /// table's fingerprint first (a change after it is then seen by the
     /// next check), then the text's facts and prepare.
+    ///
+    /// Only a connection that cannot be had by `deadline` is the caller's
+    /// error (its statement would have met the same). Once one is had, a
+    /// failure of the asking (the connection lost, the answer late, a
+    /// catalog read refused for a passing reason, or the server's refusal
+    /// of the text's prepare) gives a route of this call only:
+    /// [`NotCoalesced::NotLearned`], run on its own, so the caller gets
+    /// what its statement alone gets, not the error of a question it never
+    /// asked.
     async fn learn(&self, sql: &str, deadline: Option<Instant>) -> Result<Learned<B>, Error> {
         let pass = |reason| Learned {
             route: Route::Pass(Arc::new(reason)),
@@ -251,15 +268,27 @@ impl<B: Backend> Engine<B> {
                 let mut conn = self.backend.connections().checkout(deadline).await?;
                 let limit = B::Connections::answer_limit(&conn);
                 let at = Instant::now();
-                let fingerprint = exchange!(B::Connections, limit, &mut conn, |c| self
-                    .backend
-                    .fingerprint(c, &insert))??
-                .map(Box::from);
-                let learned = exchange!(B::Connections, limit, &mut conn, |c| self
-                    .backend
-                    .prepare_shape(c, sql, insert.clone()))?;
+                let asked = async {
+                    let fingerprint = exchange!(B::Connections, limit, &mut conn, |c| self
+                        .backend
+                        .fingerprint(c, &insert))??
+                    .map(Box::from);
+                    let learned = exchange!(B::Connections, limit, &mut conn, |c| self
+                        .backend
+                        .prepare_shape(c, sql, insert.clone()))??;
+                    Ok::<_, Error>((fingerprint, learned))
+                };
+                let (fingerprint, learned) = match asked.await {
+                    Ok(answer) => answer,
+                    Err(e) => {
+                        return Ok(Learned {
+                            route: Route::Pass(Arc::new(NotCoalesced::NotLearned(e.to_string()))),
+                            check: None,
+                        });
+                    }
+                };
                 self.counters.learned();
-                let route = match learned? {
+                let route = match learned {
                     Err(reason) => {
                         self.warn_not_coalesced(sql, &reason);
                         Route::Pass(Arc::new(reason))
@@ -313,6 +342,13 @@ pub(crate) struct Learned<B: Backend> {
     pub(crate) route: Route<B>,
     /// For a text the server was asked about.
     pub(crate) check: Option<Check>,
+}
+
+impl<B: Backend> Learned<B> {
+    /// The server could not be asked: a route for one call, never kept.
+    fn unlearned(&self) -> bool {
+        matches!(&self.route, Route::Pass(reason) if matches!(**reason, NotCoalesced::NotLearned(_)))
+    }
 }
 
 /// What a learned route is checked against.

@@ -161,7 +161,8 @@ pub(crate) async fn table_facts(
         Ok(None) => return Ok(None),
         // No access, or several tables matched a case-insensitive name.
         // A session killed, a timeout or a deadlock says nothing of the
-        // table: the learning fails and the next call asks again.
+        // table: the learning fails (its caller's statement runs on its
+        // own) and the next call asks again.
         Err(e @ mysql_async::Error::Server(_)) if !transient(&e) => return Ok(None),
         Err(e) => {
             conn.note_error(&e);

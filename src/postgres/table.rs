@@ -272,7 +272,8 @@ async fn facts(
         // these catalogs or functions, no catalog access): not coalesced.
         // Any other server error (the session killed, a statement or lock
         // timeout, a serialization failure) says nothing of the catalog:
-        // the learning fails, is not cached, and the next call asks again.
+        // the learning fails, is not cached (its caller's statement runs on
+        // its own), and the next call asks again.
         Err(e)
             if e.as_db_error()
                 .is_some_and(|db| catalog_cannot_answer(db.code())) =>

@@ -17,7 +17,7 @@ use crate::common::backend::{
     Patience, TestBackend, TestOutcome, Val, all_returned, both, settle, vals, wait_for,
 };
 use crate::common::proxy::Proxy;
-use batchpool::{BatchConfig, Error};
+use batchpool::{BatchConfig, Error, Explain, NotCoalesced};
 use rand::Rng;
 
 both! {
@@ -32,6 +32,7 @@ both! {
         calls_after_close_fail_at_once,
         sessions_killed_under_a_cancellation_storm_lose_nothing,
         sessions_killed_while_texts_are_learned_leave_them_coalesced,
+        a_learning_cut_short_runs_its_callers_statement_alone,
         a_connection_given_up_on_leaves_the_pool_at_once,
     ],
 }
@@ -943,10 +944,10 @@ async fn all_refused<B: TestBackend>(pool: &B::Pool, insert: &str, when: &str) {
 }
 
 /// Sessions ended while the pool learns texts (its catalog reads, its
-/// prepare) say nothing of the table: such a learning fails (its caller
-/// gets the error, nothing was sent) and is not kept, so once the killing
-/// stops every text is coalesced. A kill is never taken for "this table
-/// cannot be coalesced".
+/// prepare) say nothing of the table: such a learning fails (its caller's
+/// statement runs on its own) and is not kept, so once the killing stops
+/// every text is coalesced. A kill is never taken for "this table cannot
+/// be coalesced".
 async fn sessions_killed_while_texts_are_learned_leave_them_coalesced<B: TestBackend>() {
     const TEXTS: usize = 40;
     let (url, _admin) = fresh::<B>(&["CREATE TABLE kl (k INT PRIMARY KEY, v INT NOT NULL)"]).await;
@@ -992,7 +993,10 @@ async fn sessions_killed_while_texts_are_learned_leave_them_coalesced<B: TestBac
     killing.await.expect("the killer started");
     let mut failed = 0;
     for sql in &texts {
-        if B::explain(&pool, sql).await.is_err() {
+        if B::explain(&pool, sql)
+            .await
+            .map_or(true, |why| not_learned(&why))
+        {
             failed += 1;
         }
     }
@@ -1004,20 +1008,80 @@ async fn sessions_killed_while_texts_are_learned_leave_them_coalesced<B: TestBac
     for sql in &texts {
         let mut tries = 0;
         let why = loop {
-            match B::explain(&pool, sql).await {
-                Ok(why) => break why,
-                Err(e) => {
-                    tries += 1;
-                    assert!(tries < 20, "{sql:?}: still failing after the kills: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
+            let e = match B::explain(&pool, sql).await {
+                Ok(why) if !not_learned(&why) => break why,
+                Ok(why) => why.to_string(),
+                Err(e) => e.to_string(),
+            };
+            tries += 1;
+            assert!(tries < 20, "{sql:?}: still failing after the kills: {e}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         };
         assert!(
             why.is_coalesced(),
             "{sql:?} is not coalesced after {kills} kills ({failed} of {TEXTS} learnings failed): {why}"
         );
     }
+    B::close(&pool).await;
+}
+
+/// The pool could not ask the server about the text this time.
+fn not_learned(why: &Explain) -> bool {
+    matches!(why.reason(), Some(NotCoalesced::NotLearned(_)))
+}
+
+/// The connection the pool learns a new text on stalls (a network black
+/// hole): the learning is given up after the statement time limit, and the
+/// caller whose call started it has its own statement run on its own, on a
+/// new connection: Ok, its row stored, where the pool used to give it the
+/// error of a question it never asked. The text is learned on a later call.
+async fn a_learning_cut_short_runs_its_callers_statement_alone<B: TestBackend>() {
+    let (url, mut admin) =
+        fresh::<B>(&["CREATE TABLE lc (k INT PRIMARY KEY, v INT NOT NULL)"]).await;
+    let proxy = Proxy::start(B::upstream(&url)).await;
+    let pool = B::pool_with(&url, Some(proxy.addr()), BatchConfig::default(), 1, |b| {
+        b.statement_timeout(Duration::from_secs(1))
+    });
+    let first = B::sql("INSERT INTO lc (k, v) VALUES (?, ?)");
+    assert_coalesced::<B>(&pool, &first).await;
+    assert_eq!(
+        B::execute(&pool, &first, &vals![1, 1])
+            .await
+            .unwrap()
+            .rows_affected(),
+        1
+    );
+    all_returned::<B>(&pool).await;
+    assert_eq!(B::size_available(&pool), (1, 1), "the connection open");
+
+    // A text not seen yet: learning it takes the one connection, stalled.
+    let accepted = proxy.accepted();
+    proxy.black_hole_existing();
+    let other = B::sql("INSERT INTO lc (k, v) VALUES (?, ?) ");
+    let call = spawn_call::<B>(&pool, &other, 2, vals![2, 2], Duration::from_secs(30));
+    let (_, elapsed, r) = call.await.unwrap();
+    let r = r.expect("bounded: the learning is given up after the time limit");
+    assert_eq!(
+        r.unwrap_or_else(|e| panic!("the caller's statement, run on its own: {e}")),
+        1
+    );
+    eprintln!("answered after {elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_secs(1) && proxy.accepted() > accepted,
+        "the learning met the stall, and the statement ran on a new connection"
+    );
+    assert_eq!(keys::<B>(&mut admin, "lc").await, HashSet::from([1, 2]));
+    // Not kept: the next call learns the text, on a connection that answers.
+    let why = B::explain(&pool, &other).await.expect("explain");
+    assert!(why.is_coalesced(), "{why}");
+    assert_eq!(
+        B::execute(&pool, &other, &vals![3, 3])
+            .await
+            .unwrap()
+            .rows_affected(),
+        1
+    );
+    assert_eq!(keys::<B>(&mut admin, "lc").await, HashSet::from([1, 2, 3]));
     B::close(&pool).await;
 }
 
