@@ -85,7 +85,11 @@ impl<B: Backend> Pool<B> {
     ///
     /// Classifies the text as `execute` does (and caches the answer for it):
     /// the first call for a new batchable text asks the server about it
-    /// (one round trip), so this can fail like `execute`. A text that looks
+    /// (one round trip), on a connection of the pool, so this fails when
+    /// none can be had. When the asking itself fails (the connection lost,
+    /// no answer within the statement time limit, the server refusing the
+    /// text), the reason is [`NotCoalesced::NotLearned`](crate::NotCoalesced::NotLearned)
+    /// with the error, nothing is cached, and the next call asks again. A text that looks
     /// batchable but that the server makes run on its own is also logged
     /// once, at WARN, with this reason.
     ///
