@@ -155,10 +155,9 @@ impl Manager {
     /// the one the last connection opened on and going round the list
     /// once; each attempt is bounded by `create_timeout` when there are
     /// several hosts. A host is passed over when it cannot be reached, its
-    /// session cannot be set up, or (a Galera node) it is not ready for
-    /// writes; one that is `read_only` (or a Galera node not synced) only
-    /// while another host may take writes. The error, when none takes it,
-    /// names every host's.
+    /// session cannot be set up, it is `read_only`, or (a Galera node) it
+    /// is not ready for writes; a Galera node not synced is used only when
+    /// no host is. The error, when none takes it, names every host's.
     async fn connect_any(&self) -> Result<ConnWrapper, mysql_async::Error> {
         let n = self.targets.len();
         if n == 1 {
@@ -166,9 +165,8 @@ impl Manager {
         }
         let first = self.preferred.load(Ordering::Relaxed) % n;
         let mut failures: Vec<(usize, mysql_async::Error)> = Vec::with_capacity(n);
-        // The first connection to the readiest host that is not ready (a
-        // Galera node not synced, else a read-only server), in case no
-        // host is.
+        // The first connection to a node that takes writes but is not
+        // synced, in case no host is.
         let mut fallback: Option<ConnWrapper> = None;
         for k in 0..n {
             let i = (first + k) % n;
@@ -187,11 +185,11 @@ impl Manager {
                     self.preferred.store(i, Ordering::Relaxed);
                     return Ok(wrapper);
                 }
+                Ok(wrapper) if wrapper.session.readiness == Readiness::ReadOnly => {
+                    failures.push((i, mysql_async::Error::Other(Box::new(HostError::ReadOnly))));
+                }
                 Ok(wrapper) => {
-                    let better = fallback.as_ref().is_none_or(|f| {
-                        wrapper.session.readiness.rank() < f.session.readiness.rank()
-                    });
-                    if better {
+                    if fallback.is_none() {
                         fallback = Some(wrapper);
                     }
                 }
@@ -302,6 +300,8 @@ enum HostError {
     /// [Several hosts](super#several-hosts-failover)): its connection is
     /// not used.
     NotReady(String),
+    /// A server with `read_only` ON, in a list of several hosts.
+    ReadOnly,
     /// One host's attempt took longer than `create_timeout`.
     HostTimeout(Duration),
     /// No host of the list gave a connection: each one's error.
@@ -314,6 +314,9 @@ impl std::fmt::Display for HostError {
             HostError::NotReady(why) => {
                 write!(f, "the Galera node is not ready for writes ({why})")
             }
+            HostError::ReadOnly => f.write_str(
+                "the server is read-only (read_only = ON): a replica, or a primary fenced",
+            ),
             HostError::HostTimeout(limit) => {
                 write!(f, "no connection within {} ms", limit.as_millis())
             }
@@ -379,28 +382,13 @@ pub(crate) enum Readiness {
     /// component) but is not synced (a donor, or desynced for a backup):
     /// used only when no host of the list is [`Ready`](Readiness::Ready).
     NotSynced(String),
-    /// A server with `read_only` ON (a replica, a fenced primary): used
-    /// only when no host of the list is [`Ready`](Readiness::Ready) or
-    /// [`NotSynced`](Readiness::NotSynced), so that its own error answers
-    /// writes that nothing else can take.
+    /// A server with `read_only` ON (a replica, a fenced primary): never
+    /// used from a list of several hosts; a single host is used as it is.
     ReadOnly,
     /// A Galera node that refuses writes (`wsrep_ready` OFF, outside the
     /// primary component), or whose state cannot be read: never used. Its
     /// status, for the error.
     NotReady(String),
-}
-
-impl Readiness {
-    /// How far a host is from the one wanted (0: ready), for choosing the
-    /// host of a fallback connection.
-    fn rank(&self) -> u8 {
-        match self {
-            Readiness::Ready => 0,
-            Readiness::NotSynced(_) => 1,
-            Readiness::ReadOnly => 2,
-            Readiness::NotReady(_) => 3,
-        }
-    }
 }
 
 /// Reads the settings batchpool depends on: the pool-wide ones the first

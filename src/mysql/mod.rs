@@ -136,10 +136,12 @@
 //! with one host as with several — or `wsrep_local_state` not 4 (Synced:
 //! a donor, a node desynced for a backup), which takes writes but lags:
 //! it is used only when no host of the list is synced. A server with
-//! `read_only` ON (MySQL's `super_read_only` sets it too) is passed over
-//! the same way, after those: it is used only when no other host takes
-//! writes, so that a write there gets the server's own error (1290) rather
-//! than a connection error, and reads still work. The readiness is
+//! `read_only` ON (a replica; MySQL's `super_read_only` sets it too) is
+//! never used from a list of several hosts, as libpq's
+//! `target_session_attrs=read-write` does: not even by a user allowed to
+//! write there, whose writes would land on a server that is not the
+//! primary. A single host is used whatever it is (read from a replica with
+//! a pool of its own). The readiness is
 //! read in the query that reads the session's settings, so it costs no
 //! round trip of its own, also after a session reset. When no host gives a
 //! connection, the error ([`Error::is_connect`](crate::Error::is_connect))

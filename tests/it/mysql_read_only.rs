@@ -1,5 +1,5 @@
 //! A MySQL / MariaDB host list with a read-only server in it: a replica
-//! (`read_only` ON) is passed over while another host takes writes, and the
+//! (`read_only` ON) is never used from a list of several hosts, and the
 //! connections of a server that turns read-only under them (a primary
 //! demoted or fenced) are closed once a write was refused there, so that
 //! writes move to the host that takes them.
@@ -76,8 +76,10 @@ async fn same_table_on_both(shared: &str, own: &str) {
     }
 }
 
-/// A replica listed first is passed over for a host that takes writes; a
-/// list with no such host uses the replica (reads work there).
+/// A replica listed first is passed over for a host that takes writes, by
+/// root too (whom `read_only` lets write); a list with no such host gives no
+/// connection, and names the replica's state; the replica alone, as a
+/// single host, is used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_host_is_passed_over() {
     let server = common::MysqlServer::start(&[]);
@@ -118,7 +120,7 @@ async fn a_read_only_host_is_passed_over() {
     );
     assert!(keys(&own).await.is_empty(), "no row on the read-only host");
 
-    // Nothing else answers: the read-only server is used after all.
+    // Nothing else answers: no connection, and the error says why.
     // A port nothing listens on.
     let dead = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -129,6 +131,21 @@ async fn a_read_only_host_is_passed_over() {
         server.port()
     );
     let pool = builder(&list).build().expect("build pool");
+    let e = pool
+        .execute("INSERT INTO t (k) VALUES (?)", (rows,))
+        .await
+        .expect_err("no host takes writes");
+    let text = format!("{e} {:?}", std::error::Error::source(&e));
+    assert!(e.is_connect(), "{text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", server.port())) && text.contains("read-only"),
+        "{text}"
+    );
+    pool.close().await;
+    assert!(keys(&own).await.is_empty(), "no row on the read-only host");
+
+    // The replica as the only host: used, for reads.
+    let pool = builder(&own).build().expect("build pool");
     assert_eq!(pool_port(&pool).await, server.port());
     pool.close().await;
 }
