@@ -281,6 +281,8 @@ impl<B: Backend> Engine<B> {
                 let (fingerprint, learned) = match asked.await {
                     Ok(answer) => answer,
                     Err(e) => {
+                        tracing::debug!(sql, error = %e, "the server could not be asked about \
+                            an INSERT text: this call runs on its own, the next asks again");
                         return Ok(Learned {
                             route: Route::Pass(Arc::new(NotCoalesced::NotLearned(e.to_string()))),
                             check: None,
