@@ -368,7 +368,8 @@ pub(crate) struct Session {
     /// Whether the server takes writes (a Galera node may not).
     pub(crate) readiness: Readiness,
     /// A Galera node (`wsrep_on`): its readiness is read again when the
-    /// connection comes out of the pool after lying idle.
+    /// connection comes out of the pool after lying idle (as `read_only`
+    /// is, in a list of several hosts).
     pub(crate) galera: bool,
 }
 
@@ -642,23 +643,38 @@ impl Manager {
             self.reset(wrapper).await?;
             wrapper.lent = false;
         } else if metrics.last_used() >= IDLE_PING || wrapper.last_ok_packet().is_none() {
-            if wrapper.session.galera {
-                // The node may have left the primary component (or been
-                // desynced) while the connection lay idle: its readiness,
-                // in place of the ping. One that no longer takes writes
-                // goes, and a new connection opens on a node that does; a
-                // connection in use learns it from its next statement's
-                // 1047.
-                let status: Option<Option<String>> = wrapper
-                    .query_first(WSREP_STATUS)
+            let several = self.targets.len() > 1;
+            if wrapper.session.galera || several {
+                // The server may have changed while the connection lay
+                // idle: in place of the ping, what makes it unfit for
+                // writes. A Galera node that left the primary component
+                // (or was desynced); in a list of several hosts, a server
+                // turned read-only (a demoted primary), where a user
+                // allowed to bypass `read_only` would go on writing. Such
+                // a connection goes, and a new one opens on a host that
+                // takes writes. A connection in use learns it from its
+                // next statement's 1047 or 1290 instead.
+                let status = if wrapper.session.galera {
+                    WSREP_STATUS
+                } else {
+                    "SELECT NULL"
+                };
+                let row: Option<(Option<u64>, Option<String>)> = wrapper
+                    .query_first(format!("SELECT @@GLOBAL.read_only, ({status})"))
                     .await
                     .map_err(RecycleError::Backend)?;
-                if let Readiness::NotReady(why) =
-                    wsrep_readiness(&status.flatten().unwrap_or_default())
-                {
-                    return Err(RecycleError::message(format!(
-                        "the Galera node is not ready for writes ({why})"
-                    )));
+                let (read_only, status) = row.unwrap_or_default();
+                if wrapper.session.galera {
+                    if let Readiness::NotReady(why) = wsrep_readiness(&status.unwrap_or_default()) {
+                        return Err(RecycleError::message(format!(
+                            "the Galera node is not ready for writes ({why})"
+                        )));
+                    }
+                }
+                if several && read_only.is_some_and(|on| on != 0) {
+                    return Err(RecycleError::message(
+                        "the server is read-only (read_only = ON)",
+                    ));
                 }
             } else {
                 wrapper.ping().await.map_err(RecycleError::Backend)?;

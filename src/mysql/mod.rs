@@ -187,9 +187,17 @@
 //! closed when it is ON; new connections go to a host that takes writes,
 //! so with a host list writes move to the promoted server. This is also
 //! how a single host named by a DNS name that an HA manager moves (a
-//! managed database's cluster endpoint) reaches the new primary. A user
-//! with the privilege to bypass `read_only` (SUPER, or MariaDB's `READ_ONLY
-//! ADMIN`) is never refused, so its connections are never moved this way.
+//! managed database's cluster endpoint) reaches the new primary. In a list
+//! of several hosts, a connection that lay idle in the pool for 5 s or more
+//! also has `@@GLOBAL.read_only` read before its next use (in place of the
+//! ping), and is closed when it is ON: this is what moves the connections
+//! of a user with the privilege to bypass `read_only` (SUPER, or MariaDB's
+//! `READ_ONLY ADMIN`), whose writes the server never refuses. Such a user's
+//! connection in steady use stays on a demoted server until it lies idle
+//! for 5 s, is retired ([`max_lifetime`](crate::PoolBuilder::max_lifetime),
+//! [`Pool::retire_all`](crate::Pool::retire_all)) or is ended by the HA
+//! manager (most end the demoted server's sessions): give the pool a user
+//! without that privilege.
 //!
 //! # Per-row outcomes
 //!

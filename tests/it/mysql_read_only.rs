@@ -240,3 +240,59 @@ async fn connections_on_a_server_turned_read_only_move_to_a_writable_host() {
     assert_eq!(on_own, (0..before).collect::<BTreeSet<_>>(), "rows before");
     assert_eq!(on_shared, ok, "every Ok row after, and no refused one");
 }
+
+/// Root, whom `read_only` lets write, has the pool's connections on a
+/// server that then turns read-only (a primary demoted while the pool was
+/// quiet): a connection that lay idle is checked before its next use and
+/// goes, so no write lands on the demoted server; every one goes to the
+/// other host of the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_on_a_server_turned_read_only_are_not_used_by_root() {
+    let server = common::MysqlServer::start(&[]);
+    let shared = common::mysql_fresh_db().await;
+    let own = same_db_on(&server, &shared);
+    same_table_on_both(&shared, &own).await;
+    let db = split(&shared).1;
+    let list = format!(
+        "mysql://root@127.0.0.1:{},{}/{db}",
+        server.port(),
+        host_of(&shared)
+    );
+    let pool = builder(&list).build().expect("build pool");
+    let sql = "INSERT INTO t (k) VALUES (?)";
+    let write = |keys: std::ops::Range<i64>| {
+        let tasks: Vec<_> = keys
+            .map(|k| {
+                let pool = pool.clone();
+                tokio::spawn(async move { (k, pool.execute(sql, (k,)).await) })
+            })
+            .collect();
+        async move {
+            for task in tasks {
+                let (k, r) = task.await.expect("caller");
+                assert_eq!(
+                    r.unwrap_or_else(|e| panic!("key {k}: {e}")).rows_affected(),
+                    1
+                );
+            }
+        }
+    };
+    write(0..100).await;
+    assert_eq!(pool_port(&pool).await, server.port());
+    let opened = pool.status().size;
+
+    run(&own, "SET GLOBAL read_only = ON").await;
+    // Idle past the pool's ping interval (5 s).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    write(100..300).await;
+    let port = pool_port(&pool).await;
+    pool.close().await;
+
+    assert_ne!(port, server.port(), "the pool moved to the writable host");
+    assert_eq!(
+        keys(&own).await,
+        (0..100).collect::<BTreeSet<_>>(),
+        "no write on the demoted server after it turned read-only ({opened} connections were idle there)"
+    );
+    assert_eq!(keys(&shared).await, (100..300).collect::<BTreeSet<_>>());
+}
