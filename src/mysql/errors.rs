@@ -33,6 +33,19 @@ pub(crate) fn unsent_error(e: mysql_async::Error) -> Error {
 
 fn map(e: mysql_async::Error, after_send: bool) -> Error {
     match e {
+        // A Galera node answers 1047 to a statement it refuses because it
+        // is not ready, and also to one whose commit was under way when
+        // the node left the primary component: the cluster may have
+        // certified and committed that one (rows refused so were on every
+        // node once the node rejoined). The two answers are the same.
+        mysql_async::Error::Server(ref se) if after_send && se.code == codes::NODE_NOT_READY => {
+            Error::with_source(
+                Kind::OutcomeUnknown,
+                "the Galera node stopped being ready for writes (1047) with the statement \
+                 sent; the cluster may or may not have committed it",
+                e,
+            )
+        }
         mysql_async::Error::Server(_) => Error::db(e),
         e if params_error(&e) => Error::with_source(Kind::Params, "bad parameters", e),
         e => Error::connection_lost(after_send, e),
@@ -55,7 +68,7 @@ fn statement_level(e: &mysql_async::ServerError) -> bool {
             | 1046 | 1049 | 1051 | 1054 | 1146 // no such database, table, column
             | 1064 // syntax
             | 1053 | 1927 // server shutdown, connection killed
-            | 1047 // a Galera node not ready for writes: nothing ran
+            | 1047 // a Galera node not ready for writes (outcome unknown)
             | 1317 // statement interrupted (KILL QUERY)
             | 1290 | 1792 | 1836 // read-only server or transaction
     )
@@ -188,7 +201,8 @@ pub(crate) mod codes {
     /// `ER_CON_COUNT_ERROR`: too many connections.
     pub(crate) const TOO_MANY_CONNECTIONS: u16 = 1040;
     /// `ER_UNKNOWN_COM_ERROR` as a Galera node answers while it is not ready
-    /// for writes (not synced or not in the primary component): nothing ran.
+    /// for writes (not in the primary component): to a statement it refused,
+    /// or to one whose commit the cluster may have completed without it.
     pub(crate) const NODE_NOT_READY: u16 = 1047;
     /// `ER_SERVER_SHUTDOWN`: the server is shutting down.
     pub(crate) const SERVER_SHUTDOWN: u16 = 1053;

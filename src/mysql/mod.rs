@@ -174,10 +174,15 @@
 //! closed when the node no longer takes writes. A connection in use (or
 //! idle for less) learns it from its next statement, which the node
 //! answers with 1047 "WSREP has not yet prepared node for application
-//! use": the statement did not run, its callers get that error (definite,
-//! [`Error::is_retryable`](crate::Error::is_retryable)), and the connection
-//! is closed, never used again. New connections go to a node that is
-//! ready.
+//! use", and the connection is closed, never used again. The node gives
+//! the same answer to a statement it refused without running it and to
+//! one whose commit was under way when it left the primary component,
+//! which the rest of the cluster may have committed (rows so refused by a
+//! node cut off under load were on every node once it rejoined,
+//! `tests/it/galera_failover.rs`): the callers of a statement sent there
+//! get [`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown);
+//! read the row back by its key to know. New connections go to a node that
+//! is ready.
 //!
 //! **A server that becomes read-only** (a primary demoted to a replica, or
 //! fenced with `read_only` during a switchover) refuses its connections'
