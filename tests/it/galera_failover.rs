@@ -228,6 +228,54 @@ fn start_writers(
         .collect()
 }
 
+/// Writers load `pool` until [`PHASE_ROWS`] are acknowledged, `fault`
+/// comes (named `what` in messages), and the load goes on until as many
+/// again are acknowledged. Returns every call, when the fault came, and
+/// when writes resumed (the first Ok of a call started after it).
+async fn load_through_fault<F, Fut>(
+    pool: &Arc<Pool>,
+    t: &str,
+    what: &str,
+    fault: F,
+) -> (Vec<Call>, Instant, Instant)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let next = Arc::new(AtomicI64::new(1));
+    let oks = Arc::new(AtomicI64::new(0));
+    let writers = start_writers(pool, t, &stop, &next, &oks);
+    let started = Instant::now();
+    while oks.load(Ordering::Relaxed) < PHASE_ROWS as i64 {
+        assert!(started.elapsed() < PATIENCE, "no load before the {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let at = Instant::now();
+    fault().await;
+    let before = oks.load(Ordering::Relaxed);
+    while oks.load(Ordering::Relaxed) < before + PHASE_ROWS as i64 {
+        assert!(
+            at.elapsed() < PATIENCE,
+            "writes did not resume after the {what}: {} Ok since",
+            oks.load(Ordering::Relaxed) - before
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut calls = Vec::new();
+    for w in writers {
+        calls.extend(w.await.expect("writer task"));
+    }
+    let resumed = calls
+        .iter()
+        .filter(|c| c.start >= at && matches!(c.told, Told::Ok))
+        .map(|c| c.end)
+        .min()
+        .unwrap_or_else(|| panic!("an Ok after the {what}"));
+    (calls, at, resumed)
+}
+
 /// A pool with every node in its host list writes under load; the node it
 /// writes through is killed with SIGKILL mid-load, then restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,44 +299,12 @@ async fn a_node_killed_under_load() {
     );
     let survivors: Vec<usize> = (0..urls.len()).filter(|i| *i != victim).collect();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let next = Arc::new(AtomicI64::new(1));
-    let oks = Arc::new(AtomicI64::new(0));
-    let writers = start_writers(&pool, t, &stop, &next, &oks);
-
-    let started = Instant::now();
-    while oks.load(Ordering::Relaxed) < PHASE_ROWS as i64 {
-        assert!(started.elapsed() < PATIENCE, "no load before the kill");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let killed_at = Instant::now();
-    cluster.kill(victim);
-    let before = oks.load(Ordering::Relaxed);
-    while oks.load(Ordering::Relaxed) < before + PHASE_ROWS as i64 {
-        assert!(
-            killed_at.elapsed() < PATIENCE,
-            "writes did not resume after the kill: {} Ok since",
-            oks.load(Ordering::Relaxed) - before
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.store(true, Ordering::Relaxed);
-    let mut calls = Vec::new();
-    for w in writers {
-        calls.extend(w.await.expect("writer task"));
-    }
+    let (calls, killed_at, resumed) =
+        load_through_fault(&pool, t, "kill", || async { cluster.kill(victim) }).await;
     let port_after = pool_port(&pool).await;
     let stats = pool.stats();
     pool.close().await;
     assert_ne!(port_after, port, "new connections went to another node");
-
-    // The first Ok of a call that started after the kill: writes again.
-    let resumed = calls
-        .iter()
-        .filter(|c| c.start >= killed_at && matches!(c.told, Told::Ok))
-        .map(|c| c.end)
-        .min()
-        .expect("an Ok after the kill");
     let gap = resumed - killed_at;
 
     let mut on: BTreeMap<usize, BTreeSet<i64>> = BTreeMap::new();
@@ -411,41 +427,12 @@ async fn a_node_cut_off_under_load() {
     let port = pool_port(&pool).await;
     assert_eq!(port, port_of(cluster, cut), "the first host of the list");
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let next = Arc::new(AtomicI64::new(1));
-    let oks = Arc::new(AtomicI64::new(0));
-    let writers = start_writers(&pool, t, &stop, &next, &oks);
-    let started = Instant::now();
-    while oks.load(Ordering::Relaxed) < PHASE_ROWS as i64 {
-        assert!(started.elapsed() < PATIENCE, "no load before the cut");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let cut_at = Instant::now();
-    isolate(&urls, cut).await;
-    let before = oks.load(Ordering::Relaxed);
-    while oks.load(Ordering::Relaxed) < before + PHASE_ROWS as i64 {
-        assert!(
-            cut_at.elapsed() < PATIENCE,
-            "writes did not resume after the cut: {} Ok since",
-            oks.load(Ordering::Relaxed) - before
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.store(true, Ordering::Relaxed);
-    let mut calls = Vec::new();
-    for w in writers {
-        calls.extend(w.await.expect("writer task"));
-    }
+    let (calls, cut_at, resumed) =
+        load_through_fault(&pool, t, "cut", || isolate(&urls, cut)).await;
     let port_after = pool_port(&pool).await;
     pool.close().await;
     rejoin(cluster, &urls, cut).await;
 
-    let resumed = calls
-        .iter()
-        .filter(|c| c.start >= cut_at && matches!(c.told, Told::Ok))
-        .map(|c| c.end)
-        .min()
-        .expect("an Ok after the cut");
     let mut on: BTreeMap<usize, BTreeSet<i64>> = BTreeMap::new();
     for (i, url) in urls.iter().enumerate() {
         on.insert(i, keys_on(url, t).await);

@@ -76,33 +76,54 @@ async fn same_table_on_both(shared: &str, own: &str) {
     }
 }
 
-/// A replica listed first is passed over for a host that takes writes, by
-/// root too (whom `read_only` lets write); a list with no such host gives no
-/// connection, and names the replica's state; the replica alone, as a
-/// single host, is used.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_only_host_is_passed_over() {
-    let server = common::MysqlServer::start(&[]);
-    let shared = common::mysql_fresh_db().await;
-    let own = same_db_on(&server, &shared);
-    same_table_on_both(&shared, &own).await;
-    run(&own, "SET GLOBAL read_only = ON").await;
+/// A server of the test's own (`own`, whose global `read_only` the test
+/// sets) and the shared one, each with the same fresh database holding
+/// table `t`.
+struct Pair {
+    server: common::MysqlServer,
+    shared: String,
+    own: String,
+}
 
-    let db = split(&shared).1;
-    let list = format!(
-        "mysql://root@127.0.0.1:{},{}/{db}",
-        server.port(),
-        host_of(&shared)
-    );
-    let pool = builder(&list).build().expect("build pool");
-    let rows = 200i64;
-    let mut tasks = Vec::new();
-    for k in 0..rows {
-        let pool = pool.clone();
-        tasks.push(tokio::spawn(async move {
-            (k, pool.execute("INSERT INTO t (k) VALUES (?)", (k,)).await)
-        }));
+impl Pair {
+    async fn start() -> Pair {
+        let server = common::MysqlServer::start(&[]);
+        let shared = common::mysql_fresh_db().await;
+        let own = same_db_on(&server, &shared);
+        same_table_on_both(&shared, &own).await;
+        Pair {
+            server,
+            shared,
+            own,
+        }
     }
+
+    fn db(&self) -> &str {
+        split(&self.shared).1
+    }
+
+    /// `mysql://<user>@own,shared/<db>`: the own server first.
+    fn list(&self, user: &str) -> String {
+        format!(
+            "mysql://{user}@127.0.0.1:{},{}/{}",
+            self.server.port(),
+            host_of(&self.shared),
+            self.db()
+        )
+    }
+}
+
+/// Inserts `keys` into `t` through `pool`, one concurrent caller each:
+/// every one must be told Ok(1).
+async fn write_all(pool: &Pool, keys: std::ops::Range<i64>) {
+    let tasks: Vec<_> = keys
+        .map(|k| {
+            let pool = pool.clone();
+            tokio::spawn(
+                async move { (k, pool.execute("INSERT INTO t (k) VALUES (?)", (k,)).await) },
+            )
+        })
+        .collect();
     for task in tasks {
         let (k, r) = task.await.expect("caller");
         assert_eq!(
@@ -110,15 +131,30 @@ async fn a_read_only_host_is_passed_over() {
             1
         );
     }
+}
+
+/// A replica listed first is passed over for a host that takes writes, by
+/// root too (whom `read_only` lets write); a list with no such host gives no
+/// connection, and names the replica's state; the replica alone, as a
+/// single host, is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_host_is_passed_over() {
+    let pair = Pair::start().await;
+    let (server, shared, own, db) = (&pair.server, &pair.shared, &pair.own, pair.db());
+    run(own, "SET GLOBAL read_only = ON").await;
+
+    let pool = builder(&pair.list("root")).build().expect("build pool");
+    let rows = 200i64;
+    write_all(&pool, 0..rows).await;
     let port = pool_port(&pool).await;
     pool.close().await;
     assert_ne!(port, server.port(), "the pool's server is the writable one");
     assert_eq!(
-        keys(&shared).await.len() as i64,
+        keys(shared).await.len() as i64,
         rows,
         "every row on the writable host"
     );
-    assert!(keys(&own).await.is_empty(), "no row on the read-only host");
+    assert!(keys(own).await.is_empty(), "no row on the read-only host");
 
     // Nothing else answers: no connection, and the error says why.
     // A port nothing listens on.
@@ -142,10 +178,10 @@ async fn a_read_only_host_is_passed_over() {
         "{text}"
     );
     pool.close().await;
-    assert!(keys(&own).await.is_empty(), "no row on the read-only host");
+    assert!(keys(own).await.is_empty(), "no row on the read-only host");
 
     // The replica as the only host: used, for reads.
-    let pool = builder(&own).build().expect("build pool");
+    let pool = builder(own).build().expect("build pool");
     assert_eq!(pool_port(&pool).await, server.port());
     pool.close().await;
 }
@@ -157,42 +193,27 @@ async fn a_read_only_host_is_passed_over() {
 /// pooled connection, then every write lands on the other host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_on_a_server_turned_read_only_move_to_a_writable_host() {
-    let server = common::MysqlServer::start(&[]);
-    let shared = common::mysql_fresh_db().await;
-    let own = same_db_on(&server, &shared);
-    same_table_on_both(&shared, &own).await;
+    let pair = Pair::start().await;
+    let (server, shared, own, db) = (&pair.server, &pair.shared, &pair.own, pair.db());
 
     // A user without the privilege to bypass `read_only` (root has it), on
     // both servers.
-    let db = split(&shared).1;
     let user = format!("bp_writer_{}", std::process::id());
-    for url in [&shared, &own] {
+    for url in [shared, own] {
         run(url, &format!("DROP USER IF EXISTS '{user}'@'%'")).await;
         run(url, &format!("CREATE USER '{user}'@'%'")).await;
         run(url, &format!("GRANT ALL ON `{db}`.* TO '{user}'@'%'")).await;
     }
-    let list = format!(
-        "mysql://{user}@127.0.0.1:{},{}/{db}",
-        server.port(),
-        host_of(&shared)
-    );
-    let pool = builder(&list).build().expect("build pool");
+    let pool = builder(&pair.list(&user)).build().expect("build pool");
     let sql = "INSERT INTO t (k) VALUES (?)";
 
     // Every connection of the pool open on the first host.
     let before = 100i64;
-    let mut tasks = Vec::new();
-    for k in 0..before {
-        let pool = pool.clone();
-        tasks.push(tokio::spawn(async move { pool.execute(sql, (k,)).await }));
-    }
-    for task in tasks {
-        task.await.expect("caller").expect("insert before");
-    }
+    write_all(&pool, 0..before).await;
     assert_eq!(pool_port(&pool).await, server.port());
     let opened = pool.status().size;
 
-    run(&own, "SET GLOBAL read_only = ON").await;
+    run(own, "SET GLOBAL read_only = ON").await;
 
     let mut ok = BTreeSet::new();
     let mut refused = Vec::new();
@@ -216,7 +237,7 @@ async fn connections_on_a_server_turned_read_only_move_to_a_writable_host() {
     }
     let port = pool_port(&pool).await;
     pool.close().await;
-    for url in [&shared, &own] {
+    for url in [shared, own] {
         run(url, &format!("DROP USER '{user}'@'%'")).await;
     }
 
@@ -235,8 +256,8 @@ async fn connections_on_a_server_turned_read_only_move_to_a_writable_host() {
         "every write after the last refusal succeeded"
     );
     assert_ne!(port, server.port(), "the pool moved to the writable host");
-    let on_own = keys(&own).await;
-    let on_shared = keys(&shared).await;
+    let on_own = keys(own).await;
+    let on_shared = keys(shared).await;
     assert_eq!(on_own, (0..before).collect::<BTreeSet<_>>(), "rows before");
     assert_eq!(on_shared, ok, "every Ok row after, and no refused one");
 }
@@ -248,51 +269,25 @@ async fn connections_on_a_server_turned_read_only_move_to_a_writable_host() {
 /// other host of the list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_on_a_server_turned_read_only_are_not_used_by_root() {
-    let server = common::MysqlServer::start(&[]);
-    let shared = common::mysql_fresh_db().await;
-    let own = same_db_on(&server, &shared);
-    same_table_on_both(&shared, &own).await;
-    let db = split(&shared).1;
-    let list = format!(
-        "mysql://root@127.0.0.1:{},{}/{db}",
-        server.port(),
-        host_of(&shared)
-    );
-    let pool = builder(&list).build().expect("build pool");
-    let sql = "INSERT INTO t (k) VALUES (?)";
-    let write = |keys: std::ops::Range<i64>| {
-        let tasks: Vec<_> = keys
-            .map(|k| {
-                let pool = pool.clone();
-                tokio::spawn(async move { (k, pool.execute(sql, (k,)).await) })
-            })
-            .collect();
-        async move {
-            for task in tasks {
-                let (k, r) = task.await.expect("caller");
-                assert_eq!(
-                    r.unwrap_or_else(|e| panic!("key {k}: {e}")).rows_affected(),
-                    1
-                );
-            }
-        }
-    };
-    write(0..100).await;
+    let pair = Pair::start().await;
+    let (server, shared, own) = (&pair.server, &pair.shared, &pair.own);
+    let pool = builder(&pair.list("root")).build().expect("build pool");
+    write_all(&pool, 0..100).await;
     assert_eq!(pool_port(&pool).await, server.port());
     let opened = pool.status().size;
 
-    run(&own, "SET GLOBAL read_only = ON").await;
+    run(own, "SET GLOBAL read_only = ON").await;
     // Idle past the pool's ping interval (5 s).
     tokio::time::sleep(Duration::from_secs(6)).await;
-    write(100..300).await;
+    write_all(&pool, 100..300).await;
     let port = pool_port(&pool).await;
     pool.close().await;
 
     assert_ne!(port, server.port(), "the pool moved to the writable host");
     assert_eq!(
-        keys(&own).await,
+        keys(own).await,
         (0..100).collect::<BTreeSet<_>>(),
         "no write on the demoted server after it turned read-only ({opened} connections were idle there)"
     );
-    assert_eq!(keys(&shared).await, (100..300).collect::<BTreeSet<_>>());
+    assert_eq!(keys(shared).await, (100..300).collect::<BTreeSet<_>>());
 }
