@@ -27,6 +27,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod capture;
 mod coalesce;
 mod connection_cap;
 mod connection_lifetime;

@@ -76,7 +76,7 @@ async fn unreadable_catalog_turns_coalescing_off_without_errors() {
         .with_max_level(tracing::Level::WARN)
         .with_writer(move || writer.clone())
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = crate::capture::set_default(subscriber);
 
     for (hidden, revoke) in HIDDEN {
         for statements in [Statements::Named, Statements::Unnamed] {

@@ -51,7 +51,7 @@ async fn passwords_are_never_shown() {
         .with_max_level(tracing::Level::TRACE)
         .with_writer(move || writer.clone())
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = crate::capture::set_default(subscriber);
 
     let mut shown_text: Vec<String> = Vec::new();
     let port = closed_port();

@@ -111,7 +111,7 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
 fn capture() -> (Capture, tracing::subscriber::DefaultGuard) {
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
-    (capture, tracing::subscriber::set_default(subscriber))
+    (capture, crate::capture::set_default(subscriber))
 }
 
 /// Callers queue behind a held connection, each in a span of its own; the

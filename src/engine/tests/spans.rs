@@ -112,7 +112,24 @@ fn capture() -> (Capture, tracing::subscriber::DefaultGuard) {
     use tracing_subscriber::layer::SubscriberExt as _;
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
-    (capture, tracing::subscriber::set_default(subscriber))
+    (capture, set_default(subscriber))
+}
+
+/// Sets `subscriber` as this thread's default, asked about every callsite
+/// whatever the other test threads do. tracing caches per callsite, for the
+/// whole process, whether any subscriber wants it; while only one dispatcher
+/// is registered, a callsite first reached by a thread with no subscriber is
+/// cached as wanted by nobody. A second dispatcher registered for the whole
+/// process makes tracing ask every live dispatcher instead.
+fn set_default<S>(subscriber: S) -> tracing::subscriber::DefaultGuard
+where
+    S: tracing::Subscriber + Send + Sync + 'static,
+{
+    static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    SECOND.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
+    let guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    guard
 }
 
 /// Each caller's span is linked (follows-from) from the flush span that
@@ -212,7 +229,7 @@ async fn caller_span_is_kept_only_when_flush_spans_are_recorded() {
         .with(tracing_subscriber::filter::LevelFilter::INFO)
         .with(Capture::default());
     for subscriber in [None, Some(info_only)] {
-        let _guard = subscriber.map(tracing::subscriber::set_default);
+        let _guard = subscriber.map(set_default);
         let h = H::new(1, config()).await;
         let hold = h.mem().hold_all();
         let span = tracing::info_span!("caller");
