@@ -65,7 +65,8 @@ pub use bouncer::{
 pub use galera::{GaleraCluster, galera_cluster};
 #[cfg(feature = "mysql")]
 pub use mysql::{
-    MysqlServer, mysql_fresh_db, mysql_tls_fresh_db, mysql_tls_server, mysql_url, mysql_version,
+    MysqlServer, mysql_exec, mysql_fresh_db, mysql_tls_fresh_db, mysql_tls_server, mysql_url,
+    mysql_version,
 };
 #[cfg(feature = "postgres")]
 pub use pg::{PgServer, pg_fresh_db, pg_tls_fresh_db, pg_tls_server, pg_url, pg_version};

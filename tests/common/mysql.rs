@@ -96,6 +96,16 @@ pub async fn mysql_version(url: &str) -> String {
     v.unwrap_or_default()
 }
 
+/// Runs one statement on a connection of its own (a `SET GLOBAL`, a
+/// `CREATE USER`), panicking with the statement and the error on failure.
+pub async fn mysql_exec(url: &str, sql: &str) {
+    let mut conn = connect(url).await;
+    conn.query_drop(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let _ = conn.disconnect().await;
+}
+
 /// Opens one connection, panicking with a readable message on failure.
 async fn connect(url: &str) -> mysql_async::Conn {
     let opts = mysql_async::Opts::from_url(url)

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::common::{GaleraCluster, galera_cluster};
+use crate::common::{self, GaleraCluster, galera_cluster};
 use batchpool::BatchConfig;
 use batchpool::mysql::{Pool, PoolBuilder};
 use mysql_async::prelude::Queryable;
@@ -409,22 +409,13 @@ async fn lost_to_the_cluster(url: &str) -> u64 {
 /// Callers per pool in [`per_row_ids_are_each_rows_own`].
 const ID_CALLERS: i64 = 300;
 
-/// Sets global variables on the node at `url`.
-async fn set_global(url: &str, sql: &str) {
-    let mut conn = connect(url).await;
-    conn.query_drop(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    let _ = conn.disconnect().await;
-}
-
 /// Pools on nodes 1 and 2 insert [`ID_CALLERS`] rows each at once into
 /// `t`, after `meanwhile` ran with their connections open; then each
 /// caller's `last_insert_id()` is checked against its row's id on every
 /// node. Returns how many callers were given an id, and the rows per
 /// statement.
 async fn ids_round(urls: &[String], t: &str, meanwhile: &[(usize, &str)]) -> (usize, f64) {
-    set_global(
+    common::mysql_exec(
         &urls[0],
         &format!(
             "CREATE TABLE {t} (id BIGINT AUTO_INCREMENT PRIMARY KEY, caller INT NOT NULL UNIQUE) \
@@ -447,7 +438,7 @@ async fn ids_round(urls: &[String], t: &str, meanwhile: &[(usize, &str)]) -> (us
         pool.explain(&sql).await.expect("explain");
     }
     for (node, sql) in meanwhile {
-        set_global(&urls[*node], sql).await;
+        common::mysql_exec(&urls[*node], sql).await;
     }
     let mut tasks = Vec::new();
     for i in 0..ID_CALLERS {
@@ -528,11 +519,11 @@ async fn per_row_ids_are_each_rows_own() {
     let controlled = ids_round(&urls, "ids_controlled", &changed).await;
     // Back to the cluster's values.
     for url in &urls {
-        set_global(url, "SET GLOBAL wsrep_auto_increment_control = ON").await;
+        common::mysql_exec(url, "SET GLOBAL wsrep_auto_increment_control = ON").await;
     }
 
     for (i, url) in urls.iter().enumerate() {
-        set_global(
+        common::mysql_exec(
             url,
             &format!(
                 "SET GLOBAL wsrep_auto_increment_control = OFF, \
@@ -545,7 +536,7 @@ async fn per_row_ids_are_each_rows_own() {
     }
     let own = ids_round(&urls, "ids_own", &[]).await;
     for url in &urls {
-        set_global(url, "SET GLOBAL wsrep_auto_increment_control = ON").await;
+        common::mysql_exec(url, "SET GLOBAL wsrep_auto_increment_control = ON").await;
     }
     eprintln!(
         "ids given with the cluster's control: {} (rows per statement {:.1}); \

@@ -38,14 +38,6 @@ fn same_db_on(server: &common::MysqlServer, url: &str) -> String {
     format!("mysql://root@127.0.0.1:{}/{}", server.port(), split(url).1)
 }
 
-async fn run(url: &str, sql: &str) {
-    let mut conn = connect(url).await;
-    conn.query_drop(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    let _ = conn.disconnect().await;
-}
-
 async fn keys(url: &str) -> BTreeSet<i64> {
     let mut conn = connect(url).await;
     let keys: Vec<i64> = conn.query("SELECT k FROM t").await.expect("read keys");
@@ -70,9 +62,9 @@ async fn pool_port(pool: &Pool) -> u16 {
 async fn same_table_on_both(shared: &str, own: &str) {
     let db = split(shared).1;
     let own_root = own.replace(&format!("/{db}"), "/test");
-    run(&own_root, &format!("CREATE DATABASE `{db}`")).await;
+    common::mysql_exec(&own_root, &format!("CREATE DATABASE `{db}`")).await;
     for url in [shared, own] {
-        run(url, "CREATE TABLE t (k BIGINT PRIMARY KEY) ENGINE=InnoDB").await;
+        common::mysql_exec(url, "CREATE TABLE t (k BIGINT PRIMARY KEY) ENGINE=InnoDB").await;
     }
 }
 
@@ -141,7 +133,7 @@ async fn write_all(pool: &Pool, keys: std::ops::Range<i64>) {
 async fn a_read_only_host_is_passed_over() {
     let pair = Pair::start().await;
     let (server, shared, own, db) = (&pair.server, &pair.shared, &pair.own, pair.db());
-    run(own, "SET GLOBAL read_only = ON").await;
+    common::mysql_exec(own, "SET GLOBAL read_only = ON").await;
 
     let pool = builder(&pair.list("root")).build().expect("build pool");
     let rows = 200i64;
@@ -200,9 +192,9 @@ async fn connections_on_a_server_turned_read_only_move_to_a_writable_host() {
     // both servers.
     let user = format!("bp_writer_{}", std::process::id());
     for url in [shared, own] {
-        run(url, &format!("DROP USER IF EXISTS '{user}'@'%'")).await;
-        run(url, &format!("CREATE USER '{user}'@'%'")).await;
-        run(url, &format!("GRANT ALL ON `{db}`.* TO '{user}'@'%'")).await;
+        common::mysql_exec(url, &format!("DROP USER IF EXISTS '{user}'@'%'")).await;
+        common::mysql_exec(url, &format!("CREATE USER '{user}'@'%'")).await;
+        common::mysql_exec(url, &format!("GRANT ALL ON `{db}`.* TO '{user}'@'%'")).await;
     }
     let pool = builder(&pair.list(&user)).build().expect("build pool");
     let sql = "INSERT INTO t (k) VALUES (?)";
@@ -213,7 +205,7 @@ async fn connections_on_a_server_turned_read_only_move_to_a_writable_host() {
     assert_eq!(pool_port(&pool).await, server.port());
     let opened = pool.status().size;
 
-    run(own, "SET GLOBAL read_only = ON").await;
+    common::mysql_exec(own, "SET GLOBAL read_only = ON").await;
 
     let mut ok = BTreeSet::new();
     let mut refused = Vec::new();
@@ -238,7 +230,7 @@ async fn connections_on_a_server_turned_read_only_move_to_a_writable_host() {
     let port = pool_port(&pool).await;
     pool.close().await;
     for url in [shared, own] {
-        run(url, &format!("DROP USER '{user}'@'%'")).await;
+        common::mysql_exec(url, &format!("DROP USER '{user}'@'%'")).await;
     }
 
     assert!(
@@ -276,7 +268,7 @@ async fn idle_connections_on_a_server_turned_read_only_are_not_used_by_root() {
     assert_eq!(pool_port(&pool).await, server.port());
     let opened = pool.status().size;
 
-    run(own, "SET GLOBAL read_only = ON").await;
+    common::mysql_exec(own, "SET GLOBAL read_only = ON").await;
     // Idle past the pool's ping interval (5 s).
     tokio::time::sleep(Duration::from_secs(6)).await;
     write_all(&pool, 100..300).await;
