@@ -264,6 +264,21 @@ impl Error {
         )
     }
 
+    /// A row of a failed multi-row statement that is not sent again: the
+    /// session's statement time `limit` had passed since the row was first
+    /// sent. Nothing of it committed.
+    pub(crate) fn not_rerun_after_limit(limit: std::time::Duration) -> Error {
+        Error::new(
+            Kind::Timeout,
+            format!(
+                "not sent again: the multi-row statement holding this row failed, and the \
+                 session's statement time limit ({} ms) had passed since the row was first \
+                 sent; nothing of it was committed",
+                limit.as_millis()
+            ),
+        )
+    }
+
     /// A row of a flush that could not go on after its connection timed out
     /// on an earlier statement of the same flush: nothing of it was sent.
     pub(crate) fn not_sent_after_timeout() -> Error {
@@ -306,9 +321,12 @@ impl Error {
         is_pool_closed => PoolClosed;
         /// A configured time limit expired in the pool: no connection or queue
         /// slot within `wait_timeout` (nothing was sent), a connection not
-        /// opened or checked within `create_timeout` / `recycle_timeout`, or
-        /// the statement deadline (`statement_timeout` plus a grace period)
-        /// passed with the statement sent (then
+        /// opened or checked within `create_timeout` / `recycle_timeout`, a
+        /// row of a failed multi-row statement not sent again because the
+        /// session's statement time limit had passed since it was first sent
+        /// (nothing of it committed), or the statement deadline
+        /// (`statement_timeout` plus a grace period) passed with the
+        /// statement sent (then
         /// [`is_outcome_unknown`](Error::is_outcome_unknown) is true too).
         /// For the server's own statement timeout see
         /// [`is_statement_timeout`](Error::is_statement_timeout).

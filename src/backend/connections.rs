@@ -37,12 +37,18 @@ pub(crate) trait Connections: Send + Sync + Sized + 'static {
     /// Whether `conn` is marked busy.
     fn is_busy(conn: &Self::Conn) -> bool;
 
+    /// The statement time limit in force on `conn` (see
+    /// [`Wire::statement_limit`]), `None` when there is none.
+    fn statement_limit(conn: &Self::Conn) -> Option<Duration>;
+
     /// How long the pool waits for the answer to one statement on `conn`:
     /// the session's own statement time limit plus
     /// [`STATEMENT_GRACE`](crate::config::STATEMENT_GRACE), `None` when the
     /// session has none (then TCP keepalive and the TCP user timeout are
     /// what end a connection whose peer vanished).
-    fn answer_limit(conn: &Self::Conn) -> Option<Duration>;
+    fn answer_limit(conn: &Self::Conn) -> Option<Duration> {
+        Self::statement_limit(conn).map(|l| l + crate::config::STATEMENT_GRACE)
+    }
 
     /// Takes a connection out of the pool for good and closes it.
     fn discard(conn: Self::Conn);
@@ -366,8 +372,8 @@ where
         Wire::is_busy(&**conn)
     }
 
-    fn answer_limit(conn: &Self::Conn) -> Option<Duration> {
-        Wire::statement_limit(&**conn).map(|l| l + crate::config::STATEMENT_GRACE)
+    fn statement_limit(conn: &Self::Conn) -> Option<Duration> {
+        Wire::statement_limit(&**conn)
     }
 
     fn discard(conn: Self::Conn) {

@@ -92,7 +92,11 @@ async fn run<B: Backend>(
     debug_assert_eq!(chunks.iter().sum::<usize>(), n);
     debug_assert!(claims.is_empty() || claims.len() == n);
     let mut results: Vec<Option<Result<B::Output, Error>>> = (0..n).map(|_| None).collect();
-    let mut iso = Isolation::new(n, pipeline == Pipeline::InOrder);
+    let mut iso = Isolation::new(
+        n,
+        pipeline == Pipeline::InOrder,
+        B::Connections::statement_limit(conn),
+    );
     let mut work: VecDeque<(usize, usize)> = VecDeque::new();
     let mut at = 0;
     for &chunk in chunks {
@@ -121,9 +125,17 @@ async fn run<B: Backend>(
                 continue;
             }
         }
+        let now = tokio::time::Instant::now();
+        if iso.out_of_time(first, now) {
+            // A re-run of rows whose time limit has passed since they were
+            // first sent: they end here, not sent again.
+            iso.expire(first, &mut results);
+            continue;
+        }
         let second = match work.front() {
             Some(&(start, len))
                 if pairing
+                    && !iso.out_of_time((start, len), now)
                     && engine.backend.pipelines(&q.shape, Some(first.1), Some(len))
                     && (start < unsent_from
                         || claims.is_empty()
@@ -135,6 +147,7 @@ async fn run<B: Backend>(
         };
         let sent_pieces: Vec<(usize, usize)> = std::iter::once(first).chain(second).collect();
         for &(start, len) in &sent_pieces {
+            iso.sending((start, len));
             unsent_from = unsent_from.max(start + len);
             // Counted as it is sent: the inline path runs in the caller's
             // task, and a caller dropped mid-statement must not hide a
@@ -210,7 +223,7 @@ async fn run<B: Backend>(
                 engine,
                 q,
                 piece,
-                result,
+                (result, now),
                 may_heal,
                 &mut iso,
                 rows,

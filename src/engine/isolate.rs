@@ -30,7 +30,10 @@
 //! row by row: its failures are dense, and single-row statements are then
 //! the cheapest way to every row's outcome.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::queue::{ShapeQueue, decompose};
 use super::{Backend, ChunkError, ChunkResult, Engine};
@@ -38,8 +41,10 @@ use crate::error::Error;
 
 /// How a flush is isolating its failing rows.
 pub(super) struct Isolation {
-    /// Statements added by splitting.
+    /// Statements added by splitting, sent.
     pub(super) splits: usize,
+    /// Pieces of split statements not sent yet.
+    split_pieces: HashSet<(usize, usize)>,
     /// Failed statements of more than one row that named no row.
     failed: usize,
     /// Failed statements of more than one row that named one.
@@ -58,15 +63,22 @@ pub(super) struct Isolation {
     /// For each place of the flush's row slice, the index its row had when
     /// the flush began (rows named by an error move within their group).
     order: Vec<usize>,
+    /// The statement time limit of the flush's connection: no row is sent
+    /// again once this much time has passed since it was first sent.
+    limit: Option<Duration>,
+    /// When each row (by its index when the flush began) was first sent.
+    first_sent: Vec<Option<Instant>>,
 }
 
 impl Isolation {
     /// Isolation state for a flush of `n` rows, `in_order` if they are
-    /// one caller's batch.
-    pub(super) fn new(n: usize, in_order: bool) -> Self {
+    /// one caller's batch, on a connection whose statement time limit is
+    /// `limit`.
+    pub(super) fn new(n: usize, in_order: bool, limit: Option<Duration>) -> Self {
         let dense_after = 2 * (usize::BITS - n.leading_zeros()) as usize + 2;
         Isolation {
             splits: 0,
+            split_pieces: HashSet::new(),
             failed: 0,
             named: 0,
             dense_after,
@@ -74,6 +86,57 @@ impl Isolation {
             healed: false,
             in_order,
             order: (0..n).collect(),
+            limit,
+            first_sent: vec![None; n],
+        }
+    }
+
+    /// Notes that `piece` goes out now (a piece of a split statement is
+    /// counted in [`splits`](Self::splits)).
+    pub(super) fn sending(&mut self, piece: (usize, usize)) {
+        if self.split_pieces.remove(&piece) {
+            self.splits += 1;
+        }
+    }
+
+    /// Notes that the rows of `piece` ran on the server in a statement sent
+    /// at `at` (the first such statement starts their time limit). Not for
+    /// a statement answered [`ChunkError::NotRun`], which may never have
+    /// been sent.
+    fn ran(&mut self, (start, len): (usize, usize), at: Instant) {
+        for &i in &self.order[start..start + len] {
+            self.first_sent[i].get_or_insert(at);
+        }
+    }
+
+    /// Whether the rows of `piece` may not be sent again: the statement
+    /// time limit has passed since the first of them was first sent, so a
+    /// statement of theirs running now would run past the limit that their
+    /// own statement, run alone, would have been held to. A piece whose
+    /// rows were never sent is never out of time.
+    pub(super) fn out_of_time(&self, (start, len): (usize, usize), now: Instant) -> bool {
+        let Some(limit) = self.limit else {
+            return false;
+        };
+        self.order[start..start + len]
+            .iter()
+            .filter_map(|&i| self.first_sent[i])
+            .min()
+            .is_some_and(|first| now.saturating_duration_since(first) >= limit)
+    }
+
+    /// Ends the rows of `piece`, out of time ([`out_of_time`](Self::out_of_time)),
+    /// without sending them again: each fails with the pool's time-limit
+    /// error (nothing of them committed).
+    pub(super) fn expire<O>(
+        &mut self,
+        (start, len): (usize, usize),
+        results: &mut [Option<Result<O, Error>>],
+    ) {
+        self.split_pieces.remove(&(start, len));
+        let e = Error::not_rerun_after_limit(self.limit.unwrap_or_default());
+        for slot in &mut results[start..start + len] {
+            *slot = Some(Err(e.clone()));
         }
     }
 
@@ -108,15 +171,16 @@ fn cut<B: Backend>(
     }
 }
 
-/// Records what one statement of the flush gave for its rows (`start`,
-/// `len`), or queues at the front of `work` what must run again. `rows` and
-/// `results` are indexed by place; a named row may move within its group.
+/// Records what one statement of the flush, sent at `sent_at`, gave for
+/// its rows (`start`, `len`), or queues at the front of `work` what must
+/// run again. `rows` and `results` are indexed by place; a named row may
+/// move within its group.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn settle<B: Backend>(
     engine: &Engine<B>,
     q: &ShapeQueue<B>,
     (start, len): (usize, usize),
-    result: ChunkResult<B::Output>,
+    (result, sent_at): (ChunkResult<B::Output>, Instant),
     may_heal: bool,
     iso: &mut Isolation,
     rows: &mut [B::Row],
@@ -124,11 +188,14 @@ pub(super) fn settle<B: Backend>(
     work: &mut VecDeque<(usize, usize)>,
 ) {
     let rerun = |pieces: Vec<(usize, usize)>, iso: &mut Isolation, work: &mut VecDeque<_>| {
-        iso.splits += pieces.len();
+        iso.split_pieces.extend(pieces.iter().copied());
         for piece in pieces.into_iter().rev() {
             work.push_front(piece);
         }
     };
+    if !matches!(result, Err(ChunkError::NotRun)) {
+        iso.ran((start, len), sent_at);
+    }
     match result {
         Ok(outs) => {
             debug_assert_eq!(outs.len(), len);

@@ -57,19 +57,29 @@ fn map(e: mysql_async::Error, after_send: bool) -> Error {
 /// gets it. Every other error (including the many that MySQL reports with
 /// the generic SQLSTATE `HY000`) is treated as possibly a row's own, and the
 /// rows are re-run in smaller groups: coalescing is limited to transactional
-/// tables without triggers, so a failed statement left nothing behind. Also
-/// isolated: a statement time limit (1969, 3024), lock waits (1205) and
+/// tables without triggers, so a failed statement left nothing behind.
+///
+/// A statement ended for a limit is one of them: `max_statement_time`
+/// (1969), MySQL's `max_execution_time` (3024), a lock wait past
+/// `innodb_lock_wait_timeout` or `lock_wait_timeout` (1205, which in
+/// autocommit rolls the statement back), `KILL QUERY` (1317) or `KILL`
+/// (1927). Every row of it ran under that limit for the statement's whole
+/// time: run again, its rows would run past the limit the user or the
+/// server set. Still isolated: deadlocks and Galera certification
+/// conflicts (1213: the rows of several callers in one statement can
+/// cause them where the callers' own statements would not conflict) and
 /// resource errors (out of memory, table or disk full), which smaller
 /// statements may pass.
 fn statement_level(e: &mysql_async::ServerError) -> bool {
+    use codes::*;
     matches!(
         e.code,
         1044 | 1045 | 1142 | 1143 | 1227 | 1370 // access denied
             | 1046 | 1049 | 1051 | 1054 | 1146 // no such database, table, column
             | 1064 // syntax
-            | 1053 | 1927 // server shutdown, connection killed
-            | 1047 // a Galera node not ready for writes (outcome unknown)
-            | 1317 // statement interrupted (KILL QUERY)
+            | SERVER_SHUTDOWN | CONNECTION_KILLED
+            | NODE_NOT_READY // a Galera node not ready for writes (outcome unknown)
+            | QUERY_INTERRUPTED | STATEMENT_TIMEOUT | QUERY_TIMEOUT | LOCK_WAIT_TIMEOUT
             | 1290 | 1792 | 1836 // read-only server or transaction
     )
 }
@@ -206,6 +216,9 @@ pub(crate) mod codes {
     pub(crate) const NODE_NOT_READY: u16 = 1047;
     /// `ER_SERVER_SHUTDOWN`: the server is shutting down.
     pub(crate) const SERVER_SHUTDOWN: u16 = 1053;
+    /// `ER_QUERY_INTERRUPTED`: the statement was interrupted (`KILL
+    /// QUERY`).
+    pub(crate) const QUERY_INTERRUPTED: u16 = 1317;
     /// `ER_LOCK_WAIT_TIMEOUT`: lock wait timeout exceeded.
     pub(crate) const LOCK_WAIT_TIMEOUT: u16 = 1205;
     /// `ER_LOCK_DEADLOCK`: deadlock found when trying to get a lock.
@@ -257,8 +270,27 @@ impl Error {
 
 #[cfg(test)]
 mod tests {
-    use super::{key_in, named_row};
+    use super::{key_in, named_row, statement_level};
     use mysql_async::Value;
+
+    #[test]
+    fn limits_end_the_statement_rows_errors_and_conflicts_do_not() {
+        let error = |code: u16| mysql_async::ServerError {
+            code,
+            message: String::new(),
+            state: "HY000".to_owned(),
+        };
+        // max_statement_time, max_execution_time, lock wait timeout, KILL
+        // QUERY, KILL.
+        for code in [1969, 3024, 1205, 1317, 1927] {
+            assert!(statement_level(&error(code)), "{code}");
+        }
+        // Deadlock or Galera conflict, duplicate key, NULL, too long,
+        // SIGNAL.
+        for code in [1213, 1062, 1048, 1406, 1644] {
+            assert!(!statement_level(&error(code)), "{code}");
+        }
+    }
 
     #[test]
     fn duplicate_entries_match_values() {

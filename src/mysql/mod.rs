@@ -272,11 +272,14 @@
 //! A server error that can belong to one row (duplicate key 1062, NULL
 //! 1048, no default 1364, bad value 1366 / 1292, too long 1406, out of
 //! range 1264, foreign key 1451 / 1452, check constraint 3819 / 4025,
-//! SIGNAL 1644, deadlock 1213, lock wait timeout 1205, any SQLSTATE 22xxx /
-//! 23xxx) fails only its own caller; the other rows are re-run in smaller
-//! statements. Lock wait timeouts are isolated the same way, which costs up
-//! to one `innodb_lock_wait_timeout` per split. Other server errors fail
-//! every row of the statement. A connection lost after the statement was
+//! SIGNAL 1644, any SQLSTATE 22xxx / 23xxx), and a deadlock or Galera
+//! conflict (1213), fails only its own caller; the other rows are re-run in
+//! smaller statements, but never once the session's statement time limit
+//! has passed since a row was first sent. A statement ended for a limit
+//! (`max_statement_time` 1969, lock wait timeout 1205, `KILL QUERY` 1317)
+//! fails every row of it with that error, never re-run: each row already
+//! ran for the whole time its own statement was allowed. Other server errors
+//! fail every row of the statement. A connection lost after the statement was
 //! sent gives [`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown); before, [`Error::is_closed`](crate::Error::is_closed).
 //! [`Error::code`](crate::Error::code) is the SQLSTATE, [`Error::as_mysql_error`](crate::Error::as_mysql_error) the server's
 //! error (`code` 1062...).

@@ -35,13 +35,23 @@ fn map(e: tokio_postgres::Error, after_send: bool) -> Error {
 /// access rule violation (undefined table or column, no matching ON
 /// CONFLICT constraint...) except 42501, which row-level security also
 /// raises for one row's values, 57P01-57P05 (the server shutting down or
-/// ending the session), 58 system error, XX internal error. Not on the
-/// list, so isolated: 57014 (statement timeout or cancel: smaller statements
-/// may finish in time, and a row waiting for a lock is one row) and class 53
-/// (out of memory, disk full: smaller statements may pass).
-pub(crate) fn statement_level(code: &str) -> bool {
+/// ending the session), 58 system error, XX internal error. And the
+/// statement cancelled for a limit: 57014 (`statement_timeout`, or a cancel
+/// request: an operator's `pg_cancel_backend`) and 55P03 when the server
+/// says it was `lock_timeout` (not `NOWAIT`, which one row's locking read
+/// raises at once). The statement failed as a whole for a limit, and every
+/// row of it had run under that limit for the statement's whole time: run
+/// again, its rows would run past the limit the user or the server set.
+/// Deadlocks (40P01) and serialization failures (40001) stay isolated: the
+/// rows of several callers in one statement can cause them where the
+/// callers' own statements would not conflict. Not on the list either, so
+/// isolated: class 53 (out of memory, disk full: smaller statements may
+/// pass).
+pub(crate) fn statement_level(code: &str, message: &str) -> bool {
     code != SqlState::INSUFFICIENT_PRIVILEGE.code()
         && (code.starts_with("57P")
+            || code == SqlState::QUERY_CANCELED.code()
+            || (code == SqlState::LOCK_NOT_AVAILABLE.code() && message.contains("lock timeout"))
             || matches!(
                 code.get(..2),
                 Some("08" | "0A" | "25" | "26" | "28" | "3D" | "3F" | "42" | "58" | "XX")
@@ -80,7 +90,7 @@ impl ServerError for tokio_postgres::Error {
             // message says "statement timeout".
             statement_timeout: db.code() == &SqlState::QUERY_CANCELED
                 && db.message().contains("statement timeout"),
-            statement_level: statement_level(code),
+            statement_level: statement_level(code, db.message()),
         })
     }
 }
@@ -232,8 +242,43 @@ fn text_of(ty: &tokio_postgres::types::Type, raw: Option<&[u8]>) -> Option<Optio
 
 #[cfg(test)]
 mod tests {
-    use super::{key_of, text_of};
+    use super::{key_of, statement_level, text_of};
     use tokio_postgres::types::Type;
+
+    #[test]
+    fn limits_end_the_statement_rows_errors_and_conflicts_do_not() {
+        for (code, message) in [
+            ("57014", "canceling statement due to statement timeout"),
+            ("57014", "canceling statement due to user request"),
+            ("55P03", "canceling statement due to lock timeout"),
+            (
+                "57P01",
+                "terminating connection due to administrator command",
+            ),
+            ("42P01", "relation \"t\" does not exist"),
+        ] {
+            assert!(statement_level(code, message), "{code} {message}");
+        }
+        for (code, message) in [
+            ("55P03", "could not obtain lock on row in relation \"t\""),
+            ("40P01", "deadlock detected"),
+            (
+                "40001",
+                "could not serialize access due to concurrent update",
+            ),
+            (
+                "23505",
+                "duplicate key value violates unique constraint \"t_pkey\"",
+            ),
+            (
+                "42501",
+                "new row violates row-level security policy for table \"t\"",
+            ),
+            ("53100", "could not extend file"),
+        ] {
+            assert!(!statement_level(code, message), "{code} {message}");
+        }
+    }
 
     #[test]
     fn keys_in_error_details() {

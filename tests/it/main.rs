@@ -46,6 +46,7 @@ mod hooks;
 mod http_service;
 mod learning;
 mod lifecycle;
+mod limits;
 #[cfg(all(feature = "postgres", feature = "metrics"))]
 mod metrics;
 #[cfg(feature = "mysql")]

@@ -203,3 +203,143 @@ async fn statement_error_fails_that_statement_only() {
     assert!(broken(&out[6], b));
     h.assert_no_leaks().await;
 }
+
+/// A row of a failed statement is not sent again once the session's
+/// statement time limit has passed since it was first sent: its own
+/// statement, run alone, would not have run past that limit. Re-runs that
+/// start within it go out as usual.
+#[tokio::test(start_paused = true)]
+async fn no_row_is_sent_again_once_its_limit_has_passed() {
+    let h = H::limited(Mem::new(1), config(), limits(None, Some(2))).await;
+    let rows = [1, 2, -3, 4];
+    let hold = h.mem().hold_all();
+    let mut callers = h.queue_all(&rows);
+    settle().await;
+    drop(hold);
+    settle().await;
+    assert_eq!(h.mem().log(), [rows.to_vec()]);
+    // It fails 1.5 s after it was sent, within the 2 s limit: its halves
+    // are sent.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(h.mem().release_next());
+    settle().await;
+    assert_eq!(h.mem().log(), [rows.to_vec(), vec![1, 2]]);
+    // The first half answers 2.5 s after the rows were first sent: the
+    // second half, due after it, is not sent.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(h.mem().release_next());
+    settle().await;
+    assert_eq!(h.mem().log().len(), 2, "{:?}", h.mem().log());
+    let out: Vec<_> = callers.iter_mut().map(|(_, f)| outcome(f)).collect();
+    assert_own(1, &out[0]);
+    assert_own(2, &out[1]);
+    for (v, r) in [(-3, &out[2]), (4, &out[3])] {
+        let e = r.as_ref().expect_err("not sent again");
+        assert!(
+            e.is_timeout() && e.is_retryable() && !e.is_outcome_unknown() && !e.is_db(),
+            "row {v}: {e:?}"
+        );
+        assert!(e.to_string().contains("2000 ms"), "{e}");
+        assert_eq!(h.mem().written(v), 0);
+    }
+    let st = h.stats();
+    assert_eq!(
+        (st.statements, st.split_statements, st.rows_failed),
+        (2, 1, 2),
+        "{st:?}"
+    );
+    h.assert_no_leaks().await;
+}
+
+/// Within the limit every failing row is isolated as without one: a slow
+/// failure that leaves time re-runs the rows until each has its own
+/// outcome.
+#[tokio::test(start_paused = true)]
+async fn rows_are_isolated_while_their_limit_has_not_passed() {
+    let h = H::limited(Mem::new(1), config(), limits(None, Some(10))).await;
+    let rows = [1, 2, -3, 4];
+    let hold = h.mem().hold_all();
+    let mut callers = h.queue_all(&rows);
+    settle().await;
+    drop(hold);
+    settle().await;
+    // Each statement answers 1 s after it was sent: the last of them is
+    // sent 4 s after the first.
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if !h.mem().release_next() {
+            break;
+        }
+        settle().await;
+    }
+    let expected: [&[i64]; 5] = [&rows, &[1, 2], &[-3, 4], &[-3], &[4]];
+    assert_eq!(h.mem().log(), expected);
+    let out: Vec<_> = callers.iter_mut().map(|(_, f)| outcome(f)).collect();
+    assert_each_own(&h, &rows, &out);
+    h.assert_no_leaks().await;
+}
+
+/// With pipelined pairs, a statement queued behind a failed one whose rows
+/// ran out of time is not paired: only rows within their limit go out.
+#[tokio::test(start_paused = true)]
+async fn rows_out_of_time_are_not_sent_in_a_pipelined_pair() {
+    let mem = Mem::new(1);
+    mem.pipelined.store(true, SeqCst);
+    let h = H::limited(mem, config().max_rows(2), limits(None, Some(2))).await;
+    let rows = [1, -2, 3, 4];
+    let hold = h.mem().hold_all();
+    let mut callers = h.queue_all(&rows);
+    settle().await;
+    drop(hold);
+    settle().await;
+    // Two statements of two rows, on the wire together.
+    assert_eq!(h.mem().log(), [vec![1, -2], vec![3, 4]]);
+    // The pair answers after 2.5 s: the second succeeded; the first failed,
+    // and its rows, first sent 2.5 s ago, are not sent again.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    h.mem().open_gates();
+    settle().await;
+    assert_eq!(h.mem().log().len(), 2, "{:?}", h.mem().log());
+    let out: Vec<_> = callers.iter_mut().map(|(_, f)| outcome(f)).collect();
+    assert_own(3, &out[2]);
+    assert_own(4, &out[3]);
+    for r in &out[..2] {
+        assert!(
+            r.as_ref().is_err_and(|e| e.is_timeout() && !e.is_db()),
+            "{r:?}"
+        );
+    }
+    h.assert_no_leaks().await;
+}
+
+/// A statement answered "not run" (its pipelined pair's transaction
+/// failed) does not start its rows' time limit: they are sent again however
+/// long the other statement took, while the failed statement's rows, past
+/// their limit, are not.
+#[tokio::test(start_paused = true)]
+async fn rows_not_run_are_sent_whatever_the_time() {
+    let mem = Mem::new(1);
+    mem.pipelined.store(true, SeqCst);
+    let h = H::limited(mem, config().max_rows(2), limits(None, Some(2))).await;
+    let rows = [1, -2, 3, 4];
+    let mut many = h.submit_many(&rows);
+    assert!(poll(&mut many).is_pending());
+    settle().await;
+    // One caller's batch: a pair in one transaction.
+    assert_eq!(h.mem().log(), [vec![1, -2], vec![3, 4]]);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    h.mem().open_gates();
+    settle().await;
+    assert_eq!(h.mem().log(), [vec![1, -2], vec![3, 4], vec![3, 4]]);
+    let out = many_done(&mut many);
+    for r in &out[..2] {
+        assert!(
+            r.as_ref().is_err_and(|e| e.is_timeout() && !e.is_db()),
+            "{r:?}"
+        );
+    }
+    assert_own(3, &out[2]);
+    assert_own(4, &out[3]);
+    assert_eq!((h.mem().written(1), h.mem().written(3)), (0, 1));
+    h.assert_no_leaks().await;
+}

@@ -446,8 +446,8 @@ impl Connections for Mem {
         conn.busy
     }
 
-    fn answer_limit(conn: &Conn) -> Option<Duration> {
-        conn.statement_limit.map(|l| l + STATEMENT_GRACE)
+    fn statement_limit(conn: &Conn) -> Option<Duration> {
+        conn.statement_limit
     }
 
     fn discard(conn: Conn) {
