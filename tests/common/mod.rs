@@ -13,6 +13,11 @@
 //!   [`pg_url`] / [`mysql_url`], in a temp dir, listening on 127.0.0.1 and a
 //!   free port only, with the unix socket inside that temp dir.
 //!   Missing server binaries are a test failure that says what to install.
+//!   `PG_BIN_DIR` names the directory of the PostgreSQL programs (`initdb`,
+//!   `pg_ctl`, `postgres`) to start throwaway clusters from instead of the
+//!   installed ones, e.g. `PG_BIN_DIR="$(bash .ci/postgres 12)"` for a
+//!   PostgreSQL 12 build from the npm registry; lacking one of them, it is a
+//!   test failure that names what is missing.
 //! - The PostgreSQL tests that also run behind PgBouncer (`pgbouncer::name`)
 //!   start a throwaway PgBouncer in transaction mode in front of that server,
 //!   once per process, on the first call to [`bouncer_url`] (binary
@@ -69,7 +74,10 @@ pub use mysql::{
     mysql_version,
 };
 #[cfg(feature = "postgres")]
-pub use pg::{PgServer, pg_fresh_db, pg_tls_fresh_db, pg_tls_server, pg_url, pg_version};
+pub use pg::{
+    BIN_DIR_VAR as PG_BIN_DIR_VAR, PgServer, pg_bin_dir, pg_fresh_db, pg_tls_fresh_db,
+    pg_tls_server, pg_url, pg_version,
+};
 
 /// Whether throwaway servers run with durability traded for speed
 /// (`BATCHPOOL_FAST_SERVER=1`); benches should print this with their results.

@@ -1,5 +1,12 @@
 //! PostgreSQL half of the harness: the shared server ([`pg_url`]), fresh
 //! databases ([`pg_fresh_db`]) and owned throwaway clusters ([`PgServer`]).
+//!
+//! Throwaway clusters start from the programs of [`pg_bin_dir`]: the
+//! directory `PG_BIN_DIR` names when set (another PostgreSQL release than
+//! the installed one; `.ci/postgres` fetches such builds and prints the
+//! directory), else `initdb` on PATH, else the newest
+//! `/usr/lib/postgresql/*/bin`. `PG_BIN_DIR` lacking `initdb`, `pg_ctl` or
+//! `postgres` fails the test that starts a server, naming what is missing.
 
 use super::certs::{TestCerts, write_certs};
 use super::util;
@@ -10,7 +17,18 @@ use std::process::{Child, Stdio};
 /// What to tell a user whose machine lacks the server binaries.
 const MISSING: &str = "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or under \
     /usr/lib/postgresql/*/bin: install the Debian package `postgresql` \
-    (apt-get install postgresql) or set PG_URL to a running server";
+    (apt-get install postgresql), set PG_BIN_DIR to a directory holding them, \
+    or set PG_URL to a running server";
+
+/// The environment variable naming the directory of the PostgreSQL programs
+/// (`initdb`, `pg_ctl`, `postgres`, and `pg_basebackup` for a standby) that
+/// throwaway clusters are started from, instead of PATH and
+/// `/usr/lib/postgresql/*/bin`: another release than the installed one, such
+/// as a build `.ci/postgres` fetches.
+pub const BIN_DIR_VAR: &str = "PG_BIN_DIR";
+
+/// The programs a throwaway cluster is started with.
+const SERVER_PROGRAMS: [&str; 3] = ["initdb", "pg_ctl", "postgres"];
 
 /// The shared throwaway cluster of this process, or `PG_URL`'s server.
 static SHARED: util::Shared<PgServer> = util::Shared::new();
@@ -162,7 +180,7 @@ impl PgServer {
     }
 
     fn start_with(settings: &[(&str, &str)], tls: bool) -> PgServer {
-        let bin = find_bin_dir().unwrap_or_else(|| panic!("{MISSING}"));
+        let bin = pg_bin_dir();
         let dir = util::new_server_dir("pg", "postgres");
         let data = dir.join("data");
         let watchdog = util::spawn_watchdog(&dir, &data.join("postmaster.pid"), "QUIT");
@@ -354,11 +372,20 @@ impl PgServer {
 
     /// A client program of the server's version: next to `pg_ctl`, else
     /// next to what `initdb` links to (PATH may hold links to some of a
-    /// version's programs only), else on PATH.
+    /// version's programs only), else on PATH. With `PG_BIN_DIR` set, only
+    /// in that directory: a program of another release may not work with
+    /// the server.
     fn tool(&self, name: &str) -> PathBuf {
         let here = self.bin.join(name);
         if util::is_executable(&here) {
             return here;
+        }
+        if util::env_nonempty(BIN_DIR_VAR).is_some() {
+            panic!(
+                "{BIN_DIR_VAR}={} has no {name}: point {BIN_DIR_VAR} at a directory \
+                 holding every PostgreSQL program this test runs, or unset it",
+                self.bin.display()
+            );
         }
         std::fs::canonicalize(self.bin.join("initdb"))
             .ok()
@@ -418,6 +445,32 @@ impl Drop for PgServer {
         let _ = std::fs::remove_dir_all(&self.dir);
         util::stop_watchdog(&mut self.watchdog);
     }
+}
+
+/// The directory of the PostgreSQL programs throwaway clusters start from:
+/// `PG_BIN_DIR` when set, else the one holding `initdb` and `pg_ctl` on PATH,
+/// else the highest version under `/usr/lib/postgresql/*/bin`. Panics saying
+/// what is missing when `PG_BIN_DIR` lacks a server program, or what to
+/// install when there is none at all.
+pub fn pg_bin_dir() -> PathBuf {
+    let Some(dir) = util::env_nonempty(BIN_DIR_VAR) else {
+        return find_bin_dir().unwrap_or_else(|| panic!("{MISSING}"));
+    };
+    let dir = PathBuf::from(dir);
+    let missing: Vec<&str> = SERVER_PROGRAMS
+        .into_iter()
+        .filter(|name| !util::is_executable(&dir.join(name)))
+        .collect();
+    if !missing.is_empty() {
+        panic!(
+            "{BIN_DIR_VAR}={} lacks {} (no such executable file there): point \
+             {BIN_DIR_VAR} at the bin directory of a PostgreSQL build (`bash .ci/postgres 18` \
+             fetches one and prints it), or unset it to use the installed PostgreSQL",
+            dir.display(),
+            missing.join(", ")
+        );
+    }
+    dir
 }
 
 /// Directory holding `initdb` and `pg_ctl`: from PATH, else the highest

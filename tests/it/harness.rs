@@ -196,8 +196,72 @@ async fn pg_server_applies_settings_and_is_removed_on_drop() {
         assert!(dir.join(format!(".s.PGSQL.{port}")).exists());
         let v = pg_version(&server.url()).await;
         assert!(v.starts_with("PostgreSQL "), "{v}");
+        // The server runs the programs of the harness's bin directory
+        // (`PG_BIN_DIR` when set): its version is theirs.
+        let bin = pg_bin_dir();
+        let out = std::process::Command::new(bin.join("postgres"))
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("{}/postgres --version: {e}", bin.display()));
+        let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+        // `postgres (PostgreSQL) 12.22`, Debian's with ` (Debian 15.14-…)` after it.
+        let release = printed.split_whitespace().nth(2).unwrap_or_default();
+        let running = pg_show(&c, "server_version").await;
+        assert!(
+            !release.is_empty() && running.split_whitespace().next() == Some(release),
+            "server_version {running:?}, but {}/postgres --version printed {printed:?}",
+            bin.display()
+        );
     }
     removed_on_drop("PgServer", server, &dir, port);
+}
+
+/// Marks the child process of [`pg_bin_dir_lacking_programs_fails_naming_them`].
+#[cfg(feature = "postgres")]
+const BIN_DIR_CHILD_ENV: &str = "BP_HARNESS_BIN_DIR_CHILD";
+
+/// `PG_BIN_DIR` naming a directory without the server programs fails a test
+/// that starts a server, naming what is missing: no skip, and no falling
+/// back to the installed PostgreSQL. The test runs itself in a child process
+/// with `PG_BIN_DIR` set to a directory holding only `pg_ctl`.
+#[cfg(feature = "postgres")]
+#[test]
+fn pg_bin_dir_lacking_programs_fails_naming_them() {
+    if std::env::var_os(BIN_DIR_CHILD_ENV).is_some() {
+        let server = PgServer::start(&[]);
+        println!("started a server from {}", server.dir().display());
+        return;
+    }
+    let bin = tempfile::tempdir().unwrap();
+    let pg_ctl = bin.path().join("pg_ctl");
+    std::fs::write(&pg_ctl, "#!/bin/sh\nexit 1\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pg_ctl, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "harness::pg_bin_dir_lacking_programs_fails_naming_them",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(BIN_DIR_CHILD_ENV, "1")
+        .env(PG_BIN_DIR_VAR, bin.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "the child passed:\n{said}");
+    let expected = format!(
+        "{PG_BIN_DIR_VAR}={} lacks initdb, postgres",
+        bin.path().display()
+    );
+    assert!(said.contains(&expected), "no {expected:?} in:\n{said}");
 }
 
 #[cfg(feature = "mysql")]

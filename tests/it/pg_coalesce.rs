@@ -17,6 +17,7 @@ pg_and_bouncer! {
         wrong_types_transaction_control_and_too_many_parameters_are_refused,
         escape_hatch_and_status,
         table_facts_decide_what_is_coalesced,
+        returning_old_and_new_are_each_callers_own,
     ],
 }
 
@@ -181,10 +182,28 @@ async fn table_facts_decide_what_is_coalesced<B: TestBackend<Pool = Pool>>() {
     ";
     let client = pool.get().await.unwrap();
     client.batch_execute(setup).await.unwrap();
+    // Generated columns of the server's default kind: virtual from
+    // PostgreSQL 18 on, stored (which must be said) before.
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::int4", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let stored = if version >= 180_000 { "" } else { " STORED" };
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE generated (k int PRIMARY KEY, v text, \
+                 v_len int GENERATED ALWAYS AS (length(v)){stored} CHECK (v_len < 8))"
+        ))
+        .await
+        .unwrap();
     drop(client);
 
     let coalesced = [
         "INSERT INTO plain (k, v) VALUES ($1, $2)",
+        "INSERT INTO generated (k, v) VALUES ($1, $2) RETURNING v_len",
+        "INSERT INTO generated (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v \
+         RETURNING v_len",
         // UPDATE triggers do not fire for a plain INSERT.
         "INSERT INTO upd_trig (k, v) VALUES ($1, $2)",
         "INSERT INTO parted (k, v) VALUES ($1, $2)",
@@ -263,6 +282,101 @@ async fn table_facts_decide_what_is_coalesced<B: TestBackend<Pool = Pool>>() {
     }
     assert!(pool.stats().rows_per_batch() > 1.0, "{:?}", pool.stats());
     assert_eq!(count::<B>(&pool, "plain").await, 10);
+}
+
+/// `RETURNING old.v, new.v` and `RETURNING WITH (OLD AS o, NEW AS n)`
+/// (PostgreSQL 18: the row before and after an `ON CONFLICT DO UPDATE`, old
+/// NULL for a row inserted): each row of a coalesced statement gets its own
+/// row's old and new values, as its own statement does on the plain driver.
+/// Before 18 the server refuses the text: the call fails with the error each
+/// row's own statement gets.
+async fn returning_old_and_new_are_each_callers_own<B: TestBackend<Pool = Pool>>() {
+    let pool = pool::<B>().await;
+    let client = pool.get().await.unwrap();
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::int4", &[])
+        .await
+        .unwrap()
+        .get(0);
+    // Keys 0..20 exist, 20..40 are new, in an order that mixes them.
+    let rows: Vec<(i32, String)> = (0..40)
+        .map(|i| {
+            let k = (i * 7) % 40;
+            (k, format!("new{k}"))
+        })
+        .collect();
+    let params: Vec<[&Sql; 2]> = rows.iter().map(|(k, v)| [k as &Sql, v as &Sql]).collect();
+    type Returned = Result<(Option<String>, Option<String>), String>;
+    for (i, (returning, refused)) in [
+        ("RETURNING old.v, new.v", "42P01"),
+        ("RETURNING WITH (OLD AS o, NEW AS n) o.v, n.v", "42601"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for t in ["kv", "twin"] {
+            client
+                .batch_execute(&format!(
+                    "CREATE TABLE {t}{i} (k int PRIMARY KEY, v text NOT NULL); \
+                     INSERT INTO {t}{i} SELECT k, 'old' || k FROM generate_series(0, 19) k"
+                ))
+                .await
+                .unwrap();
+        }
+        let sql = |t: &str| {
+            format!(
+                "INSERT INTO {t}{i} (k, v) VALUES ($1, $2) \
+                 ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v {returning}"
+            )
+        };
+        let mut alone: Vec<Returned> = Vec::new();
+        for (k, v) in &rows {
+            alone.push(match client.query_one(&sql("twin"), &[k, v]).await {
+                Ok(row) => Ok((row.get(0), row.get(1))),
+                Err(e) => Err(e.code().map_or("no code".into(), |c| c.code().to_string())),
+            });
+        }
+        let before = pool.stats();
+        let coalesced = pool.execute_many(&sql("kv"), &params).await;
+        if version < 180_000 {
+            // The text is refused when it is learned: the whole call fails
+            // with the server's error, as each row's own statement did.
+            let e = coalesced.expect_err("a text the server refuses");
+            assert_eq!(e.code(), Some(refused), "{returning}: {e}");
+            assert!(
+                alone.iter().all(|r| *r == Err(refused.into())),
+                "{returning}: {alone:?}"
+            );
+            continue;
+        }
+        let coalesced: Vec<Returned> = coalesced
+            .expect("the batch runs")
+            .into_iter()
+            .map(|r| match r {
+                Ok(out) => {
+                    let row = out.returned().expect("a returned row");
+                    Ok((row.get(0), row.get(1)))
+                }
+                Err(e) => Err(e.code().unwrap_or("no code").to_string()),
+            })
+            .collect();
+        assert_eq!(coalesced, alone, "{returning}");
+        assert_eq!(
+            alone[1],
+            Ok((Some("old7".into()), Some("new7".into()))),
+            "{returning}: key 7 existed"
+        );
+        assert_eq!(
+            alone[3],
+            Ok((None, Some("new21".into()))),
+            "{returning}: key 21 is new"
+        );
+        let after = pool.stats();
+        assert!(
+            after.rows - before.rows == 40 && after.statements - before.statements < 40,
+            "{returning}: not coalesced: before {before:?}, after {after:?}"
+        );
+    }
 }
 
 /// Named mode heals a connection whose prepared statements vanished from
@@ -436,10 +550,10 @@ fn copy_rows(n: i32, bad: &[(i32, &str)]) -> Vec<Vec<Box<Sql>>> {
         .map(|i| {
             let fault = bad.iter().find(|(at, _)| *at == i).map(|(_, f)| *f);
             let k: Box<Sql> = Box::new(if fault == Some("dup") { 10 } else { i });
-            let v: Box<Sql> = if fault == Some("null") {
-                Box::new(None::<String>)
-            } else {
-                Box::new(format!("v{i}"))
+            let v: Box<Sql> = match fault {
+                Some("null") => Box::new(None::<String>),
+                Some("long") => Box::new(format!("a long value {i}")),
+                _ => Box::new(format!("v{i}")),
             };
             let amount: Box<Sql> = Box::new(if fault == Some("range") {
                 1e9f64
@@ -455,7 +569,10 @@ fn copy_rows(n: i32, bad: &[(i32, &str)]) -> Vec<Vec<Box<Sql>>> {
 /// (counted in `bulk_statements`), and every row still gets exactly what its
 /// own single-row INSERT gets: a count of 1, or its own error (a duplicate
 /// key, a NULL into NOT NULL, an out-of-range value, a row that fits no
-/// partition), the rows around it unharmed; the same with COPY off.
+/// partition, a generated column's CHECK), the rows around it unharmed; the
+/// same with COPY off. The generated columns are of the server's default
+/// kind: virtual from PostgreSQL 18 on (computed when read, the CHECK
+/// evaluated on the expression), stored before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_path_gives_every_row_its_single_insert_outcome() {
     let url = common::pg_fresh_db().await;
@@ -463,6 +580,18 @@ async fn copy_path_gives_every_row_its_single_insert_outcome() {
         .await
         .unwrap();
     tokio::spawn(conn);
+    let version: i32 = admin
+        .query_one("SELECT current_setting('server_version_num')::int4", &[])
+        .await
+        .unwrap()
+        .get(0);
+    // Before 18 a generated column must say STORED; from 18 on, without
+    // it, it is virtual.
+    let (generated_kind, stored) = if version >= 180_000 {
+        ("v", "")
+    } else {
+        ("s", " STORED")
+    };
     let bad = [
         (0, "null"),
         (37, "dup"),
@@ -471,46 +600,79 @@ async fn copy_path_gives_every_row_its_single_insert_outcome() {
         (298, "dup"),
         (299, "range"),
     ];
-    let rows = copy_rows(300, &bad);
     let mut seen = Vec::new();
-    for (i, partitioned) in [false, true].into_iter().enumerate() {
+    for (i, table_kind) in ["plain", "partitioned", "generated"]
+        .into_iter()
+        .enumerate()
+    {
+        let mut bad = bad.to_vec();
+        if table_kind == "generated" {
+            bad.extend([(5, "long"), (200, "long")]);
+        }
+        let rows = copy_rows(300, &bad);
         for table in ["a", "b", "c"] {
-            let ddl = if partitioned {
-                format!(
+            let ddl = match table_kind {
+                "partitioned" => format!(
                     "CREATE TABLE {table}{i} (id bigserial, k int NOT NULL, v text NOT NULL, \
                      amount double precision CHECK (amount < 1e6), UNIQUE (k)) \
                      PARTITION BY RANGE (k); \
                      CREATE TABLE {table}{i}_lo PARTITION OF {table}{i} FOR VALUES FROM (0) TO (100); \
                      CREATE TABLE {table}{i}_hi PARTITION OF {table}{i} FOR VALUES FROM (101) TO (1000)"
-                )
-            } else {
-                format!(
+                ),
+                "generated" => format!(
+                    "CREATE TABLE {table}{i} (id bigserial PRIMARY KEY, k int UNIQUE, \
+                     v text NOT NULL, amount double precision CHECK (amount < 1e6), \
+                     v_len int GENERATED ALWAYS AS (length(v)){stored} CHECK (v_len < 8), \
+                     twice double precision GENERATED ALWAYS AS (amount * 2){stored})"
+                ),
+                _ => format!(
                     "CREATE TABLE {table}{i} (id bigserial PRIMARY KEY, k int UNIQUE, \
                      v text NOT NULL, amount double precision CHECK (amount < 1e6))"
-                )
+                ),
             };
             admin.batch_execute(&ddl).await.unwrap();
         }
+        if table_kind == "generated" {
+            let kinds: Vec<String> = admin
+                .query(
+                    "SELECT attgenerated::text FROM pg_attribute \
+                     WHERE attrelid = 'a2'::regclass AND attgenerated <> ''",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            assert_eq!(kinds, [generated_kind; 2], "server_version_num {version}");
+        }
+        let partitioned = table_kind == "partitioned";
         let sql = |t: &str| format!("INSERT INTO {t}{i} (k, v, amount) VALUES ($1, $2, $3)");
         let plain = one_by_one(&url, &sql("a"), &rows).await;
         let (with_copy, bulk) = many_with_copy(&url, Some(64), &sql("b"), &rows).await;
         let (without, no_bulk) = many_with_copy(&url, None, &sql("c"), &rows).await;
-        assert!(
-            bulk > 0,
-            "partitioned={partitioned}: no statement went out as COPY"
-        );
+        assert!(bulk > 0, "{table_kind}: no statement went out as COPY");
         assert_eq!(no_bulk, 0, "COPY was used while turned off");
         assert_eq!(
             with_copy, plain,
-            "partitioned={partitioned}: COPY path differs from single INSERTs"
+            "{table_kind}: COPY path differs from single INSERTs"
         );
         assert_eq!(
             without, plain,
-            "partitioned={partitioned}: rewrite differs from single INSERTs"
+            "{table_kind}: rewrite differs from single INSERTs"
         );
         let failed = plain.iter().filter(|r| r.is_err()).count();
         // The bad rows, and with partitions the row with k = 100.
         assert_eq!(failed, bad.len() + usize::from(partitioned));
+        if table_kind == "generated" {
+            assert_eq!(plain[200], Err("23514".to_string()), "the generated CHECK");
+            let twice: f64 = admin
+                .query_one("SELECT twice FROM b2 WHERE k = 3", &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(twice, 1.5, "a generated column of a row written by COPY");
+        }
         for table in ["a", "b", "c"] {
             let rows: Vec<(i32, String)> = admin
                 .query(&format!("SELECT k, v FROM {table}{i} ORDER BY k"), &[])
