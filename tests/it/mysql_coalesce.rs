@@ -600,3 +600,228 @@ async fn table_and_session_facts_decide_what_is_coalesced() {
         .unwrap_err();
     assert_eq!(e.as_mysql_error().map(|e| e.code), Some(1048), "{e}");
 }
+
+/// A plain connection to `url`.
+async fn plain_conn(url: &str) -> mysql_async::Conn {
+    mysql_async::Conn::new(mysql_async::Opts::from_url(url).unwrap())
+        .await
+        .expect("plain connection")
+}
+
+/// What a pool reading ids back from `INSERT ... RETURNING` (on a Galera
+/// node) builds on, checked with the plain driver on the server at `url`:
+/// the id a single-row INSERT reports is the value it stored in the
+/// auto-increment column, whether generated (NULL, 0, DEFAULT, omitted) or
+/// given (a negative one as the OK packet's unsigned field carries it); 0
+/// stored under `NO_AUTO_VALUE_ON_ZERO`, a table without such a column and
+/// a statement with a `RETURNING` of its own report none.
+pub(crate) async fn single_row_ids_are_the_stored_values(url: &str) {
+    let mut conn = plain_conn(url).await;
+    for ddl in [
+        "CREATE TABLE sv (id BIGINT AUTO_INCREMENT PRIMARY KEY, tag INT NOT NULL UNIQUE) \
+         ENGINE=InnoDB",
+        "CREATE TABLE sv_u (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, tag INT NOT NULL \
+         UNIQUE) ENGINE=InnoDB",
+        "CREATE TABLE sv_none (k INT PRIMARY KEY, tag INT NOT NULL UNIQUE) ENGINE=InnoDB",
+    ] {
+        conn.query_drop(ddl).await.unwrap();
+    }
+    let cases: Vec<(&str, &str, Vec<Value>, bool)> = vec![
+        ("generated", "INSERT INTO sv (tag) VALUES (?)", vec![], true),
+        (
+            "NULL",
+            "INSERT INTO sv (id, tag) VALUES (?, ?)",
+            vec![Value::NULL],
+            true,
+        ),
+        (
+            "0",
+            "INSERT INTO sv (id, tag) VALUES (?, ?)",
+            vec![Value::Int(0)],
+            true,
+        ),
+        (
+            "DEFAULT",
+            "INSERT INTO sv (id, tag) VALUES (DEFAULT, ?)",
+            vec![],
+            true,
+        ),
+        (
+            "given",
+            "INSERT INTO sv (id, tag) VALUES (?, ?)",
+            vec![Value::Int(500_000)],
+            true,
+        ),
+        (
+            "negative",
+            "INSERT INTO sv (id, tag) VALUES (?, ?)",
+            vec![Value::Int(-5)],
+            true,
+        ),
+        (
+            "no column list",
+            "INSERT INTO sv VALUES (?, ?)",
+            vec![Value::Int(600_001)],
+            true,
+        ),
+        (
+            "above i64",
+            "INSERT INTO sv_u (id, tag) VALUES (?, ?)",
+            vec![Value::UInt(10_000_000_000_000_000_000)],
+            true,
+        ),
+        (
+            "own RETURNING",
+            "INSERT INTO sv (tag) VALUES (?) RETURNING id",
+            vec![],
+            false,
+        ),
+        (
+            "no auto-increment column",
+            "INSERT INTO sv_none (k, tag) VALUES (?, ?)",
+            vec![Value::Int(1)],
+            false,
+        ),
+    ];
+    for (i, (what, sql, mut values, reports)) in cases.into_iter().enumerate() {
+        let tag = i as i64 + 1;
+        values.push(Value::Int(tag));
+        let _: Vec<mysql_async::Row> = conn.exec(sql, values).await.unwrap();
+        let reported = conn.last_insert_id();
+        let table = sql.split_whitespace().nth(2).unwrap();
+        let stored: Option<i128> = if table == "sv_none" {
+            None
+        } else {
+            let v: Value = conn
+                .exec_first(format!("SELECT id FROM {table} WHERE tag = ?"), (tag,))
+                .await
+                .unwrap()
+                .unwrap();
+            match v {
+                Value::Int(i) => Some(i128::from(i)),
+                Value::UInt(u) => Some(i128::from(u)),
+                other => panic!("{what}: stored {other:?}"),
+            }
+        };
+        let expected = stored
+            .filter(|_| reports)
+            .map(|s| s as u64)
+            .filter(|&id| id != 0);
+        assert_eq!(reported, expected, "{what}: stored {stored:?}");
+        assert!(!reports || reported.is_some(), "{what}: reports an id");
+    }
+    // 0 kept as a value: stored, and no id reported.
+    conn.query_drop("SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_AUTO_VALUE_ON_ZERO')")
+        .await
+        .unwrap();
+    conn.exec_drop("INSERT INTO sv (id, tag) VALUES (?, ?)", (0, 100))
+        .await
+        .unwrap();
+    assert_eq!(conn.last_insert_id(), None);
+    let stored: i64 = conn
+        .query_first("SELECT id FROM sv WHERE tag = 100")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored, 0);
+    let _ = conn.disconnect().await;
+}
+
+/// What a pool reading ids back from `INSERT ... RETURNING` relies on,
+/// checked with the plain driver on the server at `url`: a multi-row
+/// `INSERT ... VALUES (...), (...) RETURNING` (a prepared statement, as
+/// the pool sends it) returns one row per VALUES tuple, in VALUES order,
+/// with generated and given ids interleaved; a statement with a failing row
+/// fails whole and leaves nothing; the rows run again without it come back
+/// in order again.
+pub(crate) async fn multi_row_returning_comes_back_in_values_order(url: &str) {
+    let mut conn = plain_conn(url).await;
+    conn.query_drop(
+        "CREATE TABLE ro (id BIGINT AUTO_INCREMENT PRIMARY KEY, tag INT NOT NULL UNIQUE) \
+         ENGINE=InnoDB",
+    )
+    .await
+    .unwrap();
+    conn.query_drop("INSERT INTO ro (id, tag) VALUES (900000000, -1)")
+        .await
+        .unwrap();
+    // Every third row gives its id, out of order (a permutation of
+    // 100_000.. by a stride coprime with the count); the others leave it to
+    // the server.
+    let rows = |tags: std::ops::Range<i64>, failing: Option<i64>| -> Vec<(Option<i64>, i64)> {
+        tags.map(|tag| {
+            if Some(tag) == failing {
+                (None, -1)
+            } else if tag % 3 == 0 {
+                (Some(100_000 + (tag * 37) % 1_000), tag)
+            } else {
+                (None, tag)
+            }
+        })
+        .collect()
+    };
+    let run = |rows: Vec<(Option<i64>, i64)>| {
+        let tuples = vec!["(?, ?)"; rows.len()].join(", ");
+        let sql = format!("INSERT INTO ro (id, tag) VALUES {tuples} RETURNING id, tag");
+        let params: Vec<Value> = rows
+            .iter()
+            .flat_map(|(id, tag)| [id.map_or(Value::NULL, Value::Int), Value::Int(*tag)])
+            .collect();
+        (sql, params)
+    };
+    let check = |rows: &[(Option<i64>, i64)], returned: &[(i64, i64)]| {
+        assert_eq!(returned.len(), rows.len(), "one returned row per row");
+        for (i, ((given, tag), (id, returned_tag))) in rows.iter().zip(returned).enumerate() {
+            assert_eq!(returned_tag, tag, "row {i} came back in VALUES order");
+            if let Some(given) = given {
+                assert_eq!(id, given, "row {i} stored its given id");
+            }
+        }
+    };
+    let first = rows(0..500, None);
+    let (sql, params) = run(first.clone());
+    let returned: Vec<(i64, i64)> = conn.exec(&sql, params).await.unwrap();
+    check(&first, &returned);
+    // Row 250 takes the tag -1, already in the table.
+    let second = rows(1_000..1_500, Some(1_250));
+    let (sql, params) = run(second.clone());
+    let e = conn
+        .exec::<(i64, i64), _, _>(&sql, params)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, mysql_async::Error::Server(s) if s.code == 1062),
+        "{e}"
+    );
+    let count: i64 = conn
+        .query_first("SELECT COUNT(*) FROM ro")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(count, 501, "the failed statement left nothing");
+    let rest: Vec<(Option<i64>, i64)> = second.into_iter().filter(|(_, tag)| *tag != -1).collect();
+    let (sql, params) = run(rest.clone());
+    let returned: Vec<(i64, i64)> = conn.exec(&sql, params).await.unwrap();
+    check(&rest, &returned);
+    // Every returned id is its row's, as stored.
+    let stored: std::collections::HashMap<i64, i64> = conn
+        .query::<(i64, i64), _>("SELECT tag, id FROM ro")
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    for (id, tag) in &returned {
+        assert_eq!(stored.get(tag), Some(id), "tag {tag}");
+    }
+    let _ = conn.disconnect().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_row_ids_are_the_values_stored() {
+    single_row_ids_are_the_stored_values(&common::mysql_fresh_db().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returning_rows_follow_values_order() {
+    multi_row_returning_comes_back_in_values_order(&common::mysql_fresh_db().await).await;
+}
