@@ -48,6 +48,28 @@ async fn require_consecutive_lock_mode(pool: &Pool) {
     My::require_consecutive_ids(pool).await
 }
 
+/// Whether the pool's server is a Galera node (`wsrep_on`), and the
+/// increment it gives every session when its auto-increment control is on
+/// (a session's own setting is then overridden before each command).
+/// `(false, None)` for a server without the wsrep variables.
+async fn galera_node(pool: &Pool) -> (bool, Option<u64>) {
+    let row = pool
+        .query_opt(
+            "SELECT @@GLOBAL.wsrep_on, @@GLOBAL.wsrep_auto_increment_control, \
+             @@GLOBAL.auto_increment_increment",
+            (),
+        )
+        .await;
+    match row
+        .ok()
+        .flatten()
+        .map(mysql_async::from_row::<(u64, u64, u64)>)
+    {
+        Some((on, control, step)) => (on != 0, (on != 0 && control != 0).then_some(step)),
+        None => (false, None),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_follow_auto_increment_increment() {
     let url = common::mysql_fresh_db().await;
@@ -82,9 +104,13 @@ async fn ids_follow_auto_increment_increment() {
         .iter()
         .map(|r| r.as_ref().unwrap().last_insert_id().unwrap())
         .collect();
+    // A Galera node with its auto-increment control on steps every
+    // session's ids by the cluster's increment instead.
+    let step = galera_node(&pool).await.1.unwrap_or(5);
     assert!(
         ids.windows(2)
-            .all(|w| w[1] > w[0] && (w[1] - w[0]) % 5 == 0)
+            .all(|w| w[1] > w[0] && (w[1] - w[0]) % step == 0),
+        "{ids:?}"
     );
     assert!(pool.stats().batches < 40, "{:?}", pool.stats());
 }
@@ -101,7 +127,9 @@ async fn ids_are_not_claimed_when_not_provable() {
     .await
     .unwrap();
     // The statement names the auto-increment column: ids are the caller's
-    // own (or generated for NULL), not consecutive.
+    // own (or generated for NULL), not consecutive. A single server keeps
+    // the bulk command for such rows, and gives no id; a Galera node reads
+    // each row's id back from the statement.
     let rows: Vec<(Option<i32>, i32)> = (0..20)
         .map(|i| (if i % 2 == 0 { Some(1000 + i) } else { None }, i))
         .collect();
@@ -109,10 +137,18 @@ async fn ids_are_not_claimed_when_not_provable() {
         .execute_many("INSERT INTO expl (id, v) VALUES (?, ?)", rows.clone())
         .await
         .unwrap();
-    for r in &results {
+    let galera = galera_node(&pool).await.0;
+    for ((given, v), r) in rows.iter().zip(&results) {
         let out = r.as_ref().unwrap();
         assert_eq!(out.rows_affected(), 1);
-        assert_eq!(out.last_insert_id(), None);
+        if galera {
+            let id = out.last_insert_id().expect("a Galera node's id");
+            let stored: i32 = scalar(&pool, "SELECT v FROM expl WHERE id = ?", (id,)).await;
+            assert_eq!(stored, *v, "id {id}");
+            assert!(given.is_none_or(|given| u64::try_from(given) == Ok(id)));
+        } else {
+            assert_eq!(out.last_insert_id(), None);
+        }
     }
     assert_eq!(count(&pool, "expl").await, 20);
     // INSERT IGNORE is not coalesced by default (its count may not be
