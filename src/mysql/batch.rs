@@ -4,7 +4,7 @@
 //! row.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mysql_async::prelude::Queryable;
@@ -45,9 +45,15 @@ pub(crate) struct MyShape {
     /// Per-row ids are provably consecutive (see `Outcome::last_insert_id`).
     consecutive_ids: bool,
     /// Per-row ids may be read back from a `RETURNING` of the table's
-    /// auto-increment column appended to the multi-row text, where the
-    /// session's increment is not known (see [`MyShape::ids`]).
+    /// auto-increment column appended to the multi-row text, on a Galera
+    /// node or wherever the session's increment is not known (see
+    /// [`MyShape::ids`]).
     returned_ids: Option<ReturnedIds>,
+    /// The server refused a statement for its appended `RETURNING` (the
+    /// column renamed, the SELECT privilege on it revoked) and ran it
+    /// without: no more `RETURNING` for this shape (see
+    /// [`MySql::statement`]).
+    returning_refused: AtomicBool,
     /// The shape may go out as a bulk command (see [`MySql::bulk`]).
     bulk: bool,
     /// Rendered multi-row texts by row count, with and without the
@@ -96,12 +102,13 @@ impl MyShape {
 
     /// Where the ids of a statement of `rows` rows on a session with
     /// `session`'s settings come from. Computed where they are provably
-    /// consecutive and the session's increment is known; where the
-    /// increment is not known (a Galera node that sets it from the
-    /// cluster's membership before each command), or on any Galera node
-    /// (which never gets bulk commands, so the multi-row statement costs
-    /// nothing more there), read back from an appended `RETURNING` of the
-    /// auto-increment column, where the shape allows it.
+    /// consecutive and the session's increment is known. Otherwise read
+    /// back from an appended `RETURNING` of the auto-increment column,
+    /// where the shape allows it, on a session whose increment is not
+    /// known (a Galera node that sets it from the cluster's membership
+    /// before each command) and on any Galera node: its rows never go out
+    /// as a bulk command, so the `RETURNING` costs them no faster path, as
+    /// it would a statement naming the column on a single server.
     fn ids(&self, session: &Session, rows: usize) -> Ids {
         let increment = session.auto_increment_increment;
         match increment {
@@ -109,7 +116,10 @@ impl MyShape {
             None if self.consecutive_ids && rows == 1 => return Ids::Own,
             _ => {}
         }
-        if self.returned_ids.is_some() && (session.galera || increment.is_none()) {
+        if self.returned_ids.is_some()
+            && !self.returning_refused.load(Ordering::Relaxed)
+            && (session.galera || increment.is_none())
+        {
             return if rows == 1 { Ids::Own } else { Ids::Returned };
         }
         Ids::Withheld
@@ -499,6 +509,8 @@ impl Backend for MySql {
         old.params == new.params
             && old.consecutive_ids == new.consecutive_ids
             && old.returned_ids == new.returned_ids
+            // Learned anew: its RETURNING is asked about again.
+            && !old.returning_refused.load(Ordering::Relaxed)
             && old.bulk == new.bulk
     }
 
@@ -583,6 +595,7 @@ impl Backend for MySql {
             text_per_row,
             consecutive_ids,
             returned_ids,
+            returning_refused: AtomicBool::new(false),
             bulk,
             texts: Mutex::new(HashMap::new()),
         }))
@@ -626,16 +639,14 @@ impl Backend for MySql {
 
 impl MySql {
     /// The prepared statement of `rows` rows of `shape` (from the
-    /// connection's cache; with the appended `RETURNING` of its ids when
-    /// `returning`), on a connection still open: nothing was sent if this
-    /// fails.
+    /// connection's cache), on a connection still open: nothing was sent
+    /// if this fails.
     async fn ready(
         conn: &mut Client,
         shape: &MyShape,
         rows: usize,
-        returning: bool,
     ) -> Result<mysql_async::Statement, ChunkError<Outcome>> {
-        let stmt = match conn.prep(&*shape.text(rows, returning)).await {
+        let stmt = match conn.prep(&*shape.text(rows, false)).await {
             Ok(stmt) => stmt,
             Err(e) => {
                 conn.note_error(&e);
@@ -667,18 +678,66 @@ impl MySql {
     }
 
     /// Runs `rows` as one multi-row statement.
+    ///
+    /// A statement carrying the pool's own `RETURNING` that the server
+    /// refuses for it (1054: the column was renamed; 1142, 1143: the
+    /// session may no longer read it), when preparing it or before running
+    /// anything, runs again at once without it, its rows without ids: the
+    /// caller's own statement has no `RETURNING` and would not be refused
+    /// so. The shape then appends none any more, unless the statement
+    /// without it is refused alike (the INSERT itself is).
     async fn statement(
         &self,
         conn: &mut Client,
         shape: &MyShape,
         rows: &[MyRow],
     ) -> ChunkResult<Outcome> {
+        let ids = shape.ids(&conn.session, rows.len());
+        let refusal = match self.attempt(conn, shape, rows, ids).await {
+            Ok(outs) => return Ok(outs),
+            Err(refusal) => refusal,
+        };
+        if ids == Ids::Returned && refusal.may_be_the_returning(conn) {
+            shape.returning_refused.store(true, Ordering::Relaxed);
+            if let Refusal::Run(stmt, _) = refusal {
+                let _ = conn.close(stmt).await;
+            }
+            let ids = shape.ids(&conn.session, rows.len());
+            return match self.attempt(conn, shape, rows, ids).await {
+                Ok(outs) => Ok(outs),
+                Err(again) => {
+                    if again.may_be_the_returning(conn) {
+                        shape.returning_refused.store(false, Ordering::Relaxed);
+                    }
+                    Err(Self::settle(conn, shape, rows, again).await)
+                }
+            };
+        }
+        Err(Self::settle(conn, shape, rows, refusal).await)
+    }
+
+    /// Sends `rows` as one multi-row statement whose ids come from `ids`:
+    /// their outcomes, or why there are none.
+    async fn attempt(
+        &self,
+        conn: &mut Client,
+        shape: &MyShape,
+        rows: &[MyRow],
+        ids: Ids,
+    ) -> Result<Vec<Outcome>, Refusal> {
         let n = rows.len();
-        let ids = shape.ids(&conn.session, n);
         let appended = ids == Ids::Returned;
-        let stmt = Self::ready(conn, shape, n, appended).await?;
+        let stmt = match conn.prep(&*shape.text(n, appended)).await {
+            Ok(stmt) => stmt,
+            Err(e) => return Err(Refusal::Prepare(e)),
+        };
+        if conn.is_disconnected() {
+            return Err(Refusal::Chunk(ChunkError::Statement(
+                Error::closed_before_send(),
+            )));
+        }
         if usize::from(stmt.num_params()) != n * shape.params {
-            return Err(ChunkError::Statement(Error::new(
+            return Err(Refusal::Chunk(ChunkError::Statement(Error::new(
                 Kind::Params,
                 format!(
                     "the {n}-row statement of shape {} takes {} parameters, not {}",
@@ -686,7 +745,7 @@ impl MySql {
                     stmt.num_params(),
                     n * shape.params
                 ),
-            )));
+            ))));
         }
         let params = rewrite_params(rows, shape.params);
         let returning = shape.shape.returning || appended;
@@ -707,9 +766,58 @@ impl MySql {
         };
         match run.await {
             Ok(written) => Ok(self.outputs(shape, rows, written, ids)),
-            Err(e) => Err(Self::failed(conn, stmt, shape, rows, e).await),
+            Err(e) => Err(Refusal::Run(stmt, e)),
         }
     }
+
+    /// The error the engine gets for `rows` after `refusal`.
+    async fn settle(
+        conn: &mut Client,
+        shape: &MyShape,
+        rows: &[MyRow],
+        refusal: Refusal,
+    ) -> ChunkError<Outcome> {
+        match refusal {
+            Refusal::Chunk(e) => e,
+            // Nothing was sent.
+            Refusal::Prepare(e) => {
+                conn.note_error(&e);
+                ChunkError::Statement(unsent_error(e))
+            }
+            Refusal::Run(stmt, e) => Self::failed(conn, stmt, shape, rows, e).await,
+        }
+    }
+}
+
+/// Why an attempt at a multi-row statement gave no outcomes.
+enum Refusal {
+    /// The error as the engine takes it.
+    Chunk(ChunkError<Outcome>),
+    /// The server refused to prepare the text: nothing was sent.
+    Prepare(mysql_async::Error),
+    /// The statement met this error when it ran.
+    Run(mysql_async::Statement, mysql_async::Error),
+}
+
+impl Refusal {
+    /// Whether the server refused the statement in a way its `RETURNING`
+    /// alone may cause (see [`refuses_returning`]), on a session that
+    /// goes on.
+    fn may_be_the_returning(&self, conn: &mut Client) -> bool {
+        let e = match self {
+            Refusal::Prepare(e) | Refusal::Run(_, e) => e,
+            Refusal::Chunk(_) => return false,
+        };
+        conn.note_error(e);
+        !conn.broken && refuses_returning(e)
+    }
+}
+
+/// Whether the server refused a statement in a way its `RETURNING` alone
+/// may cause, before running anything: an unknown column (1054), or no
+/// privilege to read the table or the column (1142, 1143).
+fn refuses_returning(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(se) if matches!(se.code, 1054 | 1142 | 1143))
 }
 
 /// The parameters of `rows`' multi-row statement: every row's values, in
@@ -841,7 +949,7 @@ impl MySql {
         shape: &MyShape,
         rows: &[MyRow],
     ) -> ChunkResult<Outcome> {
-        let stmt = Self::ready(conn, shape, 1, false).await?;
+        let stmt = Self::ready(conn, shape, 1).await?;
         if usize::from(stmt.num_params()) != shape.params {
             // Not what the shape was learned as: the multi-row INSERT
             // (which checks its own statement).
@@ -901,6 +1009,7 @@ impl MyShape {
             shape,
             consecutive_ids: false,
             returned_ids: None,
+            returning_refused: AtomicBool::new(false),
             bulk: true,
             texts: Mutex::new(HashMap::new()),
         }
@@ -919,6 +1028,7 @@ impl MyRow {
 mod tests {
     use std::collections::HashMap;
     use std::sync::Mutex;
+    use std::sync::atomic::AtomicBool;
 
     use mysql_async::Value;
 
@@ -941,6 +1051,7 @@ mod tests {
                 list: "`id`".into(),
                 bound_at: None,
             }),
+            returning_refused: AtomicBool::new(false),
             bulk: false,
             texts: Mutex::new(HashMap::new()),
         }

@@ -257,7 +257,11 @@
 //! MariaDB returns those rows in VALUES order; a caller never sees that
 //! row. This also covers a statement that names the column (ids given,
 //! NULL, 0) or has no column list. A row sent alone is the caller's own
-//! statement, and gets the id the server reported.
+//! statement, and gets the id the server reported. The `RETURNING` needs
+//! the SELECT privilege on the column; a statement the server refuses for
+//! it (the privilege revoked, the column renamed after the text was
+//! learned) runs again at once without it, its callers told Ok without
+//! ids, and that text appends none until its table changes.
 //!
 //! `None`: `INSERT IGNORE`, `REPLACE` and `ON DUPLICATE KEY UPDATE`
 //! coalesced by opt-in; on a single server, a statement that names the

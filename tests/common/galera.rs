@@ -18,15 +18,6 @@ const MISSING: &str = "the Galera cluster needs the Galera provider (libgalera_s
 /// Nodes in the cluster.
 pub const GALERA_NODES: usize = 3;
 
-/// Failure detection for a cluster of a test's own
-/// ([`GaleraCluster::start`]): a node that stops answering is suspected
-/// after 1 s (default 5 s) and dropped from the primary component, so the
-/// other nodes take writes again; the other timeouts are shortened to stay
-/// consistent with it.
-pub const GALERA_FAST_DETECTION: &str = "evs.keepalive_period=PT0.25S;\
-     evs.inactive_check_period=PT0.25S;evs.suspect_timeout=PT1S;evs.inactive_timeout=PT3S;\
-     evs.install_timeout=PT3S";
-
 /// How long the three nodes may take to see each other once all run.
 const FORM_TIMEOUT: Duration = Duration::from_secs(90);
 

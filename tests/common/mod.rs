@@ -62,7 +62,7 @@ pub use bouncer::{
     bouncer_url_for, direct_url_for, strip_param, with_statements,
 };
 #[cfg(feature = "mysql")]
-pub use galera::{GALERA_FAST_DETECTION, GaleraCluster, galera_cluster};
+pub use galera::{GaleraCluster, galera_cluster};
 #[cfg(feature = "mysql")]
 pub use mysql::{
     MysqlServer, mysql_exec, mysql_fresh_db, mysql_tls_fresh_db, mysql_tls_server, mysql_url,
