@@ -27,6 +27,13 @@ use batchpool::mysql::{Pool, PoolBuilder};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 
+/// Failure detection of the test cluster: a node that stops answering is
+/// suspected after 1 s (default 5 s) and dropped from the primary
+/// component, so the other nodes take writes again; the other timeouts are
+/// shortened to stay consistent with it.
+const FAST_DETECTION: &str = "evs.keepalive_period=PT0.25S;evs.inactive_check_period=PT0.25S;\
+     evs.suspect_timeout=PT1S;evs.inactive_timeout=PT3S;evs.install_timeout=PT3S";
+
 /// Concurrent writers.
 const WRITERS: usize = 32;
 
@@ -52,7 +59,7 @@ static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// remove it when the process exits.
 fn cluster() -> &'static GaleraCluster {
     static CLUSTER: std::sync::OnceLock<GaleraCluster> = std::sync::OnceLock::new();
-    CLUSTER.get_or_init(|| GaleraCluster::start(common::GALERA_FAST_DETECTION))
+    CLUSTER.get_or_init(|| GaleraCluster::start(FAST_DETECTION))
 }
 
 async fn connect(url: &str) -> Conn {
