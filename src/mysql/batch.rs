@@ -4,13 +4,14 @@
 //! row.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value};
 
 use super::errors::{chunk_error, sent_error, stale, unsent_error};
+use super::manager::Session;
 use super::table::{stored_functions, table_facts};
 use super::{Client, Manager, MySql, Outcome};
 use crate::backend::batch::{Backend, ChunkError, ChunkResult};
@@ -43,19 +44,133 @@ pub(crate) struct MyShape {
     text_per_row: usize,
     /// Per-row ids are provably consecutive (see `Outcome::last_insert_id`).
     consecutive_ids: bool,
+    /// Per-row ids may be read back from a `RETURNING` of the table's
+    /// auto-increment column appended to the multi-row text, on a Galera
+    /// node or wherever the session's increment is not known (see
+    /// [`MyShape::ids`]).
+    returned_ids: Option<ReturnedIds>,
+    /// The server refused a statement for its appended `RETURNING` (the
+    /// column renamed, the SELECT privilege on it revoked) and ran it
+    /// without: no more `RETURNING` for this shape (see
+    /// [`MySql::statement`]).
+    returning_refused: AtomicBool,
     /// The shape may go out as a bulk command (see [`MySql::bulk`]).
     bulk: bool,
-    /// Rendered multi-row texts by row count (bounded by the engine's
-    /// allowed statement sizes, about 20 per shape).
-    texts: Mutex<HashMap<usize, Arc<str>>>,
+    /// Rendered multi-row texts by row count, with and without the
+    /// appended `RETURNING` (bounded by the engine's allowed statement
+    /// sizes, about 20 per shape and kind).
+    texts: Mutex<HashMap<(usize, bool), Arc<str>>>,
+}
+
+/// How a shape's rows get their ids back from an appended `RETURNING`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ReturnedIds {
+    /// The `RETURNING` list: the auto-increment column, quoted.
+    list: Box<str>,
+    /// The parameter a row binds to the auto-increment column, when the
+    /// tuple holds a bare `?` there: a nonzero integer bound there is the
+    /// value the server must return for that row, which checks that rows
+    /// and returned values are matched by position.
+    bound_at: Option<usize>,
+}
+
+/// Where the per-row ids of one statement come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ids {
+    /// No id is given.
+    Withheld,
+    /// One row: the statement is the caller's own, and the id the server
+    /// reported is its id.
+    Own,
+    /// Consecutive from the statement's first id, this increment apart.
+    Stepped(u64),
+    /// Each row's auto-increment value, from the appended `RETURNING`, in
+    /// VALUES order.
+    Returned,
 }
 
 impl MyShape {
-    fn text(&self, rows: usize) -> Arc<str> {
+    fn text(&self, rows: usize, returning: bool) -> Arc<str> {
         lock(&self.texts)
-            .entry(rows)
-            .or_insert_with(|| self.shape.render(rows, None).into())
+            .entry((rows, returning))
+            .or_insert_with(|| {
+                let list = self.returned_ids.as_ref().map(|r| &*r.list);
+                self.shape.render(rows, list.filter(|_| returning)).into()
+            })
             .clone()
+    }
+
+    /// Where the ids of a statement of `rows` rows on a session with
+    /// `session`'s settings come from. Computed where they are provably
+    /// consecutive and the session's increment is known. Otherwise read
+    /// back from an appended `RETURNING` of the auto-increment column,
+    /// where the shape allows it, on a session whose increment is not
+    /// known (a Galera node that sets it from the cluster's membership
+    /// before each command) and on any Galera node: its rows never go out
+    /// as a bulk command, so the `RETURNING` costs them no faster path, as
+    /// it would a statement naming the column on a single server.
+    fn ids(&self, session: &Session, rows: usize) -> Ids {
+        let increment = session.auto_increment_increment;
+        match increment {
+            Some(step) if self.consecutive_ids => return Ids::Stepped(step),
+            None if self.consecutive_ids && rows == 1 => return Ids::Own,
+            _ => {}
+        }
+        if self.returned_ids.is_some()
+            && !self.returning_refused.load(Ordering::Relaxed)
+            && (session.galera || increment.is_none())
+        {
+            return if rows == 1 { Ids::Own } else { Ids::Returned };
+        }
+        Ids::Withheld
+    }
+}
+
+/// Whether a session's ids are read back from an appended `RETURNING`
+/// where a shape allows it (see [`MyShape::ids`]): only then is the
+/// server asked whether it takes one for a shape.
+fn reads_returned_ids(session: &Session) -> bool {
+    session.galera || session.auto_increment_increment.is_none()
+}
+
+/// The id a single-row INSERT reports for a row whose auto-increment
+/// column holds `stored` (as `INSERT ... RETURNING` sends it): the stored
+/// value, whether generated or given (a negative one as the server's
+/// unsigned 64-bit field carries it); `None` for 0 (mysql_async's reading
+/// of a statement that set no id) and for a value of another type (a
+/// `DOUBLE` auto-increment column), which is withheld.
+fn stored_id(stored: &Value) -> Option<u64> {
+    let id = match stored {
+        Value::Int(i) => *i as u64,
+        Value::UInt(u) => *u,
+        Value::Bytes(b) => {
+            let text = std::str::from_utf8(b).ok()?;
+            text.parse::<u64>()
+                .ok()
+                .or_else(|| text.parse::<i64>().ok().map(|i| i as u64))?
+        }
+        _ => return None,
+    };
+    (id != 0).then_some(id)
+}
+
+/// The integer `v` binds, when it is bound as a number; `None` for
+/// anything else (text, NULL).
+fn bound_integer(v: &Value) -> Option<i128> {
+    match v {
+        Value::Int(i) => Some(i128::from(*i)),
+        Value::UInt(u) => Some(i128::from(*u)),
+        _ => None,
+    }
+}
+
+/// The integer the server returned, as [`bound_integer`] reads it.
+fn returned_integer(v: &Value) -> Option<i128> {
+    match v {
+        Value::Int(i) => Some(i128::from(*i)),
+        Value::UInt(u) => Some(i128::from(*u)),
+        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
     }
 }
 
@@ -98,16 +213,24 @@ pub(crate) fn encode(shape: &MyShape, params: Params) -> Result<MyRow, Error> {
     Ok(MyRow { values, bytes })
 }
 
+/// What learning a shape found out about its ids.
+struct Learned {
+    /// See [`MyShape::consecutive_ids`].
+    consecutive_ids: bool,
+    /// See [`MyShape::returned_ids`].
+    returned_ids: Option<ReturnedIds>,
+}
+
 impl MySql {
-    /// Asks the server whether `sql` may be coalesced: `Ok(consecutive
-    /// ids)` when it may, the reason when it runs on its own.
+    /// Asks the server whether `sql` may be coalesced, and how its rows'
+    /// ids can be known; the reason when it runs on its own.
     async fn learn(
         &self,
         conn: &mut Client,
         sql: &str,
         shape: &InsertShape,
         upsert: bool,
-    ) -> Result<Result<bool, NotCoalesced>, Error> {
+    ) -> Result<Result<Learned, NotCoalesced>, Error> {
         let declined = |why: String| Ok(Err(NotCoalesced::Declined(why)));
         let stmt = match conn.prep(sql).await {
             Ok(stmt) => stmt,
@@ -183,7 +306,72 @@ impl MySql {
                 }
                 _ => false,
             };
-        Ok(Ok(consecutive_ids))
+        let returned_ids = match &facts.auto_increment {
+            Some(auto) if !upsert && reads_returned_ids(&conn.session) => {
+                self.returning_ids(conn, shape, auto).await?
+            }
+            _ => None,
+        };
+        Ok(Ok(Learned {
+            consecutive_ids,
+            returned_ids,
+        }))
+    }
+
+    /// Whether the rows of `shape`, a plain INSERT into a table whose
+    /// auto-increment column is `auto`, can get their ids from a
+    /// `RETURNING` of that column appended to the multi-row statement: the
+    /// id a single-row INSERT reports is the value it stored in that
+    /// column, generated or given (0 when it stored 0), and MariaDB (10.5
+    /// and later) returns the rows of a multi-row `INSERT ... RETURNING` in
+    /// VALUES order. Not for a statement with a `RETURNING` of its own
+    /// (whose single-row statement reports no id), nor for one that may
+    /// give the column a value and calls `LAST_INSERT_ID(expr)` (a row that
+    /// generates no id reports the `expr` of that call instead of its
+    /// value). The server is asked by preparing the text with the
+    /// `RETURNING`: a server that refuses it (MySQL, MariaDB before 10.5)
+    /// gives no ids this way.
+    async fn returning_ids(
+        &self,
+        conn: &mut Client,
+        shape: &InsertShape,
+        auto: &str,
+    ) -> Result<Option<ReturnedIds>, Error> {
+        // The tuple's position of the column, when the statement names its
+        // columns; without a list the tuple holds every column, in the
+        // table's order, which is not read here.
+        let lower = auto.to_lowercase();
+        let named_at = shape
+            .columns
+            .as_ref()
+            .map(|columns| columns.iter().position(|c| c.to_lowercase() == lower));
+        let may_give = named_at.is_none_or(|at| at.is_some());
+        let sets_id = shape
+            .calls
+            .iter()
+            .any(|f| f.eq_ignore_ascii_case("last_insert_id"));
+        if shape.returning || (may_give && sets_id) {
+            return Ok(None);
+        }
+        let list = format!("`{}`", auto.replace('`', "``"));
+        // The two-row text: the one a statement of two rows uses, so the
+        // connection's statement cache keeps it.
+        if let Err(e) = conn.prep(shape.render(2, Some(&list))).await {
+            conn.note_error(&e);
+            return match e {
+                // The session ended: ask again on another connection.
+                _ if conn.broken => Err(unsent_error(e)),
+                mysql_async::Error::Server(_) => Ok(None),
+                e => Err(unsent_error(e)),
+            };
+        }
+        let bound_at = named_at
+            .flatten()
+            .and_then(|at| shape.tuple_params.get(at).copied().flatten());
+        Ok(Some(ReturnedIds {
+            list: list.into(),
+            bound_at,
+        }))
     }
 
     fn packet(&self) -> usize {
@@ -225,36 +413,43 @@ impl MySql {
         }
     }
 
-    fn outputs(
-        &self,
-        shape: &MyShape,
-        n: usize,
-        written: Written,
-        increment: Option<u64>,
-    ) -> Vec<Outcome> {
+    fn outputs(&self, shape: &MyShape, rows: &[MyRow], written: Written, ids: Ids) -> Vec<Outcome> {
+        let n = rows.len();
         // With RETURNING the server reports no affected rows (ROW_COUNT() is
         // -1): a plain INSERT returned one row per row it wrote.
         let plain = shape.shape.verb == Verb::Insert && shape.shape.conflict == Conflict::None;
-        let count = if shape.shape.returning {
+        let count = if shape.shape.returning || ids == Ids::Returned {
             (plain && written.returned.len() == n).then_some(1)
         } else {
             self.split_count(&shape.shape, n as u64, written.affected)
         };
         let exact = count.is_some();
-        let ids = match (
-            exact && shape.consecutive_ids,
-            written.last_insert_id,
-            increment,
-        ) {
-            (true, Some(first), Some(step)) if first > 0 => Some((first, step)),
+        let first = written.last_insert_id.filter(|&first| first > 0);
+        let mut own_ids: Vec<Option<u64>> = match ids {
+            _ if !exact => Vec::new(),
+            Ids::Withheld => Vec::new(),
             // One row: the id the server reported is its own, whatever the
             // session's increment.
-            (true, Some(first), None) if first > 0 && n == 1 => Some((first, 0)),
-            _ => None,
+            Ids::Own if n == 1 => vec![first],
+            Ids::Own => Vec::new(),
+            Ids::Stepped(step) => (0..n as u64)
+                .map(|i| first.and_then(|f| step.checked_mul(i).and_then(|d| f.checked_add(d))))
+                .collect(),
+            Ids::Returned => match &shape.returned_ids {
+                // One value per returned row: the auto-increment column.
+                Some(how) if written.returned.iter().all(|r| r.len() == 1) => {
+                    let stored: Vec<Option<&Value>> =
+                        written.returned.iter().map(|r| r.as_ref(0)).collect();
+                    ids_from_returned(how, rows, &stored)
+                }
+                _ => Vec::new(),
+            },
         };
+        own_ids.resize(n, None);
         // RETURNING rows come in VALUES order, one per written row: a
-        // caller's own only when every row wrote one.
-        let mut returned = if exact && written.returned.len() == n {
+        // caller's own only when every row wrote one, and only the
+        // caller's own RETURNING (never the one the pool appended).
+        let mut returned = if exact && shape.shape.returning && written.returned.len() == n {
             written.returned.into_iter().map(Some).collect()
         } else {
             Vec::new()
@@ -262,16 +457,37 @@ impl MySql {
         returned.resize_with(n, || None);
         returned
             .into_iter()
-            .enumerate()
-            .map(|(i, row)| {
-                let id = ids.and_then(|(first, step)| {
-                    step.checked_mul(i as u64)
-                        .and_then(|d| first.checked_add(d))
-                });
-                Outcome::new(count.unwrap_or(1), exact, id, row)
-            })
+            .zip(own_ids)
+            .map(|(row, id)| Outcome::new(count.unwrap_or(1), exact, id, row))
             .collect()
     }
+}
+
+/// Each row's id from the appended `RETURNING` of its auto-increment
+/// column: the `i`-th returned row is the `i`-th row of VALUES. Every id is
+/// withheld if the rows do not bear that out: not one returned row per
+/// row, or a row that bound a nonzero integer to the column (which a
+/// strict session stores as it is, or refuses) returned another value.
+fn ids_from_returned(
+    how: &ReturnedIds,
+    rows: &[MyRow],
+    stored: &[Option<&Value>],
+) -> Vec<Option<u64>> {
+    if stored.len() != rows.len() {
+        return Vec::new();
+    }
+    if let Some(at) = how.bound_at {
+        let agrees = rows.iter().zip(stored).all(|(row, stored)| {
+            match row.values.get(at).and_then(bound_integer) {
+                Some(bound) if bound != 0 => stored.and_then(returned_integer) == Some(bound),
+                _ => true,
+            }
+        });
+        if !agrees {
+            return Vec::new();
+        }
+    }
+    stored.iter().map(|v| v.and_then(stored_id)).collect()
 }
 
 /// What one multi-row statement reported.
@@ -292,6 +508,9 @@ impl Backend for MySql {
     fn same_shape(old: &MyShape, new: &MyShape) -> bool {
         old.params == new.params
             && old.consecutive_ids == new.consecutive_ids
+            && old.returned_ids == new.returned_ids
+            // Learned anew: its RETURNING is asked about again.
+            && !old.returning_refused.load(Ordering::Relaxed)
             && old.bulk == new.bulk
     }
 
@@ -342,11 +561,19 @@ impl Backend for MySql {
         }
         let one = shape.render(1, None).len();
         let text_per_row = shape.render(2, None).len().saturating_sub(one);
-        let fixed = one.saturating_sub(text_per_row.saturating_sub(2));
-        let consecutive_ids = match self.learn(conn, sql, &shape, upsert).await? {
-            Ok(consecutive_ids) => consecutive_ids,
+        let Learned {
+            consecutive_ids,
+            returned_ids,
+        } = match self.learn(conn, sql, &shape, upsert).await? {
+            Ok(learned) => learned,
             Err(reason) => return Ok(Err(reason)),
         };
+        let appended = returned_ids
+            .as_ref()
+            .map_or(0, |r| " RETURNING ".len() + r.list.len());
+        let fixed = one
+            .saturating_sub(text_per_row.saturating_sub(2))
+            .saturating_add(appended);
         if fixed.saturating_add(64) > self.reserve() {
             return Ok(Err(NotCoalesced::Declined(format!(
                 "the statement text ({fixed} bytes) leaves no room for rows in the \
@@ -367,6 +594,8 @@ impl Backend for MySql {
             shape,
             text_per_row,
             consecutive_ids,
+            returned_ids,
+            returning_refused: AtomicBool::new(false),
             bulk,
             texts: Mutex::new(HashMap::new()),
         }))
@@ -417,7 +646,7 @@ impl MySql {
         shape: &MyShape,
         rows: usize,
     ) -> Result<mysql_async::Statement, ChunkError<Outcome>> {
-        let stmt = match conn.prep(&*shape.text(rows)).await {
+        let stmt = match conn.prep(&*shape.text(rows, false)).await {
             Ok(stmt) => stmt,
             Err(e) => {
                 conn.note_error(&e);
@@ -449,16 +678,66 @@ impl MySql {
     }
 
     /// Runs `rows` as one multi-row statement.
+    ///
+    /// A statement carrying the pool's own `RETURNING` that the server
+    /// refuses for it (1054: the column was renamed; 1142, 1143: the
+    /// session may no longer read it), when preparing it or before running
+    /// anything, runs again at once without it, its rows without ids: the
+    /// caller's own statement has no `RETURNING` and would not be refused
+    /// so. The shape then appends none any more, unless the statement
+    /// without it is refused alike (the INSERT itself is).
     async fn statement(
         &self,
         conn: &mut Client,
         shape: &MyShape,
         rows: &[MyRow],
     ) -> ChunkResult<Outcome> {
+        let ids = shape.ids(&conn.session, rows.len());
+        let refusal = match self.attempt(conn, shape, rows, ids).await {
+            Ok(outs) => return Ok(outs),
+            Err(refusal) => refusal,
+        };
+        if ids == Ids::Returned && refusal.may_be_the_returning(conn) {
+            shape.returning_refused.store(true, Ordering::Relaxed);
+            if let Refusal::Run(stmt, _) = refusal {
+                let _ = conn.close(stmt).await;
+            }
+            let ids = shape.ids(&conn.session, rows.len());
+            return match self.attempt(conn, shape, rows, ids).await {
+                Ok(outs) => Ok(outs),
+                Err(again) => {
+                    if again.may_be_the_returning(conn) {
+                        shape.returning_refused.store(false, Ordering::Relaxed);
+                    }
+                    Err(Self::settle(conn, shape, rows, again).await)
+                }
+            };
+        }
+        Err(Self::settle(conn, shape, rows, refusal).await)
+    }
+
+    /// Sends `rows` as one multi-row statement whose ids come from `ids`:
+    /// their outcomes, or why there are none.
+    async fn attempt(
+        &self,
+        conn: &mut Client,
+        shape: &MyShape,
+        rows: &[MyRow],
+        ids: Ids,
+    ) -> Result<Vec<Outcome>, Refusal> {
         let n = rows.len();
-        let stmt = Self::ready(conn, shape, n).await?;
+        let appended = ids == Ids::Returned;
+        let stmt = match conn.prep(&*shape.text(n, appended)).await {
+            Ok(stmt) => stmt,
+            Err(e) => return Err(Refusal::Prepare(e)),
+        };
+        if conn.is_disconnected() {
+            return Err(Refusal::Chunk(ChunkError::Statement(
+                Error::closed_before_send(),
+            )));
+        }
         if usize::from(stmt.num_params()) != n * shape.params {
-            return Err(ChunkError::Statement(Error::new(
+            return Err(Refusal::Chunk(ChunkError::Statement(Error::new(
                 Kind::Params,
                 format!(
                     "the {n}-row statement of shape {} takes {} parameters, not {}",
@@ -466,11 +745,10 @@ impl MySql {
                     stmt.num_params(),
                     n * shape.params
                 ),
-            )));
+            ))));
         }
         let params = rewrite_params(rows, shape.params);
-        let increment = conn.session.auto_increment_increment;
-        let returning = shape.shape.returning;
+        let returning = shape.shape.returning || appended;
         let run = async {
             let mut result = conn.exec_iter(&stmt, Params::Positional(params)).await?;
             let returned: Vec<Row> = if returning {
@@ -487,10 +765,59 @@ impl MySql {
             Ok::<_, mysql_async::Error>(written)
         };
         match run.await {
-            Ok(written) => Ok(self.outputs(shape, n, written, increment)),
-            Err(e) => Err(Self::failed(conn, stmt, shape, rows, e).await),
+            Ok(written) => Ok(self.outputs(shape, rows, written, ids)),
+            Err(e) => Err(Refusal::Run(stmt, e)),
         }
     }
+
+    /// The error the engine gets for `rows` after `refusal`.
+    async fn settle(
+        conn: &mut Client,
+        shape: &MyShape,
+        rows: &[MyRow],
+        refusal: Refusal,
+    ) -> ChunkError<Outcome> {
+        match refusal {
+            Refusal::Chunk(e) => e,
+            // Nothing was sent.
+            Refusal::Prepare(e) => {
+                conn.note_error(&e);
+                ChunkError::Statement(unsent_error(e))
+            }
+            Refusal::Run(stmt, e) => Self::failed(conn, stmt, shape, rows, e).await,
+        }
+    }
+}
+
+/// Why an attempt at a multi-row statement gave no outcomes.
+enum Refusal {
+    /// The error as the engine takes it.
+    Chunk(ChunkError<Outcome>),
+    /// The server refused to prepare the text: nothing was sent.
+    Prepare(mysql_async::Error),
+    /// The statement met this error when it ran.
+    Run(mysql_async::Statement, mysql_async::Error),
+}
+
+impl Refusal {
+    /// Whether the server refused the statement in a way its `RETURNING`
+    /// alone may cause (see [`refuses_returning`]), on a session that
+    /// goes on.
+    fn may_be_the_returning(&self, conn: &mut Client) -> bool {
+        let e = match self {
+            Refusal::Prepare(e) | Refusal::Run(_, e) => e,
+            Refusal::Chunk(_) => return false,
+        };
+        conn.note_error(e);
+        !conn.broken && refuses_returning(e)
+    }
+}
+
+/// Whether the server refused a statement in a way its `RETURNING` alone
+/// may cause, before running anything: an unknown column (1054), or no
+/// privilege to read the table or the column (1142, 1143).
+fn refuses_returning(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(se) if matches!(se.code, 1054 | 1142 | 1143))
 }
 
 /// The parameters of `rows`' multi-row statement: every row's values, in
@@ -681,6 +1008,8 @@ impl MyShape {
             text_per_row: shape.render(2, None).len().saturating_sub(one),
             shape,
             consecutive_ids: false,
+            returned_ids: None,
+            returning_refused: AtomicBool::new(false),
             bulk: true,
             texts: Mutex::new(HashMap::new()),
         }
@@ -692,5 +1021,137 @@ impl MyRow {
     /// The row's values (the `engine` bench).
     pub(crate) fn values(&self) -> &[Value] {
         &self.values
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicBool;
+
+    use mysql_async::Value;
+
+    use super::{Ids, MyRow, MyShape, ReturnedIds, ids_from_returned, stored_id};
+    use crate::classify::{Dialect, classify};
+    use crate::mysql::manager::{Readiness, Session};
+
+    fn shape(sql: &str, consecutive_ids: bool, returned: bool) -> MyShape {
+        let shape = classify(Dialect::MySql, sql)
+            .shape()
+            .expect("batchable")
+            .clone();
+        MyShape {
+            id: 0,
+            params: shape.params_per_row,
+            text_per_row: 0,
+            shape,
+            consecutive_ids,
+            returned_ids: returned.then(|| ReturnedIds {
+                list: "`id`".into(),
+                bound_at: None,
+            }),
+            returning_refused: AtomicBool::new(false),
+            bulk: false,
+            texts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn session(increment: Option<u64>, galera: bool) -> Session {
+        Session {
+            auto_increment_increment: increment,
+            strict: true,
+            statement_limit: None,
+            readiness: Readiness::Ready,
+            galera,
+        }
+    }
+
+    #[test]
+    fn ids_come_from_the_stride_where_it_is_known_else_from_returning() {
+        let sql = "INSERT INTO t (v) VALUES (?)";
+        let both = shape(sql, true, true);
+        // One server, or a Galera node whose sessions keep their increment.
+        assert_eq!(both.ids(&session(Some(3), false), 5), Ids::Stepped(3));
+        assert_eq!(both.ids(&session(Some(3), true), 5), Ids::Stepped(3));
+        // A Galera node that sets the increment before each command.
+        assert_eq!(both.ids(&session(None, true), 5), Ids::Returned);
+        assert_eq!(both.ids(&session(None, true), 1), Ids::Own);
+        // No RETURNING on this server: a lone row's id is still its own.
+        let stepped = shape(sql, true, false);
+        assert_eq!(stepped.ids(&session(None, true), 5), Ids::Withheld);
+        assert_eq!(stepped.ids(&session(None, true), 1), Ids::Own);
+        // The auto-increment column named: read back on a Galera node
+        // only (a single server keeps the bulk command for it).
+        let named = shape("INSERT INTO t (id, v) VALUES (?, ?)", false, true);
+        assert_eq!(named.ids(&session(Some(1), false), 5), Ids::Withheld);
+        assert_eq!(named.ids(&session(Some(2), true), 5), Ids::Returned);
+        assert_eq!(named.ids(&session(None, true), 5), Ids::Returned);
+        assert_eq!(named.ids(&session(None, true), 1), Ids::Own);
+        let neither = shape(sql, false, false);
+        assert_eq!(neither.ids(&session(None, true), 5), Ids::Withheld);
+        assert_eq!(neither.ids(&session(Some(1), false), 1), Ids::Withheld);
+    }
+
+    #[test]
+    fn the_appended_returning_is_on_its_own_texts() {
+        let s = shape("INSERT INTO t (v) VALUES (?);", true, true);
+        assert_eq!(&*s.text(2, false), "INSERT INTO t (v) VALUES (?), (?)");
+        assert_eq!(
+            &*s.text(2, true),
+            "INSERT INTO t (v) VALUES (?), (?) RETURNING `id`"
+        );
+        assert_eq!(&*s.text(2, false), "INSERT INTO t (v) VALUES (?), (?)");
+    }
+
+    #[test]
+    fn a_stored_value_is_the_id_a_single_row_insert_reports() {
+        assert_eq!(stored_id(&Value::Int(7)), Some(7));
+        assert_eq!(stored_id(&Value::UInt(u64::MAX)), Some(u64::MAX));
+        // What the server's OK packet carries for an explicit -5.
+        assert_eq!(stored_id(&Value::Int(-5)), Some(18_446_744_073_709_551_611));
+        assert_eq!(stored_id(&Value::Bytes(b"12".to_vec())), Some(12));
+        // 0 stored (NO_AUTO_VALUE_ON_ZERO): the driver reads no id.
+        assert_eq!(stored_id(&Value::Int(0)), None);
+        assert_eq!(stored_id(&Value::NULL), None);
+        assert_eq!(stored_id(&Value::Double(2.5)), None);
+    }
+
+    fn row(values: Vec<Value>) -> MyRow {
+        MyRow { values, bytes: 0 }
+    }
+
+    #[test]
+    fn returned_ids_are_withheld_unless_the_rows_bear_out_their_order() {
+        let how = ReturnedIds {
+            list: "`id`".into(),
+            bound_at: Some(0),
+        };
+        let rows = vec![
+            row(vec![Value::NULL, Value::Int(1)]),
+            row(vec![Value::Int(40), Value::Int(2)]),
+            row(vec![Value::Int(0), Value::Int(3)]),
+            row(vec![Value::Bytes(b"7".to_vec()), Value::Int(4)]),
+        ];
+        let stored = [Value::Int(9), Value::Int(40), Value::Int(10), Value::Int(7)];
+        let refs: Vec<Option<&Value>> = stored.iter().map(Some).collect();
+        assert_eq!(
+            ids_from_returned(&how, &rows, &refs),
+            vec![Some(9), Some(40), Some(10), Some(7)]
+        );
+        // Two rows swapped: the explicit 40 came back elsewhere.
+        let swapped: Vec<Option<&Value>> = [&stored[1], &stored[0], &stored[2], &stored[3]]
+            .into_iter()
+            .map(Some)
+            .collect();
+        assert!(ids_from_returned(&how, &rows, &swapped).is_empty());
+        // Not one returned row per row.
+        assert!(ids_from_returned(&how, &rows, &refs[..3]).is_empty());
+        // Without a bound column, only the count is checked.
+        let unbound = ReturnedIds {
+            list: "`id`".into(),
+            bound_at: None,
+        };
+        assert_eq!(ids_from_returned(&unbound, &rows, &swapped).len(), 4);
     }
 }

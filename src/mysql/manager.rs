@@ -450,7 +450,8 @@ pub(crate) async fn read_settings(
     // each command it runs: a node joining or leaving changes the stride of
     // an open session between two statements, and a statement's reply does
     // not say which stride it used. The session's increment is then not
-    // known, and no per-row id is computed from it.
+    // known, and no per-row id is computed from it (ids are read back from
+    // a `RETURNING` instead, where the server has one).
     let cluster_stride =
         get_u64(5).is_some_and(|on| on != 0) && get_u64(6).is_some_and(|on| on != 0);
     let increment = get_u64(1).filter(|_| !cluster_stride);

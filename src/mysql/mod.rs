@@ -95,19 +95,23 @@
 //! statements, so only the callers whose own rows conflict get an error, the
 //! error their single-row INSERT gets).
 //!
-//! Per-row ids of coalesced rows are `None` on a node with
-//! `wsrep_auto_increment_control` ON (the default): the node then sets
-//! every session's `auto_increment_increment` and `auto_increment_offset`
-//! from the cluster's membership before each command, so a node joining or
+//! Every coalesced caller of a plain `INSERT` into a table with an
+//! auto-increment column gets its row's id (see Ids below). With
+//! `wsrep_auto_increment_control` ON (the default) the node sets every
+//! session's `auto_increment_increment` and `auto_increment_offset` from
+//! the cluster's membership before each command, so a node joining or
 //! leaving changes the stride of an open connection between two statements
 //! (3 to 2 when a node of three leaves), and no reply says which stride a
-//! statement used. With it OFF (each node given its own
-//! `auto_increment_offset` and a common increment by the operator), a
-//! session's increment is its own, and ids are given as on one server (see
-//! Ids below). The setting is read when each connection opens: switch it on
-//! only with the pool's connections closed ([`Pool::close`](crate::Pool::close)
-//! and a new pool), since a connection opened while it was off would go on
-//! computing ids with the stride it read.
+//! statement used: the ids are read back from a `RETURNING` of the column
+//! that the pool appends to the multi-row statement, whatever the stride.
+//! With it OFF (each node given its own `auto_increment_offset` and a
+//! common increment by the operator), a session's increment is its own,
+//! and the ids of a statement that does not name the column are computed
+//! from it as on one server. The setting is read when each connection
+//! opens: switch it on only with the pool's connections closed
+//! ([`Pool::close`](crate::Pool::close) and a new pool), since a connection
+//! opened while it was off would go on computing ids with the stride it
+//! read.
 //!
 //! # Several hosts (failover)
 //!
@@ -224,24 +228,55 @@
 //!
 //! **Ids.** [`Outcome::last_insert_id`](crate::Outcome::last_insert_id) of a
 //! statement that ran on its own is what the server sent (the first id it
-//! generated, like `LAST_INSERT_ID()`). For a coalesced row it is
-//! `first id + i × @@auto_increment_increment` (`i` = its position in the
-//! statement), but only where the ids are provably consecutive: a plain
-//! `INSERT` (not IGNORE, REPLACE or ON DUPLICATE KEY UPDATE) into an InnoDB
-//! table, whose column list does not name the auto-increment column and
-//! which has no INSERT trigger (the table facts are read from
+//! generated, like `LAST_INSERT_ID()`). For a coalesced row it is what the
+//! row's single-row INSERT would report: the value that statement stored in
+//! the auto-increment column, generated or given (none for 0 kept by
+//! `NO_AUTO_VALUE_ON_ZERO`, for a table without such a column and for a
+//! statement with a `RETURNING` of its own), or `None` where the pool
+//! cannot know it. It is known two ways.
+//!
+//! *Computed*: `first id + i × @@auto_increment_increment` (`i` = the row's
+//! position in the statement), where the ids are provably consecutive: a
+//! plain `INSERT` (not IGNORE, REPLACE or ON DUPLICATE KEY UPDATE) into an
+//! InnoDB table, whose column list does not name the auto-increment column
+//! and which has no INSERT trigger (the table facts are read from
 //! `information_schema` when a statement text is first seen,
 //! `@@auto_increment_increment` when the connection opens), on a session
-//! whose increment the server does not change under it (not a Galera node
-//! with `wsrep_auto_increment_control` ON, see [Galera](#galera)). Such a
-//! statement is what InnoDB calls a "simple insert" (the number of rows is
-//! known when it starts): in every `innodb_autoinc_lock_mode` (0, 1 and the
+//! whose increment the server does not change under it. Such a statement
+//! is what InnoDB calls a "simple insert" (the number of rows is known when
+//! it starts): in every `innodb_autoinc_lock_mode` (0, 1 and the
 //! interleaved 2) InnoDB reserves all its values at once, one increment
 //! apart; only statements whose row count is not known in advance
 //! (`INSERT ... SELECT`, `LOAD DATA`) get values interleaved with other
-//! statements' in mode 2. Everything else gets `None`: use `RETURNING id` on
-//! MariaDB, or read the row back by a key. `RETURNING` rows go to their
-//! callers in VALUES order.
+//! statements' in mode 2.
+//!
+//! *Read back*, on a Galera node (see [Galera](#galera)): the pool appends
+//! `RETURNING <auto-increment column>` to the multi-row statement (MariaDB
+//! 10.5 and later; the server is asked by preparing it when the text is
+//! learned) and gives each row the value returned at its position, as
+//! MariaDB returns those rows in VALUES order; a caller never sees that
+//! row. This also covers a statement that names the column (ids given,
+//! NULL, 0) or has no column list. A row sent alone is the caller's own
+//! statement, and gets the id the server reported. The `RETURNING` needs
+//! the SELECT privilege on the column; a statement the server refuses for
+//! it (the privilege revoked, the column renamed after the text was
+//! learned) runs again at once without it, its callers told Ok without
+//! ids, and that text appends none until its table changes.
+//!
+//! `None`: `INSERT IGNORE`, `REPLACE` and `ON DUPLICATE KEY UPDATE`
+//! coalesced by opt-in; on a single server, a statement that names the
+//! auto-increment column or has no column list (its rows may go out as a
+//! bulk command, which reports one total); on a Galera node, such a
+//! statement if it also calls `LAST_INSERT_ID()` (a row given an id
+//! reports that call's argument), and, on a server without `INSERT ...
+//! RETURNING` (MariaDB before 10.5, MySQL-based clusters), rows coalesced
+//! into statements of two or more while the increment is the cluster's (and
+//! every row of a statement naming the column); an auto-increment column
+//! that is not an integer; and, as a guard, every row of a statement whose
+//! returned rows do not bear out their order (not one per row, or an id a
+//! row gave returned at another position). Use `RETURNING id` on MariaDB,
+//! or read the row back by a key. `RETURNING` rows go to their callers in
+//! VALUES order.
 //!
 //! # Round trips
 //!

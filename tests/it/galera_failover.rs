@@ -512,7 +512,7 @@ async fn a_node_not_ready_is_passed_over() {
 /// Cuts node `cut` off from the others (`gmcast.isolate=1`) and waits until
 /// it is out of the primary component (`wsrep_ready` OFF) and the others
 /// count two nodes.
-async fn isolate(urls: &[String], cut: usize) {
+pub(crate) async fn isolate(urls: &[String], cut: usize) {
     let mut admin = connect(&urls[cut]).await;
     admin
         .query_drop("SET GLOBAL wsrep_provider_options = 'gmcast.isolate=1'")

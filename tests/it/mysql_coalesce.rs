@@ -48,6 +48,28 @@ async fn require_consecutive_lock_mode(pool: &Pool) {
     My::require_consecutive_ids(pool).await
 }
 
+/// Whether the pool's server is a Galera node (`wsrep_on`), and the
+/// increment it gives every session when its auto-increment control is on
+/// (a session's own setting is then overridden before each command).
+/// `(false, None)` for a server without the wsrep variables.
+async fn galera_node(pool: &Pool) -> (bool, Option<u64>) {
+    let row = pool
+        .query_opt(
+            "SELECT @@GLOBAL.wsrep_on, @@GLOBAL.wsrep_auto_increment_control, \
+             @@GLOBAL.auto_increment_increment",
+            (),
+        )
+        .await;
+    match row
+        .ok()
+        .flatten()
+        .map(mysql_async::from_row::<(u64, u64, u64)>)
+    {
+        Some((on, control, step)) => (on != 0, (on != 0 && control != 0).then_some(step)),
+        None => (false, None),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_follow_auto_increment_increment() {
     let url = common::mysql_fresh_db().await;
@@ -82,9 +104,13 @@ async fn ids_follow_auto_increment_increment() {
         .iter()
         .map(|r| r.as_ref().unwrap().last_insert_id().unwrap())
         .collect();
+    // A Galera node with its auto-increment control on steps every
+    // session's ids by the cluster's increment instead.
+    let step = galera_node(&pool).await.1.unwrap_or(5);
     assert!(
         ids.windows(2)
-            .all(|w| w[1] > w[0] && (w[1] - w[0]) % 5 == 0)
+            .all(|w| w[1] > w[0] && (w[1] - w[0]) % step == 0),
+        "{ids:?}"
     );
     assert!(pool.stats().batches < 40, "{:?}", pool.stats());
 }
@@ -101,7 +127,9 @@ async fn ids_are_not_claimed_when_not_provable() {
     .await
     .unwrap();
     // The statement names the auto-increment column: ids are the caller's
-    // own (or generated for NULL), not consecutive.
+    // own (or generated for NULL), not consecutive. A single server keeps
+    // the bulk command for such rows, and gives no id; a Galera node reads
+    // each row's id back from the statement.
     let rows: Vec<(Option<i32>, i32)> = (0..20)
         .map(|i| (if i % 2 == 0 { Some(1000 + i) } else { None }, i))
         .collect();
@@ -109,10 +137,18 @@ async fn ids_are_not_claimed_when_not_provable() {
         .execute_many("INSERT INTO expl (id, v) VALUES (?, ?)", rows.clone())
         .await
         .unwrap();
-    for r in &results {
+    let galera = galera_node(&pool).await.0;
+    for ((given, v), r) in rows.iter().zip(&results) {
         let out = r.as_ref().unwrap();
         assert_eq!(out.rows_affected(), 1);
-        assert_eq!(out.last_insert_id(), None);
+        if galera {
+            let id = out.last_insert_id().expect("a Galera node's id");
+            let stored: i32 = scalar(&pool, "SELECT v FROM expl WHERE id = ?", (id,)).await;
+            assert_eq!(stored, *v, "id {id}");
+            assert!(given.is_none_or(|given| u64::try_from(given) == Ok(id)));
+        } else {
+            assert_eq!(out.last_insert_id(), None);
+        }
     }
     assert_eq!(count(&pool, "expl").await, 20);
     // INSERT IGNORE is not coalesced by default (its count may not be
@@ -599,4 +635,229 @@ async fn table_and_session_facts_decide_what_is_coalesced() {
         .await
         .unwrap_err();
     assert_eq!(e.as_mysql_error().map(|e| e.code), Some(1048), "{e}");
+}
+
+/// A plain connection to `url`.
+async fn plain_conn(url: &str) -> mysql_async::Conn {
+    mysql_async::Conn::new(mysql_async::Opts::from_url(url).unwrap())
+        .await
+        .expect("plain connection")
+}
+
+/// What a pool reading ids back from `INSERT ... RETURNING` (on a Galera
+/// node) builds on, checked with the plain driver on the server at `url`:
+/// the id a single-row INSERT reports is the value it stored in the
+/// auto-increment column, whether generated (NULL, 0, DEFAULT, omitted) or
+/// given (a negative one as the OK packet's unsigned field carries it); 0
+/// stored under `NO_AUTO_VALUE_ON_ZERO`, a table without such a column and
+/// a statement with a `RETURNING` of its own report none.
+pub(crate) async fn single_row_ids_are_the_stored_values(url: &str) {
+    let mut conn = plain_conn(url).await;
+    for ddl in [
+        "CREATE TABLE sv (id BIGINT AUTO_INCREMENT PRIMARY KEY, tag INT NOT NULL UNIQUE) \
+         ENGINE=InnoDB",
+        "CREATE TABLE sv_u (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, tag INT NOT NULL \
+         UNIQUE) ENGINE=InnoDB",
+        "CREATE TABLE sv_none (k INT PRIMARY KEY, tag INT NOT NULL UNIQUE) ENGINE=InnoDB",
+    ] {
+        conn.query_drop(ddl).await.unwrap();
+    }
+    let cases: Vec<(&str, &str, Vec<Value>, bool)> = vec![
+        ("generated", "INSERT INTO sv (tag) VALUES (?)", vec![], true),
+        (
+            "NULL",
+            "INSERT INTO sv (id, tag) VALUES (?, ?)",
+            vec![Value::NULL],
+            true,
+        ),
+        (
+            "0",
+            "INSERT INTO sv (id, tag) VALUES (?, ?)",
+            vec![Value::Int(0)],
+            true,
+        ),
+        (
+            "DEFAULT",
+            "INSERT INTO sv (id, tag) VALUES (DEFAULT, ?)",
+            vec![],
+            true,
+        ),
+        (
+            "given",
+            "INSERT INTO sv (id, tag) VALUES (?, ?)",
+            vec![Value::Int(500_000)],
+            true,
+        ),
+        (
+            "negative",
+            "INSERT INTO sv (id, tag) VALUES (?, ?)",
+            vec![Value::Int(-5)],
+            true,
+        ),
+        (
+            "no column list",
+            "INSERT INTO sv VALUES (?, ?)",
+            vec![Value::Int(600_001)],
+            true,
+        ),
+        (
+            "above i64",
+            "INSERT INTO sv_u (id, tag) VALUES (?, ?)",
+            vec![Value::UInt(10_000_000_000_000_000_000)],
+            true,
+        ),
+        (
+            "own RETURNING",
+            "INSERT INTO sv (tag) VALUES (?) RETURNING id",
+            vec![],
+            false,
+        ),
+        (
+            "no auto-increment column",
+            "INSERT INTO sv_none (k, tag) VALUES (?, ?)",
+            vec![Value::Int(1)],
+            false,
+        ),
+    ];
+    for (i, (what, sql, mut values, reports)) in cases.into_iter().enumerate() {
+        let tag = i as i64 + 1;
+        values.push(Value::Int(tag));
+        let _: Vec<mysql_async::Row> = conn.exec(sql, values).await.unwrap();
+        let reported = conn.last_insert_id();
+        let table = sql.split_whitespace().nth(2).unwrap();
+        let stored: Option<i128> = if table == "sv_none" {
+            None
+        } else {
+            let v: Value = conn
+                .exec_first(format!("SELECT id FROM {table} WHERE tag = ?"), (tag,))
+                .await
+                .unwrap()
+                .unwrap();
+            match v {
+                Value::Int(i) => Some(i128::from(i)),
+                Value::UInt(u) => Some(i128::from(u)),
+                other => panic!("{what}: stored {other:?}"),
+            }
+        };
+        let expected = stored
+            .filter(|_| reports)
+            .map(|s| s as u64)
+            .filter(|&id| id != 0);
+        assert_eq!(reported, expected, "{what}: stored {stored:?}");
+        assert!(!reports || reported.is_some(), "{what}: reports an id");
+    }
+    // 0 kept as a value: stored, and no id reported.
+    conn.query_drop("SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_AUTO_VALUE_ON_ZERO')")
+        .await
+        .unwrap();
+    conn.exec_drop("INSERT INTO sv (id, tag) VALUES (?, ?)", (0, 100))
+        .await
+        .unwrap();
+    assert_eq!(conn.last_insert_id(), None);
+    let stored: i64 = conn
+        .query_first("SELECT id FROM sv WHERE tag = 100")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored, 0);
+    let _ = conn.disconnect().await;
+}
+
+/// What a pool reading ids back from `INSERT ... RETURNING` relies on,
+/// checked with the plain driver on the server at `url`: a multi-row
+/// `INSERT ... VALUES (...), (...) RETURNING` (a prepared statement, as
+/// the pool sends it) returns one row per VALUES tuple, in VALUES order,
+/// with generated and given ids interleaved; a statement with a failing row
+/// fails whole and leaves nothing; the rows run again without it come back
+/// in order again.
+pub(crate) async fn multi_row_returning_comes_back_in_values_order(url: &str) {
+    let mut conn = plain_conn(url).await;
+    conn.query_drop(
+        "CREATE TABLE ro (id BIGINT AUTO_INCREMENT PRIMARY KEY, tag INT NOT NULL UNIQUE) \
+         ENGINE=InnoDB",
+    )
+    .await
+    .unwrap();
+    conn.query_drop("INSERT INTO ro (id, tag) VALUES (900000000, -1)")
+        .await
+        .unwrap();
+    // Every third row gives its id, out of order (a permutation of
+    // 100_000.. by a stride coprime with the count); the others leave it to
+    // the server.
+    let rows = |tags: std::ops::Range<i64>, failing: Option<i64>| -> Vec<(Option<i64>, i64)> {
+        tags.map(|tag| {
+            if Some(tag) == failing {
+                (None, -1)
+            } else if tag % 3 == 0 {
+                (Some(100_000 + (tag * 37) % 1_000), tag)
+            } else {
+                (None, tag)
+            }
+        })
+        .collect()
+    };
+    let run = |rows: Vec<(Option<i64>, i64)>| {
+        let tuples = vec!["(?, ?)"; rows.len()].join(", ");
+        let sql = format!("INSERT INTO ro (id, tag) VALUES {tuples} RETURNING id, tag");
+        let params: Vec<Value> = rows
+            .iter()
+            .flat_map(|(id, tag)| [id.map_or(Value::NULL, Value::Int), Value::Int(*tag)])
+            .collect();
+        (sql, params)
+    };
+    let check = |rows: &[(Option<i64>, i64)], returned: &[(i64, i64)]| {
+        assert_eq!(returned.len(), rows.len(), "one returned row per row");
+        for (i, ((given, tag), (id, returned_tag))) in rows.iter().zip(returned).enumerate() {
+            assert_eq!(returned_tag, tag, "row {i} came back in VALUES order");
+            if let Some(given) = given {
+                assert_eq!(id, given, "row {i} stored its given id");
+            }
+        }
+    };
+    let first = rows(0..500, None);
+    let (sql, params) = run(first.clone());
+    let returned: Vec<(i64, i64)> = conn.exec(&sql, params).await.unwrap();
+    check(&first, &returned);
+    // Row 250 takes the tag -1, already in the table.
+    let second = rows(1_000..1_500, Some(1_250));
+    let (sql, params) = run(second.clone());
+    let e = conn
+        .exec::<(i64, i64), _, _>(&sql, params)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, mysql_async::Error::Server(s) if s.code == 1062),
+        "{e}"
+    );
+    let count: i64 = conn
+        .query_first("SELECT COUNT(*) FROM ro")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(count, 501, "the failed statement left nothing");
+    let rest: Vec<(Option<i64>, i64)> = second.into_iter().filter(|(_, tag)| *tag != -1).collect();
+    let (sql, params) = run(rest.clone());
+    let returned: Vec<(i64, i64)> = conn.exec(&sql, params).await.unwrap();
+    check(&rest, &returned);
+    // Every returned id is its row's, as stored.
+    let stored: std::collections::HashMap<i64, i64> = conn
+        .query::<(i64, i64), _>("SELECT tag, id FROM ro")
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    for (id, tag) in &returned {
+        assert_eq!(stored.get(tag), Some(id), "tag {tag}");
+    }
+    let _ = conn.disconnect().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_row_ids_are_the_values_stored() {
+    single_row_ids_are_the_stored_values(&common::mysql_fresh_db().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returning_rows_follow_values_order() {
+    multi_row_returning_comes_back_in_values_order(&common::mysql_fresh_db().await).await;
 }

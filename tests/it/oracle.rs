@@ -56,7 +56,9 @@
 //!
 //! `mysql::oracle_on_a_galera_node` runs a few cases through node 1 of a
 //! throwaway 3-node MariaDB Galera cluster and compares both tables on
-//! every node.
+//! every node; there every caller told Ok exactly must also be given the
+//! `last_insert_id` its statement alone reports (elsewhere an id batchpool
+//! cannot prove may be withheld, and only an id it gives is compared).
 //!
 //! `oracle_self_check_without_coalescing` runs random cases with coalescing
 //! off: concurrent statements each on its own must match the plain driver
@@ -972,7 +974,8 @@ mod mysql {
     /// The oracle against a node of a 3-node MariaDB Galera cluster: the
     /// pool and the plain driver write through node 1, and every node must
     /// hold what the plain driver's statements left (each node's tables
-    /// compared on their own, and the pool's ids the same on every node).
+    /// compared on their own, and the pool's ids the same on every node);
+    /// every caller whose statement alone reports an id is given its own.
     /// The random cases are those the pool coalesces by default (a plain
     /// INSERT on a strict session), less those whose triggers write to
     /// MyISAM tables, whose rows Galera does not replicate.

@@ -883,6 +883,11 @@ pub struct Seen {
     /// tag → id in table A and table B (empty without an `id` column).
     pub ids_batchpool: HashMap<String, String>,
     pub ids_plain: HashMap<String, String>,
+    /// Every caller told Ok exactly must be given the `last_insert_id` its
+    /// statement alone reports, where that is one (a Galera node, where
+    /// ids are read back from the coalesced statement); elsewhere batchpool
+    /// may withhold an id it cannot prove.
+    pub ids_promised: bool,
     pub delta: Delta,
     pub elapsed: Duration,
 }
@@ -1090,6 +1095,8 @@ pub fn judge(case: &Case, seen: &Seen) -> Verdict {
                     if a != b {
                         bad("wrong last_insert_id".to_string());
                     }
+                } else if seen.ids_promised && b_id.is_some() {
+                    bad("last_insert_id withheld".to_string());
                 }
             }
         }

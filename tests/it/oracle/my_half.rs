@@ -452,6 +452,7 @@ pub async fn run_nodes(urls: &[String], case: &Case, prefix: &str) -> Verdict {
         batchpool,
         plain,
         tables,
+        ids_promised: urls.len() > 1,
         ids_batchpool: ids(&mut conn, case, &ta).await,
         ids_plain: ids(&mut conn, case, &tb).await,
         delta: Delta {

@@ -482,6 +482,7 @@ pub async fn run(url: &str, client: &Client, case: &Case, prefix: &str) -> Verdi
         batchpool,
         plain,
         tables,
+        ids_promised: false,
         ids_batchpool: ids(client, case, &ta).await,
         ids_plain: ids(client, case, &tb).await,
         delta: Delta {
