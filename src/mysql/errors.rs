@@ -46,6 +46,21 @@ fn map(e: mysql_async::Error, after_send: bool) -> Error {
                 e,
             )
         }
+        // 1180, an error during COMMIT: a Galera node answers it when it
+        // left the primary component with the statement's commit under
+        // way, whose write set the rest of the cluster may have committed
+        // (a row so answered was found on the other nodes). Elsewhere too
+        // a commit that failed part way may have happened.
+        mysql_async::Error::Server(ref se)
+            if after_send && se.code == codes::ERROR_DURING_COMMIT =>
+        {
+            Error::with_source(
+                Kind::OutcomeUnknown,
+                "the server failed during COMMIT (1180) with the statement sent; it may or may \
+                 not have committed (on a Galera node, the cluster may have committed it)",
+                e,
+            )
+        }
         mysql_async::Error::Server(_) => Error::db(e),
         e if params_error(&e) => Error::with_source(Kind::Params, "bad parameters", e),
         e => Error::connection_lost(after_send, e),
@@ -79,6 +94,7 @@ fn statement_level(e: &mysql_async::ServerError) -> bool {
             | 1064 // syntax
             | SERVER_SHUTDOWN | CONNECTION_KILLED
             | NODE_NOT_READY // a Galera node not ready for writes (outcome unknown)
+            | ERROR_DURING_COMMIT // outcome unknown
             | QUERY_INTERRUPTED | STATEMENT_TIMEOUT | QUERY_TIMEOUT | LOCK_WAIT_TIMEOUT
             | 1290 | 1792 | 1836 // read-only server or transaction
     )
@@ -214,6 +230,9 @@ pub(crate) mod codes {
     /// for writes (not in the primary component): to a statement it refused,
     /// or to one whose commit the cluster may have completed without it.
     pub(crate) const NODE_NOT_READY: u16 = 1047;
+    /// `ER_ERROR_DURING_COMMIT`: an error during COMMIT (a Galera node that
+    /// left the primary component while committing).
+    pub(crate) const ERROR_DURING_COMMIT: u16 = 1180;
     /// `ER_SERVER_SHUTDOWN`: the server is shutting down.
     pub(crate) const SERVER_SHUTDOWN: u16 = 1053;
     /// `ER_QUERY_INTERRUPTED`: the statement was interrupted (`KILL
@@ -272,6 +291,18 @@ impl Error {
 mod tests {
     use super::{key_in, named_row, statement_level};
     use mysql_async::Value;
+
+    #[test]
+    fn an_error_during_commit_or_a_node_not_ready_is_an_unknown_outcome() {
+        for code in [1180, 1047] {
+            let e = mysql_async::Error::Server(mysql_async::ServerError {
+                code,
+                message: "Got error 6 during COMMIT".to_owned(),
+                state: "HY000".to_owned(),
+            });
+            assert!(super::sent_error(e).is_outcome_unknown(), "{code}");
+        }
+    }
 
     #[test]
     fn limits_end_the_statement_rows_errors_and_conflicts_do_not() {

@@ -897,9 +897,10 @@ impl ConnWrapper {
     pub(crate) fn note_code(&mut self, code: u16) {
         // 1053 shutdown, 1152-1161 network errors and packet limits, 1927
         // connection killed, 1047 a Galera node not ready for writes
-        // (WSREP has not yet prepared node for application use): new
-        // connections go to a node that is.
-        if matches!(code, 1047 | 1053 | 1152..=1161 | 1927) {
+        // (WSREP has not yet prepared node for application use), 1180 an
+        // error during COMMIT (such a node, mid-commit): new connections go
+        // to a node that is.
+        if matches!(code, 1047 | 1053 | 1152..=1161 | 1180 | 1927) {
             self.broken = true;
         }
         // ER_OPTION_PREVENTS_STATEMENT (`--read-only`, among other

@@ -185,7 +185,9 @@
 //! node cut off under load were on every node once it rejoined,
 //! `tests/it/galera_failover.rs`): the callers of a statement sent there
 //! get [`Error::is_outcome_unknown`](crate::Error::is_outcome_unknown);
-//! read the row back by its key to know. New connections go to a node that
+//! read the row back by its key to know. So do the callers of a statement
+//! answered 1180 (an error during COMMIT), which such a node gives when it
+//! leaves with the statement's commit under way. New connections go to a node that
 //! is ready.
 //!
 //! **A server that becomes read-only** (a primary demoted to a replica, or
