@@ -1,9 +1,13 @@
-//! YCSB load phase through every write path, side by side — the project's
+//! YCSB load phase through every write path, side by side, then the run
+//! phase's workloads through batchpool and the plain pool — the project's
 //! main bench:
 //!
 //! ```text
-//! cargo bench --bench ycsb_load                          # 100,000 rows, all modes
+//! cargo bench --bench ycsb_load                          # 100,000 rows, all modes, workload A
 //! cargo bench --bench ycsb_load -- --records 20000 --json /tmp/ycsb.json --plot /tmp/ycsb.svg
+//! cargo bench --bench ycsb_load -- --workload a,b,c,f --operations 200000
+//! cargo bench --bench ycsb_load -- --sweeps-only --workload a,f       # the run phase alone
+//! cargo bench --bench ycsb_load -- --workload none                   # the load alone
 //! cargo bench --bench ycsb_load -- --tasks 1 --modes coalesce,coalesce-peer
 //! cargo bench --bench ycsb_load -- --sweep --modes nobatch,copy
 //! cargo bench --bench ycsb_load -- --db mariadb --sweeps-only --sweep \
@@ -32,9 +36,10 @@
 //! (`common::PgServer::standby_of`). See `--help`.
 //!
 //! Run by `cargo test --benches` (no `--bench` flag, no arguments), it only
-//! checks that it works: every mode of both databases on 500 rows, a sweep
-//! of every sweep mode at 10 and 100 rows, a tasks sweep of 1 and 4 tasks,
-//! and PostgreSQL's again with unnamed statements.
+//! checks that it works: every mode of both databases on 500 rows, every
+//! workload on 500 operations, a sweep of every sweep mode at 10 and 100
+//! rows, a tasks sweep of 1 and 4 tasks, and PostgreSQL's again with
+//! unnamed statements.
 
 // A bench uses only part of the test harness.
 #[allow(dead_code, unused_imports, unused_macros)]
@@ -57,8 +62,12 @@ fn main() -> ExitCode {
     let mut args = Args::parse();
     if !args.bench && std::env::args_os().len() == 1 {
         // `cargo test --benches`: a quick check, not a measurement.
-        eprintln!("ycsb_load: test mode (no --bench flag): every mode on 500 rows");
+        eprintln!(
+            "ycsb_load: test mode (no --bench flag): every mode on 500 rows, every workload on 500 operations"
+        );
         args.records = 500;
+        args.operations = 500;
+        args.workload = ycsb::cli::Workloads(ycsb::ops::Workload::ALL.to_vec());
         args.batch_size = 100;
         args.no_progress = true;
         args.tasks_sweep = Some(vec![1, 4]);
@@ -131,6 +140,14 @@ fn run(args: &Args) -> ycsb::Result<()> {
                 report::plot_modes(&report, &path)?;
                 eprintln!("ycsb_load: wrote {}", path.display());
             }
+        }
+        if let Some(path) = args
+            .run_plot_path()
+            .filter(|_| !report.run_phase.is_empty())
+        {
+            let path = path_for(&path);
+            report::plot_run(&report, &path)?;
+            eprintln!("ycsb_load: wrote {}", path.display());
         }
         if let Some(path) = args.sweep_plot_path().filter(|_| !report.sweep.is_empty()) {
             let path = path_for(&path);

@@ -5,11 +5,14 @@ use std::path::PathBuf;
 use batchpool::postgres::Statements;
 use clap::Parser;
 
+use super::ops::Workload;
 use super::{Cluster, Mode, Options};
 
 /// YCSB load phase through every write path, side by side: plain
 /// tokio-postgres / deadpool-postgres (nobatch, batch, coalesce-peer, copy)
-/// and batchpool (batchrewrite, coalesce). Prints the rows/s table.
+/// and batchpool (batchrewrite, coalesce). Prints the rows/s table. Then
+/// the run phase on the loaded table (--workload, default a): YCSB's reads
+/// and updates through batchpool and the plain pool, ops/s table.
 ///
 /// Without --pg-url it starts a throwaway PostgreSQL cluster from the local
 /// server binaries (as the tests do) and removes it afterwards; with
@@ -122,12 +125,36 @@ pub struct Args {
         value_parser = parse_threshold
     )]
     pub bulk_threshold: Option<Threshold>,
+    /// The run phase after the load: YCSB core workloads, comma separated,
+    /// in this order — `a` (50% read / 50% update), `b` (95 / 5), `c` (100%
+    /// read), `f` (50% read / 50% read-modify-write) — or `none` (the load
+    /// alone). Each runs --operations operations, keys chosen by YCSB's
+    /// scrambled zipfian (0.99) over the loaded records, through batchpool
+    /// (`coalesce`'s pool and settings) and the plain pool
+    /// (`coalesce-peer`'s), --tasks tasks. On the table the last mode
+    /// loaded; with --sweeps-only the bulk path loads it first, untimed.
+    #[arg(
+        long,
+        value_name = "a,b,c,f|none",
+        default_value = "a",
+        value_parser = parse_workloads
+    )]
+    pub workload: Workloads,
+    /// Operations per run of a workload (a read-modify-write is one).
+    #[arg(long, default_value_t = 100_000)]
+    pub operations: usize,
     /// Write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Draw rows/s per mode as an SVG bar chart to this file.
+    /// Draw rows/s per mode as an SVG bar chart to this file (and the run
+    /// phase's chart beside it, see --run-plot).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// SVG of the run phase: ops/s per workload, batchpool and the plain
+    /// pool side by side (default: the --plot file name with `-run` before
+    /// `.svg`).
+    #[arg(long, value_name = "FILE.svg")]
+    pub run_plot: Option<PathBuf>,
     /// After the modes, run each of --sweep-modes at each of --sweep-sizes.
     #[arg(long)]
     pub sweep: bool,
@@ -200,6 +227,14 @@ pub struct Args {
     /// Passed by `cargo bench` to every harness = false bench; ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
+}
+
+/// `--workload`: the run phase's workloads, in order (empty: `none`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workloads(pub Vec<Workload>);
+
+fn parse_workloads(s: &str) -> Result<Workloads, String> {
+    super::ops::parse_workloads(s).map(Workloads)
 }
 
 /// `--bulk-threshold`: a row count, or `off` (`None`).
@@ -319,6 +354,8 @@ impl Args {
             field_len: super::workload::FIELD_LEN,
             seed: self.seed,
             fail_rate: self.fail_rate,
+            workloads: self.workload.0.clone(),
+            operations: self.operations,
             progress: !self.no_progress,
             cpu: self.cpu,
         }
@@ -332,6 +369,15 @@ impl Args {
         self.sweep_plot
             .clone()
             .or_else(|| self.plot_beside("sweep"))
+    }
+
+    /// Where the run phase's chart goes: `--run-plot`, else derived from
+    /// `--plot`; none without a run phase.
+    pub fn run_plot_path(&self) -> Option<PathBuf> {
+        if self.workload.0.is_empty() {
+            return None;
+        }
+        self.run_plot.clone().or_else(|| self.plot_beside("run"))
     }
 
     /// Where the tasks-sweep chart goes: `--tasks-plot`, else derived from

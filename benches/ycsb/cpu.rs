@@ -60,13 +60,18 @@ impl Sample {
 impl Used {
     /// `client 1.23 s (12.3 µs/row), server ..., machine busy 97%`.
     pub fn describe(&self, rows: usize) -> String {
-        let per_row = |s: f64| s * 1e6 / rows.max(1) as f64;
+        self.describe_per(rows, "row")
+    }
+
+    /// [`describe`](Used::describe) per `n` of `unit` (`µs/op`).
+    pub fn describe_per(&self, n: usize, unit: &str) -> String {
+        let per = |s: f64| s * 1e6 / n.max(1) as f64;
         let mut parts = Vec::new();
         if let Some(c) = self.client_secs {
-            parts.push(format!("client {c:.2} s ({:.1} µs/row)", per_row(c)));
+            parts.push(format!("client {c:.2} s ({:.1} µs/{unit})", per(c)));
         }
         if let Some(s) = self.server_secs {
-            parts.push(format!("server {s:.2} s ({:.1} µs/row)", per_row(s)));
+            parts.push(format!("server {s:.2} s ({:.1} µs/{unit})", per(s)));
         }
         if let Some(b) = self.machine_busy {
             parts.push(format!("machine busy {:.0}%", b * 100.0));

@@ -1,15 +1,23 @@
-//! The YCSB load-phase bench (`cargo bench --bench ycsb_load`), as a module
-//! shared by the bench binary (`benches/ycsb_load.rs`) and its smoke test
-//! (`tests/it/ycsb_smoke.rs`, which runs every mode on a few hundred rows).
+//! The YCSB bench (`cargo bench --bench ycsb_load`): the load phase through
+//! every write path, then the run phase's workloads, as a module shared by
+//! the bench binary (`benches/ycsb_load.rs`) and its smoke test
+//! (`tests/it/ycsb_smoke.rs`, which runs every mode and workload on a few
+//! hundred rows).
 //!
 //! * [`workload`]: the YCSB `usertable` rows (hashed keys, random fields),
-//!   generated before any timing.
+//!   generated before any timing, and the SQL of both phases.
+//! * [`ops`]: the run phase's workloads (`--workload a,b,c,f`): reads,
+//!   updates and read-modify-writes, keys by [`zipf`]'s scrambled zipfian
+//!   choice, drawn before any timing.
 //! * [`Database`]: what differs between the databases under test —
 //!   PostgreSQL ([`pg`]) and MariaDB ([`mysql`]): connection, schema,
 //!   driver calls, bulk path.
-//! * [`modes`]: the write paths ([`Mode`]s), written once over [`Database`].
+//! * [`modes`]: the write paths ([`Mode`]s) and the run phase's loop,
+//!   written once over [`Database`].
 //! * [`run`]: loads every mode into a freshly truncated table (alternating
-//!   order when repeated), verifies `count(*)`, and returns a [`Report`].
+//!   order when repeated), verifies `count(*)`, runs each workload on the
+//!   loaded table through batchpool and the plain pool, and returns a
+//!   [`Report`].
 //! * [`report`]: the text table, JSON and SVG; [`cli`]: the command line.
 //! * [`statements`]: PostgreSQL's statement mode (`--statements`), for
 //!   batchpool and the peers alike.
@@ -19,10 +27,12 @@ pub mod cli;
 pub mod cpu;
 pub mod modes;
 pub mod mysql;
+pub mod ops;
 pub mod pg;
 pub mod report;
 pub mod statements;
 pub mod workload;
+pub mod zipf;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,8 +42,11 @@ use batchpool::BatchConfig;
 use batchpool::postgres::Statements;
 use serde::Serialize;
 
+use self::ops::{Operations, Workload};
 pub use self::report::Report;
-use self::report::{Batching, Latency, ModeResult, ModeRun, SweepPoint, TasksPoint};
+use self::report::{
+    Batching, Latency, ModeResult, ModeRun, OpsRun, SweepPoint, TasksPoint, WorkloadResult,
+};
 use self::workload::Dataset;
 
 /// Any error of the bench: it fails the run loudly with this message.
@@ -199,6 +212,10 @@ pub struct Options {
     /// `--fail-rate`: percent of rows whose INSERT fails with a duplicate
     /// key (`coalesce` and `coalesce-peer` only).
     pub fail_rate: Option<f64>,
+    /// The run phase's workloads, in order (empty: no run phase).
+    pub workloads: Vec<Workload>,
+    /// Operations of each run of a workload.
+    pub operations: usize,
     /// Show a progress bar on stderr.
     #[serde(skip)]
     pub progress: bool,
@@ -229,6 +246,8 @@ impl Default for Options {
             field_len: workload::FIELD_LEN,
             seed: 0x5eed_1cb5,
             fail_rate: None,
+            workloads: vec![Workload::A],
+            operations: 100_000,
             progress: true,
             cpu: false,
         }
@@ -249,10 +268,18 @@ impl Options {
                 return Err(fail(format!("{name} must be at least 1")));
             }
         }
-        if self.modes.is_empty() && self.sweep.is_none() && self.tasks_sweep.is_none() {
+        if self.modes.is_empty()
+            && self.sweep.is_none()
+            && self.tasks_sweep.is_none()
+            && self.workloads.is_empty()
+        {
             return Err(fail(
-                "nothing to run: no --modes (or --sweeps-only), no --sweep, no --tasks-sweep",
+                "nothing to run: no --modes (or --sweeps-only), no --sweep, no --tasks-sweep, \
+                 --workload none",
             ));
+        }
+        if !self.workloads.is_empty() && self.operations == 0 {
+            return Err(fail("--operations must be at least 1"));
         }
         if let Some(sizes) = &self.sweep {
             if sizes.is_empty() || sizes.contains(&0) {
@@ -274,6 +301,7 @@ impl Options {
             }
             if self.sweep.is_some()
                 || self.tasks_sweep.is_some()
+                || self.modes.is_empty()
                 || self
                     .modes
                     .iter()
@@ -464,6 +492,10 @@ pub trait Database: Sized {
     async fn prepare(&self) -> Result<()>;
     /// Empties `usertable` before a mode.
     async fn reset(&self) -> Result<()>;
+    /// Before each run of the run phase: lets the server write out what
+    /// the runs before left dirty (PostgreSQL: a checkpoint, best effort).
+    /// The default does nothing.
+    async fn settle(&self) {}
     /// `SELECT count(*) FROM usertable`.
     async fn count(&self) -> Result<u64>;
     /// Removes what [`create`](Database::create) made (the scratch
@@ -563,6 +595,41 @@ pub trait Database: Sized {
             Mode::Copy | Mode::LoadData => self.bulk(data, cfg.bulk_group, progress).await,
         }
     }
+
+    /// Runs `ops` on the loaded table through `mode`: `coalesce`
+    /// (batchpool's pool with the load phase's `coalesce` settings) or
+    /// `coalesce-peer` (the plain pool), `cfg.tasks` tasks on `cfg.pool_size`
+    /// connections; `values[i]` is what operation `i` writes. The clock
+    /// runs from the first operation (connections already open) to the last
+    /// reply.
+    async fn operate(
+        &self,
+        mode: Mode,
+        data: &Arc<Dataset>,
+        ops: &Arc<Operations>,
+        values: Vec<String>,
+        cfg: LoadConfig,
+        progress: &Progress,
+    ) -> Result<Ran> {
+        use modes::RowWriter;
+        let size = cfg.pool_size;
+        let values = Arc::new(values);
+        match mode {
+            Mode::Coalesce => {
+                let pool = self.batch_pool(size, cfg.coalesce_batching())?;
+                pool.open(size).await?;
+                modes::operate(pool, data, ops, values, cfg.tasks, progress).await
+            }
+            Mode::CoalescePeer => {
+                let pool = self.peer_pool(size)?;
+                pool.open(size).await?;
+                modes::operate(pool, data, ops, values, cfg.tasks, progress).await
+            }
+            _ => Err(fail(format!(
+                "the run phase runs coalesce and coalesce-peer, not {mode}"
+            ))),
+        }
+    }
 }
 
 /// A scratch database name unique to this process and moment
@@ -631,6 +698,18 @@ impl Loaded {
             batching: None,
         }
     }
+}
+
+/// What one run of a workload measured (the run phase).
+#[derive(Debug)]
+pub struct Ran {
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Latency per operation kind, microseconds, in [`ops::OpKind::ALL`] order;
+    /// `None` for a kind the workload has none of.
+    pub latency: [Option<hdrhistogram::Histogram<u64>>; 3],
+    /// batchpool's counters after the run (batchpool's pool).
+    pub batching: Option<Batching>,
 }
 
 /// Counts loaded rows for the progress bar (stderr), drawn by a ticker task
@@ -752,9 +831,7 @@ async fn run_one<D: Database>(
             data.len()
         )));
     }
-    // Rows with a duplicate key (`--fail-rate`) are not written.
-    let failing = data.rows.iter().filter(|r| r.duplicate).count();
-    verify_count(db, (data.len() - failing) as u64, &label).await?;
+    verify_count(db, written(data), &label).await?;
     let secs = loaded.elapsed.as_secs_f64().max(1e-9);
     Ok(ModeRun {
         elapsed_secs: secs,
@@ -762,6 +839,110 @@ async fn run_one<D: Database>(
         latency: loaded.latency.as_ref().map(Latency::from_histogram),
         batching: loaded.batching,
     })
+}
+
+/// Rows a load of `data` writes: all but those with a duplicate key
+/// (`--fail-rate`).
+fn written(data: &Dataset) -> u64 {
+    data.rows.iter().filter(|r| !r.duplicate).count() as u64
+}
+
+/// Runs `ops` through `mode` on the loaded table (one run of the run
+/// phase): the values it writes drawn first (seeded with `seed`), then
+/// timed; the counters checked (every operation acknowledged; the checks of
+/// each read and update are in [`modes::operate`]).
+#[allow(clippy::too_many_arguments)]
+async fn run_ops<D: Database>(
+    db: &D,
+    mode: Mode,
+    data: &Arc<Dataset>,
+    ops: &Arc<Operations>,
+    cfg: LoadConfig,
+    opts: &Options,
+    label: String,
+    seed: u64,
+) -> Result<OpsRun> {
+    let values = ops.values(opts.field_len, seed);
+    db.settle().await;
+    let server = db.server_pid().await;
+    let progress = Progress::start(opts.progress, &label, ops.len() as u64);
+    let before = cpu::Sample::now(server);
+    let ran = db.operate(mode, data, ops, values, cfg, &progress).await;
+    let used = before.until(&cpu::Sample::now(server));
+    let counted = progress.count();
+    progress.finish();
+    if opts.cpu {
+        println!("cpu {label}: {}", used.describe_per(ops.len(), "op"));
+    }
+    let name = D::NAME;
+    let ran = ran.map_err(|e| fail(format!("{name} {label}: run failed: {}", error_chain(&*e))))?;
+    if counted != ops.len() as u64 {
+        return Err(fail(format!(
+            "{name} {label}: {counted} operations acknowledged, expected {}",
+            ops.len()
+        )));
+    }
+    // batchpool counts what it sent (coalesced statements and those run as
+    // they are); the plain pool sends each read and update as it is.
+    let statements = match &ran.batching {
+        Some(b) => b.statements + b.passthrough,
+        None => ops.plain_statements(),
+    };
+    let secs = ran.elapsed.as_secs_f64().max(1e-9);
+    let [read, update, read_modify_write] =
+        ran.latency.map(|h| h.as_ref().map(Latency::from_histogram));
+    Ok(OpsRun {
+        elapsed_secs: secs,
+        ops_per_sec: ops.len() as f64 / secs,
+        read,
+        update,
+        read_modify_write,
+        statements,
+        statements_per_op: statements as f64 / ops.len().max(1) as f64,
+        batching: ran.batching,
+    })
+}
+
+/// The run phase on the loaded `data`: per workload of `opts`, its
+/// operations drawn once, then `coalesce` and `coalesce-peer` run them next
+/// to each other (alternating which goes first per repeat), each run
+/// writing values of its own; `count(*)` checked after each workload (reads
+/// and updates add and remove no row).
+async fn run_phase<D: Database>(
+    db: &D,
+    data: &Arc<Dataset>,
+    cfg: LoadConfig,
+    opts: &Options,
+) -> Result<Vec<WorkloadResult>> {
+    let modes = [Mode::Coalesce, Mode::CoalescePeer];
+    let mut results = Vec::new();
+    for &workload in &opts.workloads {
+        let ops = Arc::new(Operations::generate(
+            workload,
+            opts.operations,
+            data.len(),
+            opts.seed,
+        ));
+        let runs = repeated(&modes, opts.repeat, async |mode, r| {
+            let mut label = format!("{workload} {mode}");
+            if opts.repeat > 1 {
+                label.push_str(&format!(" ({}/{})", r + 1, opts.repeat));
+            }
+            // A seed per run (workload, repeat, mode), none the load's: no
+            // update writes the value its field holds.
+            let run = ((workload as u64) << 40) | ((r as u64) << 8) | mode as u64;
+            let seed = opts.seed.rotate_left(29) ^ 0x0e11_0000_0000_0000 ^ run;
+            run_ops(db, mode, data, &ops, cfg, opts, label, seed).await
+        })
+        .await?;
+        let mut runs = runs.into_iter().map(|(_, runs)| runs);
+        let (Some(coalesce), Some(peer)) = (runs.next(), runs.next()) else {
+            return Err(fail("run phase: a mode did not run"));
+        };
+        verify_count(db, written(data), &format!("workload {workload}")).await?;
+        results.push(WorkloadResult::from_runs(&ops, coalesce, peer));
+    }
+    Ok(results)
 }
 
 /// `items` in the order of repeat `r` (0-based): as given, reversed on
@@ -777,12 +958,12 @@ fn alternate<T: Clone>(items: &[T], r: usize) -> Vec<T> {
 /// Runs `one(key, repeat)` for every key, `repeat` times in alternating
 /// order, and returns the runs of each key (in run order), in `keys` order.
 /// The first failure ends it.
-async fn repeated<K: Copy + PartialEq>(
+async fn repeated<K: Copy + PartialEq, R: Clone>(
     keys: &[K],
     repeat: usize,
-    mut one: impl AsyncFnMut(K, usize) -> Result<ModeRun>,
-) -> Result<Vec<(K, Vec<ModeRun>)>> {
-    let mut done: Vec<(K, ModeRun)> = Vec::new();
+    mut one: impl AsyncFnMut(K, usize) -> Result<R>,
+) -> Result<Vec<(K, Vec<R>)>> {
+    let mut done: Vec<(K, R)> = Vec::new();
     for r in 0..repeat {
         for key in alternate(keys, r) {
             done.push((key, one(key, r).await?));
@@ -798,9 +979,11 @@ async fn repeated<K: Copy + PartialEq>(
 }
 
 /// Runs the whole bench on `db`: every mode of `opts` (alternating order per
-/// repeat), then the sweep if asked, and returns the report. The first
-/// failure (an error, a row not acknowledged, a wrong `count(*)`) ends the
-/// run with an error.
+/// repeat), then the run phase's workloads on the table the last mode
+/// loaded (loaded by the bulk path, untimed, when no mode ran), then the
+/// sweeps if asked, and returns the report. The first failure (an error, a
+/// row not acknowledged, a wrong `count(*)`, a read or update that did not
+/// find exactly its record) ends the run with an error.
 pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Result<Report> {
     opts.validate()?;
     let sweep_modes = opts
@@ -850,6 +1033,21 @@ pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Res
         .map(|(mode, runs)| ModeResult::from_runs(D::NAME, mode, runs))
         .collect();
     report::fill_ratios(&mut results, Mode::Nobatch, D::BULK);
+
+    let mut run_results = Vec::new();
+    if !opts.workloads.is_empty() {
+        if opts.modes.is_empty() {
+            // No mode loaded the table: the bulk path loads it, untimed.
+            let label = "load for the run phase";
+            db.reset().await?;
+            let progress = Progress::start(opts.progress, label, data.len() as u64);
+            let loaded = db.bulk(&data, None, &progress).await;
+            progress.finish();
+            loaded.map_err(|e| fail(format!("{} {label}: {}", D::NAME, error_chain(&*e))))?;
+            verify_count(db, written(&data), label).await?;
+        }
+        run_results = run_phase(db, &data, cfg, opts).await?;
+    }
 
     let mut sweep = Vec::new();
     if let Some(sizes) = &opts.sweep {
@@ -920,6 +1118,7 @@ pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Res
             "optimized".into()
         },
         results,
+        run_phase: run_results,
         sweep,
         tasks_sweep,
     })

@@ -1,9 +1,11 @@
 //! The write paths ([`Mode`](super::Mode)s), written once for every
-//! database: each mode's loop, clock, per-row checks and counters live here.
-//! A [`Database`](super::Database) supplies only what differs: how one plain
-//! connection sends a row or a group of rows ([`Session`]), how a pool sends
-//! one row ([`RowWriter`]: batchpool's pool and the plain peer pool) or an
-//! explicit batch ([`Batchpool`]), and its bulk path (COPY, LOAD DATA).
+//! database: each mode's loop, clock, per-row checks and counters live here;
+//! and the run phase's loop ([`operate`]). A [`Database`](super::Database)
+//! supplies only what differs: how one plain connection sends a row or a
+//! group of rows ([`Session`]), how a pool sends one row, reads a record or
+//! updates a field ([`RowWriter`]: batchpool's pool and the plain peer
+//! pool) or an explicit batch ([`Batchpool`]), and its bulk path (COPY,
+//! LOAD DATA).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,9 +14,10 @@ use std::time::{Duration, Instant};
 use futures_util::future::try_join_all;
 use hdrhistogram::Histogram;
 
+use super::ops::{OpKind, Operations};
 use super::report::Batching;
-use super::workload::{Dataset, Record};
-use super::{BoxError, Loaded, Progress, Result, fail};
+use super::workload::{Dataset, FIELD_COUNT, Record};
+use super::{BoxError, Loaded, Progress, Ran, Result, error_chain, fail};
 
 /// One plain connection with the single-row INSERT (`nobatch`, `batch`) and
 /// the hand-built multi-row one (`rewrite-peer`).
@@ -40,11 +43,23 @@ pub trait Session {
     async fn close(self);
 }
 
-/// A pool that many tasks share, each sending one row at a time
-/// (`coalesce` on batchpool, `coalesce-peer` on the plain pool).
+/// A pool that many tasks share, each sending one statement at a time
+/// (`coalesce` on batchpool, `coalesce-peer` on the plain pool): the load
+/// phase's single-row INSERTs, the run phase's keyed reads and updates.
 pub trait RowWriter: Clone + Send + Sync + 'static {
     /// One single-row INSERT of `r`; the rows it affected.
     fn insert(&self, r: &Record) -> impl Future<Output = Result<u64>> + Send;
+    /// The run phase's read: `SELECT * FROM usertable WHERE YCSB_KEY =
+    /// key`; each row it returned ([`expect_read`] checks them).
+    fn read(&self, key: &str) -> impl Future<Output = Result<Vec<ReadRow>>> + Send;
+    /// The run phase's update: `UPDATE usertable SET FIELD<field> = value
+    /// WHERE YCSB_KEY = key`; the rows it affected.
+    fn update(
+        &self,
+        key: &str,
+        field: usize,
+        value: &str,
+    ) -> impl Future<Output = Result<u64>> + Send;
     /// Opens `size` connections (so none opens on the clock) and keeps
     /// them in the pool.
     async fn open(&self, size: usize) -> Result<()>;
@@ -93,6 +108,19 @@ impl<P: RowWriter> RowWriter for Spread<P> {
         self.pool().insert(r)
     }
 
+    fn read(&self, key: &str) -> impl Future<Output = Result<Vec<ReadRow>>> + Send {
+        self.pool().read(key)
+    }
+
+    fn update(
+        &self,
+        key: &str,
+        field: usize,
+        value: &str,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        self.pool().update(key, field, value)
+    }
+
     /// Opens `size` connections on every node.
     async fn open(&self, size: usize) -> Result<()> {
         try_join_all(self.pools.iter().map(|p| p.open(size))).await?;
@@ -135,12 +163,14 @@ pub trait Batchpool: RowWriter {
 /// Implements [`RowWriter`] and [`Batchpool`] for a backend's batchpool
 /// pool: `batchpool::postgres::Pool` and `batchpool::mysql::Pool` have the
 /// same methods but no common trait, and each takes its driver's
-/// parameters. `batchpool_writer!(PoolType, sql, |r| row, params)`: `sql`
-/// is the single-row INSERT, `row` the parameters of record `r` as
-/// `execute` takes them, `params` the function giving a record's parameters
-/// as `execute_many` takes them.
+/// parameters. `batchpool_writer!(PoolType, sql, |r| row, params, read,
+/// update)`: `sql` is the single-row INSERT, `row` the parameters of record
+/// `r` as `execute` takes them, `params` the function giving a record's
+/// parameters as `execute_many` takes them; `read` and `update` the
+/// backend's functions of the run phase's statements on the pool
+/// (`query`, `execute`).
 macro_rules! batchpool_writer {
-    ($pool:ty, $sql:expr, |$r:ident| $bind:expr, $params:expr) => {
+    ($pool:ty, $sql:expr, |$r:ident| $bind:expr, $params:expr, $read:path, $update:path) => {
         impl super::modes::RowWriter for $pool {
             async fn open(&self, size: usize) -> super::Result<()> {
                 super::modes::open_all(size, |_| self.get()).await
@@ -148,6 +178,14 @@ macro_rules! batchpool_writer {
 
             async fn insert(&self, $r: &super::workload::Record) -> super::Result<u64> {
                 Ok(self.execute($sql, $bind).await?.rows_affected())
+            }
+
+            async fn read(&self, key: &str) -> super::Result<Vec<super::modes::ReadRow>> {
+                $read(self, key).await
+            }
+
+            async fn update(&self, key: &str, field: usize, value: &str) -> super::Result<u64> {
+                $update(self, key, field, value).await
             }
 
             fn batching(&self) -> Option<super::report::Batching> {
@@ -317,6 +355,135 @@ pub(super) async fn concurrent(
     })
 }
 
+/// The run phase: `tasks` tasks, each taking the next operation of `ops`
+/// and awaiting it through `pool` until the operations run out; every read
+/// and update checked ([`expect_read`], [`expect_updated`]), each
+/// operation's latency measured (a read-modify-write's from its read to its
+/// update's reply). `values[i]` is what operation `i` writes. Every task
+/// uses the pool of the first node ([`RowWriter::for_task`] of task 0): on
+/// a multi-primary cluster, updates of one popular key from several nodes
+/// would fail each other's certification.
+pub(super) async fn operate(
+    pool: impl RowWriter,
+    data: &Arc<Dataset>,
+    ops: &Arc<Operations>,
+    values: Arc<Vec<String>>,
+    tasks: usize,
+    progress: &Progress,
+) -> Result<Ran> {
+    if values.len() != ops.len() {
+        return Err(fail(format!(
+            "{} values for {} operations",
+            values.len(),
+            ops.len()
+        )));
+    }
+    if let Some(op) = ops.ops.iter().find(|o| o.record >= data.len()) {
+        return Err(fail(format!(
+            "an operation on record {} of {} loaded",
+            op.record,
+            data.len()
+        )));
+    }
+    let first = pool.for_task(0);
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (pool, next, data) = (first.clone(), next.clone(), data.clone());
+            let (ops, values, done) = (ops.clone(), values.clone(), progress.counter());
+            tokio::spawn(async move {
+                // Plain latencies, put in histograms after the clock stops
+                // (as `concurrent` does).
+                let mut latencies = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(op) = ops.ops.get(i) else { break };
+                    let key = &data.rows[op.record].key;
+                    let t = Instant::now();
+                    if op.kind != OpKind::Update {
+                        let rows = pool.read(key).await.map_err(|e| {
+                            fail(format!("read of {key} failed: {}", error_chain(&*e)))
+                        })?;
+                        expect_read(&rows, key)?;
+                    }
+                    if op.kind.writes() {
+                        let n = pool.update(key, op.field, &values[i]).await.map_err(|e| {
+                            fail(format!(
+                                "update of FIELD{} of {key} failed: {}",
+                                op.field,
+                                error_chain(&*e)
+                            ))
+                        })?;
+                        expect_updated(n, key)?;
+                    }
+                    latencies.push((op.kind, micros(t.elapsed())));
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok::<_, BoxError>(latencies)
+            })
+        })
+        .collect();
+    let latencies = join_latencies(tasks).await;
+    let elapsed = started.elapsed();
+    let latency = latencies.map(|all| {
+        OpKind::ALL.map(|kind| {
+            (ops.count(kind) > 0).then(|| {
+                let mut hist = histogram();
+                for &(_, l) in all.iter().flatten().filter(|(k, _)| *k == kind) {
+                    hist.saturating_record(l);
+                }
+                hist
+            })
+        })
+    });
+    let batching = pool.batching();
+    pool.release().await;
+    Ok(Ran {
+        elapsed,
+        latency: latency?,
+        batching,
+    })
+}
+
+/// One row a run-phase read returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadRow {
+    /// Its `YCSB_KEY`.
+    pub key: String,
+    /// Its columns (`SELECT *`: the key and every field).
+    pub columns: usize,
+}
+
+/// A read of a loaded key must return exactly one row: that key's, with
+/// the key and every field.
+pub fn expect_read(rows: &[ReadRow], key: &str) -> Result<()> {
+    match rows {
+        [row] if row.key == key && row.columns == 1 + FIELD_COUNT => Ok(()),
+        [row] => Err(fail(format!(
+            "read of {key} returned the row of {} with {} columns, expected its own with {}",
+            row.key,
+            row.columns,
+            1 + FIELD_COUNT
+        ))),
+        _ => Err(fail(format!(
+            "read of {key} returned {} rows, expected 1",
+            rows.len()
+        ))),
+    }
+}
+
+/// An update of a field of a loaded key must report exactly one row.
+pub fn expect_updated(n: u64, key: &str) -> Result<()> {
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(fail(format!(
+            "UPDATE of {key} reported {n} rows, expected 1"
+        )))
+    }
+}
+
 /// Opens `size` connections of a pool through `get` (so none opens on the
 /// clock) and gives them back.
 pub async fn open_all<C, E, F>(size: usize, get: impl FnMut(usize) -> F) -> Result<()>
@@ -369,9 +536,9 @@ fn micros(d: Duration) -> u64 {
 }
 
 /// Awaits every task and collects their latencies; the first error wins.
-async fn join_latencies(
-    tasks: Vec<tokio::task::JoinHandle<Result<Vec<u64>>>>,
-) -> Result<Vec<Vec<u64>>> {
+async fn join_latencies<T>(
+    tasks: Vec<tokio::task::JoinHandle<Result<Vec<T>>>>,
+) -> Result<Vec<Vec<T>>> {
     let mut all = Vec::with_capacity(tasks.len());
     let mut first_err = None;
     for t in tasks {

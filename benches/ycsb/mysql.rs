@@ -21,7 +21,7 @@ use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, PoolConstraints, PoolOpts, Statement, Value};
 
-use super::modes::{Batchpool, RowWriter, Session, Spread, batchpool_writer, open_all};
+use super::modes::{Batchpool, ReadRow, RowWriter, Session, Spread, batchpool_writer, open_all};
 use super::workload::{self, Dataset, FIELD_COUNT, Record};
 use super::{Cluster, Database, Loaded, Mode, Progress, Result, fail, scratch_name};
 
@@ -39,6 +39,53 @@ pub fn params(r: &Record) -> Vec<Value> {
 
 /// `INSERT INTO usertable (YCSB_KEY, FIELD0, ...) VALUES (?, ..., ?)`.
 pub static INSERT: LazyLock<String> = LazyLock::new(|| workload::insert_sql(|_| "?".into()));
+
+/// `SELECT * FROM usertable WHERE YCSB_KEY = ?`: the run phase's read.
+pub static READ: LazyLock<String> = LazyLock::new(|| workload::read_sql("?"));
+
+/// `UPDATE usertable SET FIELDn = ? WHERE YCSB_KEY = ?`, one per field:
+/// the run phase's update.
+pub static UPDATE: LazyLock<[String; FIELD_COUNT]> =
+    LazyLock::new(|| std::array::from_fn(|n| workload::update_sql(n, "?", "?")));
+
+/// The statement of `FIELD<field>`'s update.
+fn update_text(field: usize) -> Result<&'static str> {
+    UPDATE
+        .get(field)
+        .map(String::as_str)
+        .ok_or_else(|| fail(format!("no FIELD{field}")))
+}
+
+/// A row the run phase's read returned: its key (the first column) and
+/// its number of columns.
+fn read_row(row: &mysql_async::Row) -> Result<ReadRow> {
+    let key = match row.get_opt::<String, usize>(0) {
+        Some(Ok(key)) => key,
+        Some(Err(e)) => return Err(fail(format!("YCSB_KEY: {e}"))),
+        None => return Err(fail("a row without columns")),
+    };
+    Ok(ReadRow {
+        key,
+        columns: row.len(),
+    })
+}
+
+/// The run phase's read on batchpool's pool (`query`).
+async fn batchpool_read(pool: &batchpool::mysql::Pool, key: &str) -> Result<Vec<ReadRow>> {
+    let rows = pool.query(&READ, (key,)).await?;
+    rows.iter().map(read_row).collect()
+}
+
+/// The run phase's update on batchpool's pool (`execute`).
+async fn batchpool_update(
+    pool: &batchpool::mysql::Pool,
+    key: &str,
+    field: usize,
+    value: &str,
+) -> Result<u64> {
+    let sql = update_text(field)?;
+    Ok(pool.execute(sql, (value, key)).await?.rows_affected())
+}
 
 /// Most placeholders in one prepared statement (the protocol's 2-byte count).
 pub const MAX_PARAMS: usize = 65535;
@@ -323,7 +370,7 @@ impl Database for MysqlTarget {
         Ok(Some(format!(
             "{galera}, {nodes} node(s) written: {}; coalesce and coalesce-peer one pool of \
              --pool-size per node, tasks split evenly over the nodes; the single-connection \
-             modes on the first node; count(*) checked on every node",
+             modes and the run phase's tasks on the first node; count(*) checked on every node",
             addresses.join(", ")
         )))
     }
@@ -567,9 +614,17 @@ impl Session for MySession {
     }
 }
 
-batchpool_writer!(batchpool::mysql::Pool, &INSERT, |r| params(r), params);
+batchpool_writer!(
+    batchpool::mysql::Pool,
+    &INSERT,
+    |r| params(r),
+    params,
+    batchpool_read,
+    batchpool_update
+);
 
-/// `coalesce-peer`: each row takes a connection of mysql_async's pool.
+/// `coalesce-peer`: each row (each read, each update) takes a connection
+/// of mysql_async's pool.
 impl RowWriter for mysql_async::Pool {
     async fn open(&self, size: usize) -> Result<()> {
         open_all(size, |_| self.get_conn()).await
@@ -578,6 +633,19 @@ impl RowWriter for mysql_async::Pool {
     async fn insert(&self, r: &Record) -> Result<u64> {
         let mut conn = self.get_conn().await?;
         conn.exec_drop(&*INSERT, params(r)).await?;
+        Ok(conn.affected_rows())
+    }
+
+    async fn read(&self, key: &str) -> Result<Vec<ReadRow>> {
+        let mut conn = self.get_conn().await?;
+        let rows: Vec<mysql_async::Row> = conn.exec(&*READ, (key,)).await?;
+        rows.iter().map(read_row).collect()
+    }
+
+    async fn update(&self, key: &str, field: usize, value: &str) -> Result<u64> {
+        let sql = update_text(field)?;
+        let mut conn = self.get_conn().await?;
+        conn.exec_drop(sql, (value, key)).await?;
         Ok(conn.affected_rows())
     }
 

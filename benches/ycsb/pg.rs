@@ -25,7 +25,9 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::modes::{Batchpool, RowWriter, Session, batchpool_writer, expect_one, open_all};
+use super::modes::{
+    Batchpool, ReadRow, RowWriter, Session, batchpool_writer, expect_one, open_all,
+};
 use super::workload::{self, Dataset, FIELD_COUNT, Record};
 use super::{
     Cluster, Database, Loaded, Mode, Progress, Result, StatementMode, fail, scratch_name,
@@ -61,6 +63,48 @@ pub fn typed(r: &Record) -> [(&(dyn ToSql + Sync), Type); 1 + FIELD_COUNT] {
 
 /// `INSERT INTO usertable (YCSB_KEY, FIELD0, ...) VALUES ($1, ..., $11)`.
 pub static INSERT: LazyLock<String> = LazyLock::new(|| workload::insert_sql(|i| format!("${i}")));
+
+/// `SELECT * FROM usertable WHERE YCSB_KEY = $1`: the run phase's read.
+pub static READ: LazyLock<String> = LazyLock::new(|| workload::read_sql("$1"));
+
+/// `UPDATE usertable SET FIELDn = $1 WHERE YCSB_KEY = $2`, one per field:
+/// the run phase's update.
+pub static UPDATE: LazyLock<[String; FIELD_COUNT]> =
+    LazyLock::new(|| std::array::from_fn(|n| workload::update_sql(n, "$1", "$2")));
+
+/// The statement of `FIELD<field>`'s update.
+fn update_text(field: usize) -> Result<&'static str> {
+    UPDATE
+        .get(field)
+        .map(String::as_str)
+        .ok_or_else(|| fail(format!("no FIELD{field}")))
+}
+
+/// A row the run phase's read returned: its key (the first column) and
+/// its number of columns.
+fn read_row(row: &tokio_postgres::Row) -> Result<ReadRow> {
+    Ok(ReadRow {
+        key: row.try_get(0)?,
+        columns: row.len(),
+    })
+}
+
+/// The run phase's read on batchpool's pool (`query`).
+async fn batchpool_read(pool: &batchpool::postgres::Pool, key: &str) -> Result<Vec<ReadRow>> {
+    let rows = pool.query(&READ, &[&key]).await?;
+    rows.iter().map(read_row).collect()
+}
+
+/// The run phase's update on batchpool's pool (`execute`).
+async fn batchpool_update(
+    pool: &batchpool::postgres::Pool,
+    key: &str,
+    field: usize,
+    value: &str,
+) -> Result<u64> {
+    let sql = update_text(field)?;
+    Ok(pool.execute(sql, &[&value, &key]).await?.rows_affected())
+}
 
 /// Most bind parameters in one statement (the protocol's Int16 count).
 pub const MAX_PARAMS: usize = 65535;
@@ -324,6 +368,11 @@ impl Database for PgTarget {
         Ok(())
     }
 
+    /// A checkpoint (best effort, as in [`reset`](Database::reset)).
+    async fn settle(&self) {
+        let _ = self.admin.batch_execute("CHECKPOINT").await;
+    }
+
     async fn count(&self) -> Result<u64> {
         let sql = format!("SELECT count(*) FROM {}", workload::TABLE);
         let n = statements::simple_first(&self.admin, &sql).await?;
@@ -530,10 +579,18 @@ impl Session for PgSession {
     async fn close(self) {}
 }
 
-batchpool_writer!(batchpool::postgres::Pool, &INSERT, |r| &params(r), params);
+batchpool_writer!(
+    batchpool::postgres::Pool,
+    &INSERT,
+    |r| &params(r),
+    params,
+    batchpool_read,
+    batchpool_update
+);
 
-/// `coalesce-peer`: each row takes a pooled connection and its cached
-/// prepared statement (unnamed mode: sends an unnamed one).
+/// `coalesce-peer`: each row (each read, each update) takes a pooled
+/// connection and its cached prepared statement (unnamed mode: sends an
+/// unnamed one).
 #[derive(Clone)]
 pub struct PeerPool {
     pool: deadpool_postgres::Pool,
@@ -552,6 +609,29 @@ impl RowWriter for PeerPool {
         }
         let stmt = client.prepare_cached(&INSERT).await?;
         Ok(client.execute(&stmt, &params(r)).await?)
+    }
+
+    async fn read(&self, key: &str) -> Result<Vec<ReadRow>> {
+        let client = self.pool.get().await?;
+        let rows = if self.unnamed {
+            client.query_typed(&READ, &[(&key, Type::VARCHAR)]).await?
+        } else {
+            let stmt = client.prepare_cached(&READ).await?;
+            client.query(&stmt, &[&key]).await?
+        };
+        rows.iter().map(read_row).collect()
+    }
+
+    async fn update(&self, key: &str, field: usize, value: &str) -> Result<u64> {
+        let sql = update_text(field)?;
+        let client = self.pool.get().await?;
+        if self.unnamed {
+            let typed: [(&(dyn ToSql + Sync), Type); 2] =
+                [(&value, Type::TEXT), (&key, Type::VARCHAR)];
+            return Ok(client.execute_typed(sql, &typed).await?);
+        }
+        let stmt = client.prepare_cached(sql).await?;
+        Ok(client.execute(&stmt, &[&value, &key]).await?)
     }
 
     async fn release(self) {

@@ -1,13 +1,15 @@
 //! What a run measured, and its three renderings: the seed-style text table
-//! (stdout), JSON (`--json`) and SVG charts (`--plot`: bars; `--sweep-plot`:
-//! rows/s against group size per mode; `--tasks-plot`: rows/s and p99
-//! against tasks).
+//! (stdout), JSON (`--json`) and SVG charts (`--plot`: bars; `--run-plot`:
+//! the run phase's ops/s per workload and pool; `--sweep-plot`: rows/s
+//! against group size per mode; `--tasks-plot`: rows/s and p99 against
+//! tasks).
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use serde::Serialize;
 
+use super::ops::{OpKind, Operations, Workload};
 use super::{Mode, Options, Result, ServerInfo, ServerSetup, fail};
 
 /// Everything one bench run measured, as `--json` writes it.
@@ -27,6 +29,9 @@ pub struct Report {
     pub build: String,
     /// One entry per mode, in the order of `--modes`.
     pub results: Vec<ModeResult>,
+    /// The run phase: one entry per workload, in the order of `--workload`
+    /// (empty for `--workload none`).
+    pub run_phase: Vec<WorkloadResult>,
     /// `--sweep`: one point per (size, mode), sizes in order, at each size
     /// the modes in `--sweep-modes` order; else empty.
     pub sweep: Vec<SweepPoint>,
@@ -107,6 +112,9 @@ pub struct Batching {
     pub split_statements: u64,
     /// Rows whose outcome was an error.
     pub rows_failed: u64,
+    /// Statements run as they are (not coalesced): the run phase's reads
+    /// and updates today.
+    pub passthrough: u64,
 }
 
 impl Batching {
@@ -129,6 +137,7 @@ impl Batching {
             queue_wait_max_us: s.queue_wait_max.as_secs_f64() * 1e6,
             split_statements: s.split_statements,
             rows_failed: s.rows_failed,
+            passthrough: s.passthrough,
         }
     }
 }
@@ -155,6 +164,7 @@ impl Batching {
             bulk_statements: total(|b| b.bulk_statements),
             split_statements: total(|b| b.split_statements),
             rows_failed: total(|b| b.rows_failed),
+            passthrough: total(|b| b.passthrough),
             rows,
             rows_per_batch: per(rows, batches),
             rows_per_statement: per(rows, statements),
@@ -408,6 +418,119 @@ impl TasksPoint {
     }
 }
 
+/// One run of one pool through one workload (the run phase).
+#[derive(Clone, Debug, Serialize)]
+pub struct OpsRun {
+    /// Wall time of the run, seconds.
+    pub elapsed_secs: f64,
+    /// Operations per second (a read-modify-write is one operation).
+    pub ops_per_sec: f64,
+    /// Latency of the reads, microseconds (`None`: the workload has none).
+    pub read: Option<Latency>,
+    /// Latency of the updates.
+    pub update: Option<Latency>,
+    /// Latency of the read-modify-writes, from the read to the update's
+    /// reply.
+    pub read_modify_write: Option<Latency>,
+    /// Statements sent: batchpool's `Stats::statements +
+    /// Stats::passthrough`; the plain pool one per read and update, two per
+    /// read-modify-write.
+    pub statements: u64,
+    /// `statements / operations`.
+    pub statements_per_op: f64,
+    /// batchpool's counters (batchpool's pool only).
+    pub batching: Option<Batching>,
+}
+
+impl OpsRun {
+    /// Latency of operations of `kind`.
+    pub fn latency(&self, kind: OpKind) -> Option<&Latency> {
+        match kind {
+            OpKind::Read => self.read.as_ref(),
+            OpKind::Update => self.update.as_ref(),
+            OpKind::ReadModifyWrite => self.read_modify_write.as_ref(),
+        }
+    }
+}
+
+/// One pool through one workload over the repeats: the figures of the
+/// median run by ops/s (the lower one for an even count), and every run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSide {
+    /// The median run.
+    #[serde(flatten)]
+    pub median: OpsRun,
+    /// Every run, in the order they ran.
+    pub runs: Vec<OpsRun>,
+}
+
+impl RunSide {
+    /// Summarises the runs of one pool (at least one).
+    pub fn from_runs(runs: Vec<OpsRun>) -> RunSide {
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        order.sort_by(|&a, &b| runs[a].ops_per_sec.total_cmp(&runs[b].ops_per_sec));
+        RunSide {
+            median: runs[order[(runs.len() - 1) / 2]].clone(),
+            runs,
+        }
+    }
+}
+
+/// One workload of the run phase: batchpool against the plain pool on the
+/// same operations.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkloadResult {
+    /// The workload: `a`, `b`, `c` or `f`.
+    pub workload: Workload,
+    /// Its mix (`50% read / 50% update`).
+    pub mix: String,
+    /// Operations of each run.
+    pub operations: usize,
+    /// Of those, reads.
+    pub reads: usize,
+    /// Updates.
+    pub updates: usize,
+    /// Read-modify-writes.
+    pub read_modify_writes: usize,
+    /// Loaded records the keys were chosen among.
+    pub records: usize,
+    /// Distinct records the operations touch.
+    pub distinct_records: usize,
+    /// The most popular record's share of the operations.
+    pub hottest_share: f64,
+    /// batchpool (`query`, `execute`; the `coalesce` mode's pool).
+    pub coalesce: RunSide,
+    /// The plain pool (`coalesce-peer`'s).
+    pub peer: RunSide,
+    /// `coalesce.ops_per_sec / peer.ops_per_sec`.
+    pub ratio: f64,
+}
+
+impl WorkloadResult {
+    /// Summarises a workload from its operations and both pools' runs.
+    pub fn from_runs(ops: &Operations, coalesce: Vec<OpsRun>, peer: Vec<OpsRun>) -> WorkloadResult {
+        let (coalesce, peer) = (RunSide::from_runs(coalesce), RunSide::from_runs(peer));
+        WorkloadResult {
+            workload: ops.workload,
+            mix: ops.workload.mix(),
+            operations: ops.len(),
+            reads: ops.count(OpKind::Read),
+            updates: ops.count(OpKind::Update),
+            read_modify_writes: ops.count(OpKind::ReadModifyWrite),
+            records: ops.records,
+            distinct_records: ops.distinct_records(),
+            hottest_share: ops.hottest_share(),
+            ratio: if peer.median.ops_per_sec > 0.0 {
+                coalesce.median.ops_per_sec / peer.median.ops_per_sec
+            } else {
+                0.0
+            },
+            coalesce,
+            peer,
+        }
+    }
+}
+
 /// The machine: cores, CPU, OS.
 #[derive(Clone, Debug, Serialize)]
 pub struct Machine {
@@ -504,12 +627,25 @@ pub fn render_text(r: &Report) -> String {
     } else {
         format!("median of {} runs, alternating order", o.repeat)
     };
+    let loads = !(r.results.is_empty() && r.sweep.is_empty() && r.tasks_sweep.is_empty());
     let _ = writeln!(
         out,
-        "YCSB load: {} records (key + {} fields × {} B) into usertable, rows/s ({runs})",
+        "YCSB load: {} records (key + {} fields × {} B) into usertable, {}",
         thousands(o.records as f64),
         super::workload::FIELD_COUNT,
-        o.field_len
+        o.field_len,
+        if loads {
+            format!("rows/s ({runs})")
+        } else {
+            format!(
+                "untimed, by {} (no load mode: the table of the run phase)",
+                if mariadb {
+                    "LOAD DATA LOCAL INFILE"
+                } else {
+                    "binary COPY"
+                }
+            )
+        }
     );
     if let Some(s) = &r.server.statements {
         let _ = writeln!(
@@ -608,6 +744,10 @@ pub fn render_text(r: &Report) -> String {
                 let _ = writeln!(out, "  {:<14}{}", m.mode.name(), all.join("  "));
             }
         }
+    }
+
+    if !r.run_phase.is_empty() {
+        render_run_phase(&mut out, r, mariadb);
     }
 
     if !r.sweep.is_empty() {
@@ -733,9 +873,10 @@ pub fn render_text(r: &Report) -> String {
         .collect();
     let _ = writeln!(out, "          {}", settings.join(" "));
     let modes: Vec<&str> = o.modes.iter().map(|m| m.name()).collect();
+    let workloads: Vec<&str> = o.workloads.iter().map(|w| w.name()).collect();
     let _ = writeln!(
         out,
-        "settings: --records {} --batch-size {} --tasks {} --pool-size {} --repeat {} {}{}{}{}",
+        "settings: --records {} --batch-size {} --tasks {} --pool-size {} --repeat {} {} {}{}{}{}",
         o.records,
         o.batch_size,
         o.tasks,
@@ -745,6 +886,15 @@ pub fn render_text(r: &Report) -> String {
             "--sweeps-only".to_string()
         } else {
             format!("--modes {}", modes.join(","))
+        },
+        if workloads.is_empty() {
+            "--workload none".to_string()
+        } else {
+            format!(
+                "--workload {} --operations {}",
+                workloads.join(","),
+                o.operations
+            )
         },
         o.sweep.as_ref().map_or_else(String::new, |s| {
             let s: Vec<String> = s.iter().map(usize::to_string).collect();
@@ -850,6 +1000,111 @@ pub fn render_text(r: &Report) -> String {
         );
     }
     out
+}
+
+/// The run phase's table: a line per workload and pool (ops/s, its ratio to
+/// the plain pool's, p50 and p99 per operation kind, statements per
+/// operation), the workloads' key spread, and every run when repeated.
+fn render_run_phase(out: &mut String, r: &Report, mariadb: bool) {
+    let o = &r.options;
+    let _ = writeln!(
+        out,
+        "\nYCSB run: {} operations per workload, keys by YCSB's scrambled zipfian choice (constant 0.99) over the {} loaded records, {} tasks, pool of {} ({})",
+        thousands(o.operations as f64),
+        thousands(o.records as f64),
+        o.tasks,
+        o.pool_size,
+        if o.repeat == 1 {
+            "one run".to_string()
+        } else {
+            format!("median of {} runs, alternating order", o.repeat)
+        }
+    );
+    for w in &r.run_phase {
+        let _ = writeln!(out, "  {:<14}{}", w.workload.name(), w.mix);
+    }
+    let _ = writeln!(
+        out,
+        "  read = SELECT * FROM usertable WHERE YCSB_KEY = key (every field); update = UPDATE usertable SET FIELDn = value WHERE YCSB_KEY = key (one field, picked at random); rmw = a read, then an update of the same record by the same task"
+    );
+    let _ = writeln!(
+        out,
+        "  coalesce = batchpool query / execute, the pool of the load's coalesce mode; coalesce-peer = {}",
+        if mariadb {
+            "mysql_async::Pool"
+        } else {
+            "deadpool-postgres"
+        }
+    );
+    let _ = writeln!(
+        out,
+        "  ×peer = ops/s over coalesce-peer's; p50 / p99 in µs per operation kind; stmts/op = statements per operation (batchpool: Stats statements + passthrough)\n"
+    );
+    let _ = writeln!(
+        out,
+        "{:<10}{:<15}{:>10}{:>8}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+        "workload",
+        "mode",
+        "ops/s",
+        "×peer",
+        "elapsed",
+        "read p50",
+        "read p99",
+        "upd p50",
+        "upd p99",
+        "rmw p50",
+        "rmw p99",
+        "stmts/op"
+    );
+    for w in &r.run_phase {
+        for (mode, side, ratio_) in [
+            (Mode::Coalesce, &w.coalesce, w.ratio),
+            (Mode::CoalescePeer, &w.peer, 1.0),
+        ] {
+            let m = &side.median;
+            let mut line = format!(
+                "{:<10}{:<15}{:>10}{:>8}{:>10}",
+                w.workload.name(),
+                mode.name(),
+                thousands(m.ops_per_sec),
+                ratio(Some(ratio_)),
+                format!("{:.2} s", m.elapsed_secs)
+            );
+            for kind in OpKind::ALL {
+                let l = m.latency(kind);
+                let _ = write!(
+                    line,
+                    "{:>10}{:>10}",
+                    opt_u64(l.map(|l| l.p50_us)),
+                    opt_u64(l.map(|l| l.p99_us))
+                );
+            }
+            let _ = write!(line, "{:>10.2}", m.statements_per_op);
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    for w in &r.run_phase {
+        let _ = writeln!(
+            out,
+            "  {}: {} reads, {} updates, {} read-modify-writes on {} distinct records; the most popular one {:.1}% of the operations",
+            w.workload.name(),
+            thousands(w.reads as f64),
+            thousands(w.updates as f64),
+            thousands(w.read_modify_writes as f64),
+            thousands(w.distinct_records as f64),
+            w.hottest_share * 100.0
+        );
+    }
+    if o.repeat > 1 {
+        let _ = writeln!(out, "\nall runs (ops/s, in run order):");
+        for w in &r.run_phase {
+            for (mode, side) in [(Mode::Coalesce, &w.coalesce), (Mode::CoalescePeer, &w.peer)] {
+                let all: Vec<String> = side.runs.iter().map(|x| thousands(x.ops_per_sec)).collect();
+                let label = format!("{} {}", w.workload.name(), mode.name());
+                let _ = writeln!(out, "  {label:<18}{}", all.join("  "));
+            }
+        }
+    }
 }
 
 /// What a mode sends per group in the sweep, for the legend.
@@ -963,7 +1218,43 @@ pub fn plot_modes(r: &Report, path: &Path) -> Result<()> {
     plot_bars(path, &title, "mode", &bars)
 }
 
-/// A line colour per mode of the sweep chart.
+/// The run phase as bars of ops/s: per workload batchpool (`coalesce`,
+/// blue) and the plain pool (`coalesce-peer`, red, as in the tasks sweep's
+/// chart) side by side.
+pub fn plot_run(r: &Report, path: &Path) -> Result<()> {
+    use plotters::style::{Color, RGBColor};
+    if r.run_phase.is_empty() {
+        return Err(fail("no run phase to plot"));
+    }
+    let mut bars = Vec::new();
+    for w in &r.run_phase {
+        for (side, short, color) in [
+            (&w.coalesce, "coalesce", RGBColor(31, 119, 180)),
+            (&w.peer, "peer", RGBColor(214, 39, 40)),
+        ] {
+            bars.push((
+                format!("{}: {short}", w.workload.name().to_uppercase()),
+                side.median.ops_per_sec,
+                color.mix(0.8),
+            ));
+        }
+    }
+    let title = format!(
+        "YCSB run, {} — ops/s per workload ({} operations, {} tasks, pool {}{})",
+        r.server.database,
+        thousands(r.options.operations as f64),
+        r.options.tasks,
+        r.options.pool_size,
+        if r.options.repeat > 1 {
+            format!(", median of {}", r.options.repeat)
+        } else {
+            String::new()
+        }
+    );
+    let x_desc = "workload: coalesce = batchpool, peer = the plain pool";
+    draw_bars(path, &title, x_desc, "ops/s", &bars, 2)
+}
+
 /// One labelled line with a dot at each point, on a chart of `f64` pairs.
 fn draw_line<DB, CT>(
     chart: &mut plotters::chart::ChartContext<'_, DB, CT>,
@@ -1167,8 +1458,28 @@ pub fn plot_tasks(r: &Report, path: &Path) -> Result<()> {
     draw().map_err(|e| fail(format!("cannot draw {}: {e}", path.display())))
 }
 
-/// An SVG bar chart, one labelled bar per entry, its value written on top.
+/// An SVG bar chart of rows/s, one labelled bar per entry, its value
+/// written on top.
 pub fn plot_bars(path: &Path, title: &str, x_desc: &str, bars: &[(String, f64)]) -> Result<()> {
+    use plotters::style::{BLUE, Color};
+    let bars: Vec<_> = bars
+        .iter()
+        .map(|(label, v)| (label.clone(), *v, BLUE.mix(0.7)))
+        .collect();
+    draw_bars(path, title, x_desc, "rows/s", &bars, 1)
+}
+
+/// An SVG bar chart, one labelled bar per entry in its colour, its value
+/// written on top; the bars in groups of `group`, the bars of a group
+/// next to each other.
+fn draw_bars(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    bars: &[(String, f64, plotters::style::RGBAColor)],
+    group: usize,
+) -> Result<()> {
     use plotters::prelude::*;
     use plotters::style::text_anchor::{HPos, Pos, VPos};
     if bars.is_empty() {
@@ -1195,20 +1506,26 @@ pub fn plot_bars(path: &Path, title: &str, x_desc: &str, bars: &[(String, f64)])
             })
             .y_label_formatter(&|v| thousands(*v))
             .x_desc(x_desc)
-            .y_desc("rows/s")
+            .y_desc(y_desc)
             .draw()?;
-        chart.draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+        chart.draw_series(bars.iter().enumerate().map(|(i, (_, v, color))| {
             let mut bar = Rectangle::new(
                 [
                     (SegmentValue::Exact(i), 0.0),
                     (SegmentValue::Exact(i + 1), *v),
                 ],
-                BLUE.mix(0.7).filled(),
+                color.filled(),
             );
-            bar.set_margin(0, 0, 12, 12);
+            let (left, right) = match (group, i % group.max(1)) {
+                (0 | 1, _) => (12, 12),
+                (_, 0) => (28, 1),
+                (g, k) if k == g - 1 => (1, 28),
+                _ => (1, 1),
+            };
+            bar.set_margin(0, 0, left, right);
             bar
         }))?;
-        chart.draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+        chart.draw_series(bars.iter().enumerate().map(|(i, (_, v, _))| {
             Text::new(
                 thousands(*v),
                 (SegmentValue::CenterOf(i), *v + top * 0.02),

@@ -1,5 +1,6 @@
 //! The YCSB load-phase workload: `usertable` rows with YCSB's hashed keys and
-//! random printable fields, all generated before any timing.
+//! random printable fields, all generated before any timing; and the SQL of
+//! both phases.
 
 use std::collections::HashSet;
 
@@ -60,6 +61,19 @@ pub fn insert_rows_sql(rows: usize, placeholder: impl Fn(usize) -> String) -> St
     sql
 }
 
+/// `SELECT * FROM usertable WHERE YCSB_KEY = <key>`: YCSB's read of every
+/// field of one record, the key written as `key` (a placeholder).
+pub fn read_sql(key: &str) -> String {
+    format!("SELECT * FROM {TABLE} WHERE YCSB_KEY = {key}")
+}
+
+/// `UPDATE usertable SET FIELD<field> = <value> WHERE YCSB_KEY = <key>`:
+/// YCSB's update of one field of one record, value and key written as
+/// `value` and `key` (placeholders).
+pub fn update_sql(field: usize, value: &str, key: &str) -> String {
+    format!("UPDATE {TABLE} SET FIELD{field} = {value} WHERE YCSB_KEY = {key}")
+}
+
 /// `CREATE TABLE usertable (YCSB_KEY VARCHAR(255) PRIMARY KEY, FIELD0 TEXT, ...)`.
 pub fn create_table_sql() -> String {
     let fields: Vec<String> = (0..FIELD_COUNT).map(|i| format!("FIELD{i} TEXT")).collect();
@@ -90,6 +104,13 @@ pub fn fnvhash64(index: i64) -> i64 {
 pub fn key(index: u64) -> String {
     // Indexes are far below i64::MAX (they count rows).
     format!("user{}", fnvhash64(index as i64))
+}
+
+/// A field of `buf.len()` random printable ASCII bytes (`' '..='~'`) from
+/// `rng` (`buf` is scratch space).
+pub fn random_field(rng: &mut impl RngCore, buf: &mut [u8]) -> String {
+    rng.fill_bytes(buf);
+    buf.iter().map(|b| char::from(b' ' + b % 95)).collect()
 }
 
 /// One `usertable` row.
@@ -124,10 +145,7 @@ impl Dataset {
             if !seen.insert(key.clone()) {
                 return Err(fail(format!("YCSB key collision at index {i}: {key}")));
             }
-            let fields = std::array::from_fn(|_| {
-                rng.fill_bytes(&mut buf);
-                buf.iter().map(|b| char::from(b' ' + b % 95)).collect()
-            });
+            let fields = std::array::from_fn(|_| random_field(&mut rng, &mut buf));
             rows.push(Record {
                 key,
                 fields,

@@ -1,7 +1,8 @@
-//! Runs the `ycsb_load` bench's code path (benches/ycsb) for every mode on a
-//! few hundred rows against a real PostgreSQL (and `rewrite-peer`, the sweep
-//! and the tasks sweep on a real MariaDB), so the bench cannot silently rot:
-//! counts, the report, JSON and SVG. No timing assertions.
+//! Runs the `ycsb_load` bench's code path (benches/ycsb) for every mode and
+//! every run-phase workload on a few hundred rows and operations against a
+//! real PostgreSQL (and `rewrite-peer`, the sweep, the tasks sweep and the
+//! run phase on a real MariaDB), so the bench cannot silently rot: counts,
+//! the report, JSON and SVG. No timing assertions.
 
 use crate::common;
 #[path = "../../benches/ycsb/mod.rs"]
@@ -12,6 +13,7 @@ use clap::Parser;
 use ycsb::cli::Args;
 use ycsb::modes::Session;
 use ycsb::mysql::MysqlTarget;
+use ycsb::ops::{OpKind, Operations, Workload};
 use ycsb::pg::PgTarget;
 use ycsb::workload::{self, Dataset};
 use ycsb::{Database, Mode, Options, ServerSetup, report};
@@ -68,6 +70,8 @@ async fn every_mode_loads_verifies_and_reports() {
         tasks_sweep: Some(vec![1, 4]),
         sweep_min_records: 50,
         sweep_rows_per_task: 20,
+        workloads: Workload::ALL.to_vec(),
+        operations: 200,
         progress: false,
         ..Options::default()
     };
@@ -159,6 +163,9 @@ async fn every_mode_loads_verifies_and_reports() {
     // The tasks sweep: per point max(50, 20 × tasks) rows, both modes.
     check_tasks_sweep(&report, &[(1, 50), (4, 80)], 2);
 
+    // The run phase: every workload, both pools, twice each.
+    check_run_phase(&report, &Workload::ALL, 2);
+
     // Text, JSON and SVG.
     let text = report::render_text(&report);
     for needle in [
@@ -183,6 +190,8 @@ async fn every_mode_loads_verifies_and_reports() {
         "one binary COPY FROM STDIN per group",
         "×br",
         "batchpool bulk path: the library default (PoolBuilder::copy_threshold",
+        "--workload a,b,c,f --operations 200",
+        "coalesce-peer = deadpool-postgres",
     ] {
         assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
     }
@@ -226,6 +235,7 @@ async fn every_mode_loads_verifies_and_reports() {
     let tasks_svg = dir.path().join("ycsb-tasks.svg");
     report::plot_tasks(&report, &tasks_svg).expect("plot tasks sweep");
     check_tasks_svg(&tasks_svg);
+    check_run_files(&report, dir.path());
 
     drop(client);
     db.cleanup().await;
@@ -265,6 +275,126 @@ fn check_tasks_sweep(report: &report::Report, expected: &[(usize, usize)], repea
     let text = report::render_text(report);
     assert!(text.contains("tasks sweep: coalesce"), "{text}");
     assert!(text.contains("rows/stmt"), "{text}");
+}
+
+/// The run phase of `report`: one entry per workload of `workloads`, in
+/// order, each pool run `repeat` times on exactly `--operations`
+/// operations; every operation's latency measured under its kind;
+/// batchpool's statements its counters' (at most one per read and update),
+/// the plain pool's one per read and update; the text shows it all.
+fn check_run_phase(report: &report::Report, workloads: &[Workload], repeat: usize) {
+    let got: Vec<Workload> = report.run_phase.iter().map(|w| w.workload).collect();
+    assert_eq!(got, workloads);
+    let ops = report.options.operations;
+    for w in &report.run_phase {
+        let name = w.workload.name();
+        assert_eq!(w.operations, ops, "{name}");
+        assert_eq!(w.reads + w.updates + w.read_modify_writes, ops, "{name}");
+        assert_eq!(w.records, report.options.records, "{name}");
+        assert!(
+            (1..=w.records.min(ops)).contains(&w.distinct_records),
+            "{name}: {} records",
+            w.distinct_records
+        );
+        assert!(w.hottest_share > 0.0 && w.hottest_share <= 1.0, "{name}");
+        assert!(w.ratio > 0.0, "{name}");
+        let plain = (w.reads + w.updates + 2 * w.read_modify_writes) as u64;
+        for (side, batchpool) in [(&w.coalesce, true), (&w.peer, false)] {
+            assert_eq!(side.runs.len(), repeat, "{name}");
+            for run in &side.runs {
+                assert!(run.ops_per_sec > 0.0 && run.elapsed_secs > 0.0, "{name}");
+                for (kind, n) in [
+                    (OpKind::Read, w.reads),
+                    (OpKind::Update, w.updates),
+                    (OpKind::ReadModifyWrite, w.read_modify_writes),
+                ] {
+                    match run.latency(kind) {
+                        None => assert_eq!(n, 0, "{name} {kind:?}"),
+                        Some(l) => {
+                            assert_eq!(l.count, n as u64, "{name} {kind:?}");
+                            assert!(l.p50_us <= l.p99_us && l.p99_us <= l.max_us);
+                        }
+                    }
+                }
+                assert_eq!(run.batching.is_some(), batchpool, "{name}");
+                match &run.batching {
+                    Some(b) => {
+                        assert_eq!(run.statements, b.statements + b.passthrough, "{name}");
+                        assert!(
+                            (1..=plain).contains(&run.statements),
+                            "{name}: {} statements for {plain} reads and updates",
+                            run.statements
+                        );
+                        assert_eq!(b.rows_failed, 0, "{name}");
+                    }
+                    None => assert_eq!(run.statements, plain, "{name}"),
+                }
+                assert_eq!(
+                    run.statements_per_op,
+                    run.statements as f64 / ops as f64,
+                    "{name}"
+                );
+            }
+        }
+    }
+    let text = report::render_text(report);
+    assert!(text.contains("YCSB run: "), "{text}");
+    assert!(
+        text.contains("stmts/op") && text.contains("rmw p99"),
+        "{text}"
+    );
+    for w in workloads {
+        let mix = format!("  {:<14}{}", w.name(), w.mix());
+        assert!(text.contains(&mix), "report lacks {mix:?}:\n{text}");
+    }
+    if repeat > 1 {
+        assert!(text.contains("all runs (ops/s, in run order):"), "{text}");
+    }
+}
+
+/// The run phase in the JSON and SVG written to `dir`.
+fn check_run_files(report: &report::Report, dir: &std::path::Path) {
+    let json = dir.join("run.json");
+    report::write_json(report, &json).expect("write json");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("read json")).expect("valid json");
+    let run = v["run_phase"].as_array().expect("run_phase");
+    assert_eq!(run.len(), report.run_phase.len());
+    assert_eq!(v["options"]["operations"], report.options.operations);
+    for (w, j) in report.run_phase.iter().zip(run) {
+        assert_eq!(j["workload"], w.workload.name());
+        assert_eq!(j["mix"], w.workload.mix());
+        assert_eq!(j["reads"], w.reads);
+        for side in ["coalesce", "peer"] {
+            let s = &j[side];
+            assert!(s["ops_per_sec"].as_f64().is_some_and(|x| x > 0.0), "{side}");
+            assert!(s["statements_per_op"].as_f64().is_some(), "{side}");
+            assert_eq!(
+                s["runs"].as_array().map(Vec::len),
+                Some(report.options.repeat)
+            );
+            for (kind, n) in [
+                ("read", w.reads),
+                ("update", w.updates),
+                ("read_modify_write", w.read_modify_writes),
+            ] {
+                assert_eq!(s[kind]["count"].as_u64().unwrap_or(0), n as u64, "{kind}");
+            }
+        }
+        assert!(j["coalesce"]["batching"]["passthrough"].as_u64().is_some());
+        assert!(j["peer"]["batching"].is_null());
+    }
+    let svg = dir.join("run.svg");
+    report::plot_run(report, &svg).expect("plot run phase");
+    let body = std::fs::read_to_string(&svg).expect("read run svg");
+    assert!(body.starts_with("<svg") && body.contains("ops/s"), "{body}");
+    for w in &report.run_phase {
+        let upper = w.workload.name().to_uppercase();
+        for pool in ["coalesce", "peer"] {
+            let label = format!("{upper}: {pool}");
+            assert!(body.contains(&label), "run svg lacks {label:?}");
+        }
+    }
 }
 
 /// The sweep of `report`: a point per size of `sizes` and mode of `modes`
@@ -526,6 +656,9 @@ async fn mariadb_fail_rate() {
         pool_size: 3,
         modes: vec![Mode::Coalesce, Mode::CoalescePeer],
         fail_rate: Some(5.0),
+        // The keys of the failing rows are loaded: the run phase reads and
+        // updates them as any other.
+        operations: 300,
         progress: false,
         ..Options::default()
     };
@@ -543,6 +676,47 @@ async fn mariadb_fail_rate() {
         b.rows_failed
     );
     assert!(report.results.iter().any(|r| r.mode == Mode::CoalescePeer));
+    check_run_phase(&report, &[Workload::A], 1);
+}
+
+/// With no load mode (`--sweeps-only`), the run phase loads the table
+/// itself (the bulk path, untimed) and runs every workload asked for.
+/// (PostgreSQL: a LOAD DATA here would count in the server-wide counter
+/// `mariadb_rewrite_peer_and_tasks_sweep` checks.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_phase_alone_loads_the_table() {
+    let url = common::pg_url();
+    let db = PgTarget::create(&url).await.expect("scratch database");
+    let setup = ServerSetup {
+        throwaway: false,
+        fast: common::fast_server(),
+        address: db.address(),
+        topology: None,
+    };
+    let opts = Options {
+        records: 250,
+        tasks: 8,
+        pool_size: 3,
+        modes: Vec::new(),
+        workloads: vec![Workload::C, Workload::B],
+        operations: 300,
+        progress: false,
+        ..Options::default()
+    };
+    let report = ycsb::run(&db, &opts, setup).await.expect("bench run");
+    assert!(report.results.is_empty() && report.sweep.is_empty());
+    check_run_phase(&report, &[Workload::C, Workload::B], 1);
+    ycsb::verify_count(&db, 250, "run phase")
+        .await
+        .expect("250 rows");
+    let text = report::render_text(&report);
+    for needle in [
+        "--sweeps-only --workload c,b --operations 300",
+        "into usertable, untimed, by binary COPY (no load mode: the table of the run phase)",
+    ] {
+        assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
+    }
+    db.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -572,6 +746,8 @@ async fn mariadb_rewrite_peer_and_tasks_sweep() {
         tasks_sweep: Some(vec![1, 4]),
         sweep_min_records: 50,
         sweep_rows_per_task: 20,
+        workloads: vec![Workload::A, Workload::F],
+        operations: 200,
         progress: false,
         ..Options::default()
     };
@@ -602,8 +778,10 @@ async fn mariadb_rewrite_peer_and_tasks_sweep() {
     assert_eq!(report.results[1].ratio_to_rewrite_peer, Some(1.0));
     assert!(report.results[0].ratio_to_rewrite_peer.is_some());
     check_tasks_sweep(&report, &[(1, 50), (4, 80)], 2);
+    check_run_phase(&report, &[Workload::A, Workload::F], 2);
     let text = report::render_text(&report);
     for needle in [
+        "coalesce-peer = mysql_async::Pool",
         "mariadb",
         "×rewrite-peer",
         "one LOAD DATA LOCAL INFILE per group",
@@ -619,6 +797,7 @@ async fn mariadb_rewrite_peer_and_tasks_sweep() {
     let svg = dir.path().join("sweep.svg");
     report::plot_sweep(&report, &svg).expect("plot sweep");
     check_sweep_svg(&svg, &opts.sweep_modes);
+    check_run_files(&report, dir.path());
 
     // A 5-row group is one statement reporting 5 rows.
     db.reset().await.expect("truncate");
@@ -670,6 +849,47 @@ async fn a_wrong_count_fails_the_run() {
         .expect_err("duplicate keys");
     let msg = ycsb::error_chain(&*err);
     assert!(msg.contains("duplicate key"), "{msg}");
+
+    // The run phase over 40 records of which 20 are loaded: a read of a
+    // key that is not there finds no row, an update of it changes none;
+    // either fails the run, through both pools.
+    let more = std::sync::Arc::new(Dataset::generate(40, 100, 1).expect("rows"));
+    assert_eq!(
+        more.rows[..20].iter().map(|r| &r.key).collect::<Vec<_>>(),
+        data.rows.iter().map(|r| &r.key).collect::<Vec<_>>()
+    );
+    for workload in [Workload::C, Workload::A] {
+        let ops = std::sync::Arc::new(Operations::generate(workload, 200, 40, 3));
+        assert!(ops.ops.iter().any(|o| o.record >= 20), "{workload}");
+        for mode in [Mode::Coalesce, Mode::CoalescePeer] {
+            let progress = ycsb::Progress::start(false, "run", 200);
+            let values = ops.values(100, 4);
+            let err = db
+                .operate(mode, &more, &ops, values, cfg, &progress)
+                .await
+                .expect_err("a record is not there");
+            let msg = ycsb::error_chain(&*err);
+            assert!(
+                msg.contains("returned 0 rows, expected 1")
+                    || msg.contains("reported 0 rows, expected 1"),
+                "{workload} {mode}: {msg}"
+            );
+        }
+    }
+    // Only the pools run workloads.
+    let ops = std::sync::Arc::new(Operations::generate(Workload::C, 10, 20, 3));
+    let progress = ycsb::Progress::start(false, "run", 10);
+    let err = db
+        .operate(Mode::Copy, &data, &ops, ops.values(100, 4), cfg, &progress)
+        .await
+        .expect_err("copy runs no workload");
+    assert!(
+        err.to_string().contains("coalesce and coalesce-peer"),
+        "{err}"
+    );
+    ycsb::verify_count(&db, 20, "run phase")
+        .await
+        .expect("20 rows");
     db.cleanup().await;
 }
 
@@ -703,6 +923,157 @@ fn keys_follow_ycsb_hashed_order() {
     assert_ne!(other.rows[2].fields, data.rows[2].fields);
 }
 
+/// `ζ(n, θ)` against the plain sum, and at YCSB's 10¹⁰ items against the
+/// constant YCSB's `ScrambledZipfianGenerator` carries (`ZETAN`, summed
+/// term by term); the zipfian's shares against `1/((i+1)^θ·ζ)`; the
+/// scrambled choice in range, seeded, with its most popular key's share
+/// the same at any key count.
+#[test]
+fn zipfian_choice_follows_ycsb() {
+    use ycsb::zipf::{SCRAMBLED_ITEMS, ScrambledZipfian, ZIPFIAN_CONSTANT, Zipfian, seeded, zeta};
+    for n in [1u64, 2, 999, 1000, 1001, 5000, 200_000] {
+        let exact: f64 = (1..=n).rev().map(|i| (i as f64).powf(-0.99)).sum();
+        assert!((zeta(n, 0.99) - exact).abs() < 1e-11 * exact, "ζ({n})");
+    }
+    assert!((zeta(SCRAMBLED_ITEMS, ZIPFIAN_CONSTANT) - 26.46902820178302).abs() < 1e-9);
+
+    // 200,000 draws over 1,000 items against the method's own shares:
+    // items 0 and 1 exactly zipfian (1/ζ, 1/(2^θ·ζ)); from item 2 on the
+    // method's continuous approximation, item k ≥ 2 with probability
+    // (((k+1)/n)^(1-θ) - (k/n)^(1-θ)) / η, where
+    // η = (1 - (2/n)^(1-θ)) / (1 - ζ(2)/ζ(n)). Each of the items checked
+    // gets at least 1,400 draws: 5 % is several standard deviations.
+    let (n, theta) = (1000u64, 0.99);
+    let z = Zipfian::new(n, theta);
+    let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta(2, theta) / z.zetan());
+    let share = |k: u64| match k {
+        0 => 1.0 / z.zetan(),
+        1 => 0.5f64.powf(theta) / z.zetan(),
+        _ => {
+            let at = |x: u64| (x as f64 / n as f64).powf(1.0 - theta);
+            (at(k + 1) - at(k)) / eta
+        }
+    };
+    let total: f64 = (0..n).map(share).sum();
+    assert!((total - 1.0).abs() < 1e-9, "the shares add up to {total}");
+    let mut rng = seeded(1);
+    let mut counts = vec![0u64; n as usize];
+    let draws = 200_000;
+    for _ in 0..draws {
+        counts[z.next(&mut rng) as usize] += 1;
+    }
+    for (k, &got) in counts.iter().enumerate().take(8) {
+        let want = share(k as u64) * draws as f64;
+        assert!(
+            (got as f64 - want).abs() < 0.05 * want,
+            "item {k}: {got} draws, expected about {want:.0}"
+        );
+    }
+    let tail: u64 = counts[500..].iter().sum();
+    let want = (500..n).map(share).sum::<f64>() * draws as f64;
+    assert!(
+        (tail as f64 - want).abs() < 0.05 * want,
+        "tail {tail}, about {want:.0}"
+    );
+
+    // Scrambled: in range, the same keys for the same seed; the most
+    // popular key's share about 1/ζ(10¹⁰) (3.8 %) at 1,000 and 1,000,000
+    // keys alike, and that key not the first.
+    for keys in [1_000u64, 1_000_000] {
+        let s = ScrambledZipfian::new(keys);
+        let mut rng = seeded(7);
+        let drawn: Vec<u64> = (0..100_000).map(|_| s.next(&mut rng)).collect();
+        assert!(drawn.iter().all(|&k| k < keys));
+        let mut again = seeded(7);
+        assert!(drawn.iter().take(1000).all(|&k| k == s.next(&mut again)));
+        let mut by_key = std::collections::HashMap::new();
+        for &k in &drawn {
+            *by_key.entry(k).or_insert(0u64) += 1;
+        }
+        let (&top, &n) = by_key.iter().max_by_key(|(_, n)| **n).unwrap();
+        let share = n as f64 / drawn.len() as f64;
+        assert!((0.034..0.042).contains(&share), "{keys} keys: top {share}");
+        assert_eq!(top, s.scramble(0), "{keys} keys");
+        assert_ne!(top, 0);
+    }
+    let one = ScrambledZipfian::new(1);
+    assert_eq!(one.next(&mut seeded(1)), 0);
+}
+
+/// Each workload's mix, keys among the loaded records, fields of the
+/// table, the same list for the same seed; each run's values its own.
+#[test]
+fn workloads_draw_ycsb_mixes() {
+    let records = 5000;
+    for (w, read, update, rmw) in [
+        (Workload::A, 0.5, 0.5, 0.0),
+        (Workload::B, 0.95, 0.05, 0.0),
+        (Workload::C, 1.0, 0.0, 0.0),
+        (Workload::F, 0.5, 0.0, 0.5),
+    ] {
+        let ops = Operations::generate(w, 20_000, records, 11);
+        assert_eq!(ops.len(), 20_000);
+        for (kind, want) in [
+            (OpKind::Read, read),
+            (OpKind::Update, update),
+            (OpKind::ReadModifyWrite, rmw),
+        ] {
+            let got = ops.count(kind) as f64 / 20_000.0;
+            assert!((got - want).abs() < 0.015, "{w} {kind:?}: {got}");
+        }
+        assert!(ops.ops.iter().all(|o| o.record < records));
+        let fields: std::collections::HashSet<usize> = ops
+            .ops
+            .iter()
+            .filter(|o| o.kind.writes())
+            .map(|o| o.field)
+            .collect();
+        if update + rmw > 0.0 {
+            assert_eq!(
+                fields.len(),
+                workload::FIELD_COUNT,
+                "{w}: every field written"
+            );
+        }
+        assert_eq!(
+            ops.plain_statements(),
+            (ops.count(OpKind::Read) + ops.count(OpKind::Update)) as u64
+                + 2 * ops.count(OpKind::ReadModifyWrite) as u64
+        );
+        // Zipfian: far fewer distinct records than operations, the most
+        // popular about 3.8 % of them.
+        assert!(ops.distinct_records() < records, "{w}");
+        assert!((0.03..0.047).contains(&ops.hottest_share()), "{w}");
+        let again = Operations::generate(w, 20_000, records, 11);
+        assert!(
+            ops.ops
+                .iter()
+                .zip(&again.ops)
+                .all(|(a, b)| { (a.kind, a.record, a.field) == (b.kind, b.record, b.field) })
+        );
+        let values = ops.values(100, 1);
+        assert_eq!(values.len(), ops.len());
+        for (o, v) in ops.ops.iter().zip(&values) {
+            assert_eq!(v.len(), if o.kind.writes() { 100 } else { 0 });
+        }
+        let other = ops.values(100, 2);
+        assert!(
+            values
+                .iter()
+                .zip(&other)
+                .all(|(a, b)| a.is_empty() || a != b),
+            "{w}: a run's values are its own"
+        );
+    }
+    // Each workload draws its own list from the same seed.
+    let a = Operations::generate(Workload::A, 100, records, 11);
+    let f = Operations::generate(Workload::F, 100, records, 11);
+    assert!(a.ops.iter().zip(&f.ops).any(|(x, y)| x.record != y.record));
+    assert_eq!(Workload::A.mix(), "50% read / 50% update");
+    assert_eq!(Workload::F.mix(), "50% read / 50% read-modify-write");
+    assert_eq!(Workload::C.mix(), "100% read");
+}
+
 #[test]
 fn command_line_and_options() {
     // `cargo bench` passes --bench to harness = false benches.
@@ -714,6 +1085,59 @@ fn command_line_and_options() {
     );
     assert_eq!(o.modes, Mode::ALL.to_vec());
     assert!(o.sweep.is_none() && a.pg_url.is_none());
+    // The run phase: workload A, 100,000 operations.
+    assert_eq!(
+        (o.workloads.clone(), o.operations),
+        (vec![Workload::A], 100_000)
+    );
+    assert_eq!(a.run_plot_path(), None);
+
+    // --workload: a list, in order, each once; or none.
+    let workloads = |arg: &str| {
+        Args::try_parse_from(["ycsb_load", "--workload", arg]).map(|a| a.options().workloads)
+    };
+    assert_eq!(
+        workloads("f,A, c,a").expect("parse"),
+        vec![Workload::F, Workload::A, Workload::C]
+    );
+    assert_eq!(workloads("none").expect("parse"), Vec::new());
+    for bad in ["d", "a,none", "", "a,,b"] {
+        assert!(workloads(bad).is_err(), "{bad:?}");
+    }
+    let a = Args::try_parse_from([
+        "ycsb_load",
+        "--workload",
+        "b",
+        "--operations",
+        "5000",
+        "--plot",
+        "/tmp/x/ycsb.svg",
+    ])
+    .expect("parse");
+    assert_eq!(a.options().operations, 5000);
+    assert_eq!(
+        a.run_plot_path(),
+        Some(std::path::PathBuf::from("/tmp/x/ycsb-run.svg"))
+    );
+    let a = Args::try_parse_from([
+        "ycsb_load",
+        "--workload",
+        "none",
+        "--plot",
+        "/tmp/x/ycsb.svg",
+    ])
+    .expect("parse");
+    assert_eq!(a.run_plot_path(), None, "no run phase, no chart");
+    // The run phase alone, or nothing at all.
+    let a = Args::try_parse_from(["ycsb_load", "--sweeps-only"]).expect("parse");
+    a.options().validate().expect("the run phase alone runs");
+    let a =
+        Args::try_parse_from(["ycsb_load", "--sweeps-only", "--workload", "none"]).expect("parse");
+    let err = a.options().validate().expect_err("nothing to run");
+    assert!(err.to_string().contains("--workload none"), "{err}");
+    let a = Args::try_parse_from(["ycsb_load", "--operations", "0"]).expect("parse");
+    let err = a.options().validate().expect_err("no operations");
+    assert!(err.to_string().contains("--operations"), "{err}");
 
     let a = Args::try_parse_from([
         "ycsb_load",
@@ -782,6 +1206,7 @@ fn command_line_and_options() {
     assert!(bad.validate().is_err());
     let nothing = Options {
         modes: Vec::new(),
+        workloads: Vec::new(),
         ..Options::default()
     };
     assert!(nothing.validate().is_err());
@@ -936,7 +1361,9 @@ async fn writers_spread_over_every_url() {
         .expect("topology")
         .expect("two nodes");
     assert!(
-        topology.contains("2 node(s)") && topology.contains("tasks split evenly"),
+        topology.contains("2 node(s)")
+            && topology.contains("tasks split evenly")
+            && topology.contains("the run phase's tasks on the first node"),
         "{topology}"
     );
     // Not one Galera cluster, and not PostgreSQL.
@@ -962,6 +1389,7 @@ async fn writers_spread_over_every_url() {
         tasks: 6,
         pool_size: 2,
         modes: vec![Mode::Coalesce, Mode::CoalescePeer, Mode::Batchrewrite],
+        operations: 200,
         progress: false,
         ..Options::default()
     };
@@ -974,6 +1402,7 @@ async fn writers_spread_over_every_url() {
             assert_eq!(b.rows, records as u64, "{}", r.mode);
         }
     }
+    check_run_phase(&report, &[Workload::A], 1);
     let text = report::render_text(&report);
     assert!(
         text.contains("cluster:  not Galera (wsrep off), 2 node(s)"),
@@ -1030,12 +1459,14 @@ async fn pg_sync_pair_runs_every_mode() {
         batch_size: 50,
         tasks: 8,
         pool_size: 2,
+        operations: 200,
         progress: false,
         ..Options::default()
     };
     let report = ycsb::run(&db, &opts, setup).await.expect("bench run");
     let modes: Vec<Mode> = report.results.iter().map(|r| r.mode).collect();
     assert_eq!(modes, PgTarget::MODES.to_vec());
+    check_run_phase(&report, &[Workload::A], 1);
     let text = report::render_text(&report);
     assert!(text.contains("synchronous_standby_names=*"), "{text}");
     assert!(text.contains("cluster:  PostgreSQL primary with synchronous standby"));
