@@ -205,7 +205,8 @@ pub struct Args {
     /// (default: the --plot file name with `-tasks` before `.svg`).
     #[arg(long, value_name = "FILE.svg")]
     pub tasks_plot: Option<PathBuf>,
-    /// Run only --sweep / --tasks-sweep, not the modes.
+    /// Run only --sweep / --tasks-sweep and the run phase (--workload), not
+    /// the load modes.
     #[arg(long)]
     pub sweeps_only: bool,
     /// Percent of rows whose INSERT fails (the key of a row written long

@@ -406,8 +406,8 @@ pub struct ServerSetup {
 pub enum Cluster {
     /// MariaDB Galera, every node a primary: `coalesce` and `coalesce-peer`
     /// get one pool per node, their tasks split evenly over the nodes; the
-    /// single-connection modes write on the first node. Without
-    /// `--mysql-url` a throwaway 3-node cluster on loopback.
+    /// single-connection modes and the run phase's tasks on the first
+    /// node. Without `--mysql-url` a throwaway 3-node cluster on loopback.
     Galera,
     /// A PostgreSQL primary with a synchronous streaming standby
     /// (`synchronous_standby_names`, `synchronous_commit=on`): every commit
