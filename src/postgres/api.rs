@@ -6,6 +6,7 @@ use tokio_postgres::Row;
 use super::connect::{Connector, WithTls};
 use super::driver::PgConfig;
 use super::encode::PgArgs;
+use super::pooler::Pooler;
 use super::statements::Statements;
 use super::tls::{SslMode, TlsConfig};
 use super::{Client, Listener, Outcome, Params, Pool, PoolBuilder, Transaction};
@@ -18,6 +19,7 @@ impl Pool {
         crate::pool::PoolBuilder::new(Ok(PgConfig {
             pg: config,
             statements: None,
+            pooler: None,
             tls: TlsConfig::default(),
         }))
     }
@@ -185,6 +187,16 @@ impl PoolBuilder {
     /// over this. See [Behind a pooler](super#behind-a-pooler).
     pub fn statements(mut self, mode: Statements) -> Self {
         self.options.statements = Some(mode);
+        self
+    }
+
+    /// What sits between the pool and PostgreSQL (default
+    /// [`Pooler::Auto`]: found out on the first connection). A `pooler=`
+    /// parameter in the connection string wins over this. Say it to skip
+    /// the questions `auto` asks, or where they cannot tell. See [Behind a
+    /// pooler](super#behind-a-pooler).
+    pub fn pooler(mut self, pooler: Pooler) -> Self {
+        self.options.pooler = Some(pooler);
         self
     }
 

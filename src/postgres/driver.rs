@@ -10,8 +10,9 @@ use tokio_postgres::Row;
 use super::connect::{Connector, WithTls};
 use super::encode::{PgArgs, PgRow, encode};
 use super::errors::sent_error;
-use super::manager::{ClientWrapper, Manager, Prepared};
+use super::manager::{Between, ClientWrapper, Manager, Prepared};
 use super::pipeline::{Step, in_order};
+use super::pooler::{self, FarEnd, Pooler};
 use super::statements::{self, Statements};
 use super::tls::{SslMode, TlsConfig};
 use super::{Client, Postgres};
@@ -102,6 +103,7 @@ impl Driver for Postgres {
 
     fn parse_config(config: &str) -> Result<PgConfig, Error> {
         let (config, statements) = statements::split(config)?;
+        let (config, pooler) = pooler::split(&config)?;
         let (config, tls) = TlsConfig::split_config(&config)?;
         let pg = config
             .parse()
@@ -109,6 +111,7 @@ impl Driver for Postgres {
         Ok(PgConfig {
             pg,
             statements,
+            pooler,
             tls,
         })
     }
@@ -146,6 +149,9 @@ impl Driver for Postgres {
         if let Some(mode) = &config.statements {
             b = b.statements(mode.parse()?);
         }
+        if let Some(pooler) = &config.pooler {
+            b = b.pooler(pooler.parse()?);
+        }
         if let Some(mode) = &config.ssl_mode {
             b = b.ssl_mode(mode.parse()?);
         }
@@ -161,6 +167,9 @@ impl Driver for Postgres {
         if let Some(mode) = config.statements {
             write!(f, " statements={mode}")?;
         }
+        if let Some(pooler) = config.pooler {
+            write!(f, " pooler={pooler}")?;
+        }
         if let Some(mode) = config.tls.mode {
             write!(f, " sslmode={mode}")?;
         }
@@ -174,23 +183,30 @@ impl Driver for Postgres {
     ) -> Result<Postgres, Error> {
         // The connection string's choice wins over the builder's.
         let mode = config.statements.or(options.statements).unwrap_or_default();
+        let given = config.pooler.or(options.pooler).unwrap_or_default();
+        let copy_threshold = options
+            .copy_threshold
+            .unwrap_or(Some(super::copy::DEFAULT_THRESHOLD))
+            .map(|min| min.max(2));
+        let far = std::sync::Arc::new(FarEnd::new(given, copy_threshold.is_some()));
         let (pg, connector) = with_tls(config.pg, config.tls, &options)?;
         let manager = Manager::new(
             with_tcp_settings(pg, settings),
             connector,
             settings.statement_cache,
             settings.statement_timeout,
-            mode,
+            Between {
+                mode,
+                far: std::sync::Arc::clone(&far),
+            },
             options.hooks,
             settings.lifecycle(),
         );
         Ok(Postgres {
             catalog_warned: std::sync::atomic::AtomicBool::new(false),
             pool: settings.build_pool(manager)?,
-            copy_threshold: options
-                .copy_threshold
-                .unwrap_or(Some(super::copy::DEFAULT_THRESHOLD))
-                .map(|min| min.max(2)),
+            copy_threshold,
+            far,
         })
     }
 
@@ -319,6 +335,10 @@ impl Driver for Postgres {
         conn.is_broken()
     }
 
+    fn transaction_refusal(&self, what: &str) -> Option<Error> {
+        self.far.refusal(what)
+    }
+
     async fn refresh_limit(conn: &mut Client) -> Result<(), Error> {
         conn.refresh_limit(None).await.map_err(sent_error)
     }
@@ -329,10 +349,12 @@ impl Driver for Postgres {
 }
 
 /// A parsed connection string: tokio-postgres's settings, the statement
-/// mode and the TLS settings it named.
+/// mode, what is between the pool and the server, and the TLS settings it
+/// named.
 pub(crate) struct PgConfig {
     pub(crate) pg: tokio_postgres::Config,
     pub(crate) statements: Option<Statements>,
+    pub(crate) pooler: Option<Pooler>,
     pub(crate) tls: TlsConfig,
 }
 
@@ -340,6 +362,8 @@ pub(crate) struct PgConfig {
 #[derive(Debug, Default)]
 pub(crate) struct PgOptions {
     pub(crate) statements: Option<Statements>,
+    /// [`PoolBuilder::pooler`](super::PoolBuilder::pooler).
+    pub(crate) pooler: Option<Pooler>,
     /// [`PoolBuilder::copy_threshold`](super::PoolBuilder::copy_threshold);
     /// `None`: the default.
     pub(crate) copy_threshold: Option<Option<usize>>,

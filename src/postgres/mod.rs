@@ -246,7 +246,7 @@ pub use self::encode::PgValue;
 pub(crate) use self::encode::{PgRow, Raw, encode};
 pub use self::listen::Listener;
 pub use self::manager::{ClientWrapper, Manager};
-pub use self::pooler::behind_pooler;
+pub use self::pooler::{Pooler, behind_pooler};
 pub use self::statements::Statements;
 pub use self::tls::{SslMode, TlsConfig};
 /// The driver crate, at the version batchpool uses (see
@@ -260,6 +260,8 @@ pub struct Postgres {
     pool: deadpool::managed::Pool<Manager>,
     /// Fewest rows a plain shape's statement sends as COPY (`None`: never).
     copy_threshold: Option<usize>,
+    /// What is between the pool and PostgreSQL (shared with the manager).
+    far: std::sync::Arc<pooler::FarEnd>,
     /// Whether the warning that the catalog cannot be read was logged (once
     /// per pool: every text learned after it meets the same catalog).
     catalog_warned: std::sync::atomic::AtomicBool,
