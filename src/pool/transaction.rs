@@ -144,6 +144,8 @@ impl<B: Backend> Transaction<B> {
             if let Some(e) = pool.engine.backend.transaction_refusal(
                 "a statement of a Transaction (other than execute_and_commit alone)",
             ) {
+                // Nothing began: the connection goes back at once.
+                *conn = None;
                 return Err(e);
             }
         }

@@ -648,14 +648,15 @@ impl Backend for Postgres {
             let closed = || Err(ChunkError::Statement(Error::closed_before_send()));
             return (closed(), closed());
         }
-        if a.copies() || b.copies() || (atomic && !self.far.takes_transactions()) {
+        if a.copies() || b.copies() || (atomic && !self.far.pairs_in_transactions()) {
             // No COPY in a pipeline: the second COPY's data could not go out
             // before the first is answered anyway, and a COPY refused at its
             // Bind (in a transaction the first statement aborted) leaves the
             // driver out of step with the server (see `retire`). Nor a pair
             // that must be one transaction where the pooler refuses
-            // transaction blocks: one after the other keeps their order. The
-            // first alone; the engine sends the second after it.
+            // transaction blocks, or through pgpool-II (see
+            // `ClientWrapper::in_turn`): one after the other keeps their
+            // order. The first alone; the engine sends the second after it.
             let written = Self::send(conn, shape, &a, first).await;
             return (
                 Self::conclude(conn, shape, &a, first, written),

@@ -69,6 +69,59 @@ async fn run_statement(
     })
 }
 
+/// A group through pgpool-II ([`ClientWrapper::in_turn`]): `BEGIN`, the
+/// statements up to the first that fails, then `COMMIT`, or `ROLLBACK`
+/// after a failure, each answered before the next goes out.
+async fn run_group_in_turn(
+    client: &ClientWrapper,
+    group: Group<'_, Postgres>,
+) -> GroupReplies<Row> {
+    let mut replies = GroupReplies {
+        begin: None,
+        statements: Vec::with_capacity(group.statements.len()),
+        end: None,
+    };
+    if group.begin {
+        let begin = client.batch_execute("BEGIN").await.map_err(sent_error);
+        let failed = begin.is_err();
+        replies.begin = Some(begin);
+        if failed {
+            return replies;
+        }
+    }
+    let mut failed = None;
+    for stmt in group.statements {
+        let reply =
+            run_statement(client, stmt.sql, stmt.prepared, &stmt.bound, stmt.all_rows).await;
+        if let Err(e) = &reply {
+            if e.as_db_error().is_some_and(|db| client.stale(db)) {
+                client.forget(stmt.sql);
+            }
+            failed = Some(e.clone());
+        }
+        replies.statements.push(reply);
+        if failed.is_some() {
+            break;
+        }
+    }
+    if !group.commit {
+        return replies;
+    }
+    let end = match failed {
+        // The session is gone, and the transaction with it.
+        Some(e) if !e.is_db() || client.is_closed() => return replies,
+        Some(_) => End::Rollback,
+        None => End::Commit,
+    };
+    let reply = client.batch_execute(end.sql()).await.map_err(sent_error);
+    let over = ended(&reply);
+    if over {
+        client.resync().await;
+    }
+    replies.end = Some((reply, over));
+    replies
+}
+
 /// `BEGIN` / `COMMIT` / `ROLLBACK` as a pipeline step.
 fn control<'a>(conn: &'a ClientWrapper, sql: &'static str) -> Step<'a, Result<Ran<Row>, Error>> {
     Box::pin(async move {
@@ -278,6 +331,9 @@ impl Driver for Postgres {
 
     async fn run_group<'a>(conn: &'a mut Client, group: Group<'a, Postgres>) -> GroupReplies<Row> {
         let client: &ClientWrapper = conn;
+        if client.in_turn() {
+            return run_group_in_turn(client, group).await;
+        }
         let n = group.statements.len();
         let texts: Vec<&str> = group.statements.iter().map(|s| s.sql).collect();
         let mut steps = Vec::with_capacity(n + 2);
@@ -318,6 +374,9 @@ impl Driver for Postgres {
             let over = ended(&reply);
             (reply, over)
         });
+        if end.as_ref().is_some_and(|(_, over)| *over) {
+            client.resync().await;
+        }
         GroupReplies {
             begin,
             statements,
@@ -328,6 +387,9 @@ impl Driver for Postgres {
     async fn end(conn: &mut Client, end: End) -> (Result<(), Error>, bool) {
         let reply = conn.batch_execute(end.sql()).await.map_err(sent_error);
         let over = ended(&reply);
+        if over {
+            conn.resync().await;
+        }
         (reply, over)
     }
 

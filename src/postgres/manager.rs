@@ -172,6 +172,16 @@ impl managed::Manager for Manager {
                 .map_err(|e| RecycleError::Backend(e.into()))?;
             client.wire.busy = false;
         }
+        if client.resync_due.load(Ordering::Relaxed) {
+            client.wire.busy = true;
+            Box::pin(client.resync()).await;
+            if client.is_broken() {
+                return Err(RecycleError::message(
+                    "pgpool-II kept taking the session for one in a failed transaction",
+                ));
+            }
+            client.wire.busy = false;
+        }
         let read_only_seen = client.read_only_seen.swap(false, Ordering::Relaxed);
         if !client.lent && !self.hooks.has_pre_recycle() && !read_only_seen {
             // The pool's own connection, nothing to run: no round trip.
@@ -278,7 +288,8 @@ impl Manager {
     async fn open(
         &self,
     ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>, Opened), ConnectError> {
-        let mut reopened = false;
+        // Connections the asking closed (see `FarEnd::find`).
+        let mut closed = 0;
         loop {
             let (client, io) = self.connector.connect.connect(&self.config).await?;
             // The session's own statement time limit (connection string,
@@ -298,14 +309,22 @@ impl Manager {
             };
             let (keyed, own, commits) = first;
             let found = match self.far.find(&client, keyed).await {
-                Ok((_, true)) if !reopened => {
-                    // Asked whether it takes a transaction block, the
-                    // pooler closed this one.
+                // Asked whether it takes a transaction block, the pooler
+                // closed this one.
+                Ok(None | Some((_, true))) if closed < 2 => {
                     io.abort();
-                    reopened = true;
+                    closed += 1;
                     continue;
                 }
-                Ok((found, _)) => found,
+                Ok(Some((found, _))) => found,
+                Ok(None) => {
+                    io.abort();
+                    return Err(
+                        "the far end closed every connection asked whether it takes \
+                         a transaction block"
+                            .into(),
+                    );
+                }
                 Err(e) => {
                     io.abort();
                     return Err(e.into());
@@ -321,6 +340,7 @@ impl Manager {
                 pooled: self.far.shares_sessions(found, keyed),
                 own,
                 transactions: found != Found::Statement,
+                pgpool: found == Found::Pgpool,
             };
             return Ok((client, io, opened));
         }
@@ -355,6 +375,7 @@ impl Manager {
             pooled,
             own,
             transactions,
+            pgpool,
         } = opened;
         if pooled && self.mode == Statements::Named {
             tracing::warn!(
@@ -380,6 +401,8 @@ impl Manager {
             types: Mutex::new(HashSet::new()),
             pooled,
             transactions,
+            pgpool,
+            resync_due: AtomicBool::new(false),
             lent: false,
             own_limit: own,
             pool_set: false,
@@ -387,7 +410,7 @@ impl Manager {
             wire: WireState::new(stamp),
         };
         if unnamed {
-            match preload_types(&wrapper.client, !transactions).await {
+            match preload_types(&wrapper.client, !transactions || pgpool).await {
                 Ok(oids) => lock(&wrapper.types).extend(oids),
                 Err(e) if e.as_db_error().is_some() => {
                     tracing::debug!(error = %e, "the database's own types could not be looked up");
@@ -423,6 +446,8 @@ struct Opened {
     own: Option<Duration>,
     /// Transaction blocks reach the server.
     transactions: bool,
+    /// Through pgpool-II.
+    pgpool: bool,
 }
 
 impl Manager {
@@ -501,6 +526,11 @@ pub struct ClientWrapper {
     /// Transaction blocks reach the server (not through a pooler that
     /// refuses them): types are learned inside one.
     transactions: bool,
+    /// Through pgpool-II, which can lose track of a transaction that saw
+    /// an error (see [`resync`](ClientWrapper::resync)).
+    pgpool: bool,
+    /// A statement failed here since pgpool-II's view was last checked.
+    resync_due: AtomicBool,
     /// The session's own `statement_timeout`, before the pool set the
     /// user's [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout)
     /// (`None`: no limit).
@@ -735,6 +765,39 @@ impl ClientWrapper {
         self.retired.store(true, Ordering::Relaxed);
     }
 
+    /// Through pgpool-II, after a transaction in which a statement failed:
+    /// makes sure pgpool-II knows the session is out of it. pgpool-II keeps
+    /// its own idea of each session's transaction state and answers every
+    /// statement but `COMMIT` / `ROLLBACK` itself with `25P02` while it
+    /// takes the session for one inside a failed transaction. After a
+    /// statement failed in a transaction whose messages were pipelined, it
+    /// sometimes kept that idea after the transaction ended on the server
+    /// (and a later statement could crash the pgpool-II process serving
+    /// the session), so through pgpool-II a transaction's messages go out
+    /// one at a time ([`in_turn`](Self::in_turn)), which did not show it;
+    /// this check stays behind that. A `SELECT 1` tells;
+    /// while pgpool-II answers it so, an `ABORT` (`ROLLBACK`, which it
+    /// passes on) resets its idea. A connection it still answers so after
+    /// three is retired. Nothing is sent when no statement failed here.
+    pub(crate) async fn resync(&self) {
+        if !self.resync_due.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        for _ in 0..3 {
+            match self.client.simple_query("SELECT 1").await {
+                Ok(_) => return,
+                Err(e) if e.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
+                    tracing::debug!("pgpool-II took the session for one in a failed transaction");
+                    if self.client.batch_execute("ABORT").await.is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        self.retire();
+    }
+
     /// Whether a server error says the statement no longer fits what was
     /// prepared or learned for it, before anything ran.
     pub(crate) fn stale(&self, db: &tokio_postgres::error::DbError) -> bool {
@@ -754,6 +817,9 @@ impl ClientWrapper {
     /// write in a read-only transaction (25006) has the session checked
     /// before its next use: on a read-only server the connection goes.
     pub(crate) fn sent_error(&self, e: tokio_postgres::Error) -> Error {
+        if self.pgpool && e.as_db_error().is_some() {
+            self.resync_due.store(true, Ordering::Relaxed);
+        }
         if e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) {
             // Nothing ran; the connection may be on a read-only server.
             self.read_only_seen.store(true, Ordering::Relaxed);
@@ -770,6 +836,22 @@ impl ClientWrapper {
             );
         }
         sent_error(e)
+    }
+
+    /// Whether texts are learned without a transaction around them: behind
+    /// a pooler that refuses transaction blocks, and through pgpool-II,
+    /// which keeps each session on server sessions of its own (nothing is
+    /// left on another client's) and loses track of a transaction in which
+    /// a pipelined message failed (see [`resync`](Self::resync)).
+    fn learns_bare(&self) -> bool {
+        !self.transactions || self.pgpool
+    }
+
+    /// Whether a transaction's messages go out one at a time, each answered
+    /// before the next is sent (through pgpool-II, which loses track of a
+    /// transaction in which a pipelined statement failed).
+    pub(crate) fn in_turn(&self) -> bool {
+        self.pgpool
     }
 
     /// Whether this connection sends unnamed statements only.
@@ -808,7 +890,7 @@ impl ClientWrapper {
             .collect();
         if !unknown.is_empty() {
             match learned
-                .learn(&self.client, &unknown, in_transaction, !self.transactions)
+                .learn(&self.client, &unknown, in_transaction, self.learns_bare())
                 .await
             {
                 Ok(replies) => {
@@ -817,9 +899,11 @@ impl ClientWrapper {
                         let Some(reply) = replies.next() else {
                             break;
                         };
-                        if let Ok(d) = &reply {
+                        match &reply {
                             // Looked up in the learning transaction.
-                            lock(&self.types).extend(d.custom.iter().map(Type::oid));
+                            Ok(d) => lock(&self.types).extend(d.custom.iter().map(Type::oid)),
+                            Err(_) if self.pgpool => self.resync_due.store(true, Ordering::Relaxed),
+                            Err(_) => {}
                         }
                         *slot = Some(reply.map(Prepared::Unnamed).map_err(unsent_error));
                     }
@@ -867,7 +951,7 @@ impl ClientWrapper {
         if missing.is_empty() {
             return Ok(());
         }
-        match look_up(&self.client, &missing, !self.transactions).await {
+        match look_up(&self.client, &missing, self.learns_bare()).await {
             Ok(()) => {
                 lock(&self.types).extend(missing.iter().map(|t| t.oid()));
                 Ok(())

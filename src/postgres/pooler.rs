@@ -206,6 +206,9 @@ pub(crate) struct FarEnd {
     /// Whether pgpool-II's question is worth asking (COPY is on).
     ask_pgpool: bool,
     found: tokio::sync::OnceCell<Found>,
+    /// A connection was closed once when asked whether it takes a
+    /// transaction block, without the pooler's answer getting through.
+    closed_once: std::sync::atomic::AtomicBool,
 }
 
 impl FarEnd {
@@ -221,6 +224,7 @@ impl FarEnd {
             given,
             ask_pgpool,
             found: tokio::sync::OnceCell::new_with(known),
+            closed_once: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -234,6 +238,13 @@ impl FarEnd {
         self.known() != Some(Found::Statement)
     }
 
+    /// Whether the two statements of an explicit pair may go out as one
+    /// pipelined transaction: not where transaction blocks are refused, nor
+    /// through pgpool-II (see `ClientWrapper::in_turn`).
+    pub(crate) fn pairs_in_transactions(&self) -> bool {
+        matches!(self.known(), Some(Found::Direct | Found::Transaction))
+    }
+
     /// Whether the pool may send COPY: not before the far end is known,
     /// not to a pooler that refuses the transaction around it, not through
     /// pgpool-II.
@@ -245,20 +256,27 @@ impl FarEnd {
     /// [`Pooler::Auto`]); `keyed`: the connection's cancel key is not its
     /// server's. Also whether `client` was closed by the asking: a pooler
     /// that refuses transaction blocks closes the connection that asked.
+    /// `None`: the asking closed `client` before an answer got through
+    /// (tokio-postgres can drop an error the server sent right before it
+    /// closed the connection): ask again on another connection.
     pub(crate) async fn find(
         &self,
         client: &tokio_postgres::Client,
         keyed: bool,
-    ) -> Result<(Found, bool), tokio_postgres::Error> {
+    ) -> Result<Option<(Found, bool)>, tokio_postgres::Error> {
         let mut asked = false;
-        let found = *self
+        let found = self
             .found
             .get_or_try_init(|| {
                 asked = true;
-                ask(client, keyed, self.ask_pgpool)
+                ask(client, keyed, self.ask_pgpool, &self.closed_once)
             })
-            .await?;
-        Ok((found, asked && found == Found::Statement))
+            .await;
+        match found {
+            Ok(&found) => Ok(Some((found, asked && found == Found::Statement))),
+            Err(e) if asked && e.is_closed() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether a connection whose cancel key says `keyed` reaches
@@ -288,11 +306,15 @@ impl FarEnd {
     }
 }
 
-/// Asks what is between (see [`Pooler::Auto`]).
+/// Asks what is between (see [`Pooler::Auto`]). A connection closed at
+/// the `BEGIN` without an answer is taken for a refusal the second time
+/// (`closed_once`): a far end that closes two sessions right at a lone
+/// `BEGIN`, and at nothing else, refuses transaction blocks.
 async fn ask(
     client: &tokio_postgres::Client,
     keyed: bool,
     ask_pgpool: bool,
+    closed_once: &std::sync::atomic::AtomicBool,
 ) -> Result<Found, tokio_postgres::Error> {
     if ask_pgpool && answers_pool_version(client).await? {
         return Ok(Found::Pgpool);
@@ -311,6 +333,10 @@ async fn ask(
         // a server's fresh session.
         Err(e) if e.as_db_error().is_some() => {
             tracing::debug!(error = %e, "the pooler refuses transaction blocks");
+            Ok(Found::Statement)
+        }
+        Err(e) if e.is_closed() && closed_once.swap(true, std::sync::atomic::Ordering::Relaxed) => {
+            tracing::debug!("the pooler closed a second session at BEGIN");
             Ok(Found::Statement)
         }
         Err(e) => Err(e),
