@@ -468,3 +468,73 @@ impl AsyncWrite for Plain {
         Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameter_is_taken_out() {
+        let cases = [
+            (
+                "postgresql://u@h:6432/db?statements=unnamed&pooler=statement&x=1",
+                "postgresql://u@h:6432/db?statements=unnamed&x=1",
+                Some(Pooler::Statement),
+            ),
+            (
+                "postgres://u@h/db?pooler=PgPool",
+                "postgres://u@h/db",
+                Some(Pooler::Pgpool),
+            ),
+            (
+                "host=h pooler = 'none' user=u",
+                "host=h user=u",
+                Some(Pooler::None),
+            ),
+            ("host=h user=u", "host=h user=u", None),
+        ];
+        for (config, rest, pooler) in cases {
+            assert_eq!(
+                split(config).unwrap(),
+                (rest.to_owned(), pooler),
+                "{config}"
+            );
+        }
+        let e = split("host=h pooler=pgbouncer").unwrap_err();
+        assert!(e.is_config());
+        assert!(
+            e.to_string()
+                .contains("expected auto, none, transaction, statement or pgpool"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn what_each_far_end_lets_through() {
+        // (given, COPY, pairs in one transaction, transaction blocks)
+        let cases = [
+            (Pooler::None, true, true, true),
+            (Pooler::Transaction, true, true, true),
+            (Pooler::Statement, false, false, false),
+            (Pooler::Pgpool, false, false, true),
+        ];
+        for (given, copies, pairs, transactions) in cases {
+            let far = FarEnd::new(given, true);
+            assert_eq!(far.copies(), copies, "{given}");
+            assert_eq!(far.pairs_in_transactions(), pairs, "{given}");
+            assert_eq!(far.takes_transactions(), transactions, "{given}");
+            assert_eq!(far.refusal("x").is_some(), !transactions, "{given}");
+        }
+        // Before the first connection answers, nothing that needs the
+        // answer is sent.
+        let auto = FarEnd::new(Pooler::Auto, true);
+        assert_eq!(auto.known(), None);
+        assert!(!auto.copies() && !auto.pairs_in_transactions());
+        // Sessions are shared by a pooler of its own kind, or as the cancel
+        // key says under `auto`.
+        assert!(auto.shares_sessions(Found::Direct, true));
+        assert!(!auto.shares_sessions(Found::Pgpool, true));
+        assert!(FarEnd::new(Pooler::Statement, true).shares_sessions(Found::Statement, false));
+        assert!(!FarEnd::new(Pooler::None, true).shares_sessions(Found::Direct, true));
+    }
+}
