@@ -246,7 +246,7 @@ pub use self::encode::PgValue;
 pub(crate) use self::encode::{PgRow, Raw, encode};
 pub use self::listen::Listener;
 pub use self::manager::{ClientWrapper, Manager};
-pub use self::pooler::{Pooler, behind_pooler};
+pub use self::pooler::{Pooler, behind_pooler, ensure_autocommit, find_pooler};
 pub use self::statements::Statements;
 pub use self::tls::{SslMode, TlsConfig};
 /// The driver crate, at the version batchpool uses (see

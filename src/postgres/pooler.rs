@@ -24,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream
 use tokio_postgres::SimpleQueryMessage;
 use tokio_postgres::tls::{ChannelBinding, TlsConnect, TlsStream};
 
-use crate::error::Error;
+use crate::error::{Error, Kind};
 
 /// The code of an `SSLRequest` (`1234 << 16 | 5679`).
 const SSL_REQUEST: i32 = 80_877_103;
@@ -306,6 +306,25 @@ impl FarEnd {
     }
 }
 
+/// What sits between `client` and PostgreSQL, found out as
+/// [`Pooler::Auto`] finds it on a pool's first connection (never
+/// [`Pooler::Auto`]): for plain tokio-postgres clients next to a pool (the
+/// benches' peers do what the pool does). It asks `SHOW pool_version` (on
+/// PostgreSQL an error in the server's log) and, behind a pooler that hands
+/// out cancel keys of its own, sends a lone `BEGIN`, rolled back at once:
+/// PgBouncer in statement mode then closes `client`, which counts as its
+/// refusal.
+pub async fn find_pooler(client: &tokio_postgres::Client) -> Result<Pooler, tokio_postgres::Error> {
+    let keyed = behind_pooler(client).await?;
+    let closed_before = std::sync::atomic::AtomicBool::new(true);
+    Ok(match ask(client, keyed, true, &closed_before).await? {
+        Found::Direct => Pooler::None,
+        Found::Transaction => Pooler::Transaction,
+        Found::Statement => Pooler::Statement,
+        Found::Pgpool => Pooler::Pgpool,
+    })
+}
+
 /// Asks what is between (see [`Pooler::Auto`]). A connection closed at
 /// the `BEGIN` without an answer is taken for a refusal the second time
 /// (`closed_once`): a far end that closes two sessions right at a lone
@@ -398,6 +417,29 @@ pub(crate) async fn autocommits(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Makes sure that statements sent on their own commit on `client`, as the
+/// pool does on each new connection ([`Pooler`]'s guide section): where
+/// something between began a transaction ahead of them and leaves it open
+/// (pgpool-II in raw mode), commits it once and asks again; an error
+/// ([`Error::is_connect`](crate::Error::is_connect)) that says what to
+/// change when they still do not commit. One round trip when they do. For
+/// plain tokio-postgres clients next to a pool (the benches' peers).
+pub async fn ensure_autocommit(client: &tokio_postgres::Client) -> Result<(), Error> {
+    let failed = |e| Error::with_source(Kind::Connect, "could not check the connection", e);
+    if autocommits(client).await.map_err(failed)? {
+        return Ok(());
+    }
+    client.batch_execute("COMMIT").await.map_err(failed)?;
+    if autocommits(client).await.map_err(failed)? {
+        return Ok(());
+    }
+    Err(Error::with_source(
+        Kind::Connect,
+        "the connection cannot be used",
+        StaysOpen,
+    ))
 }
 
 /// A connection whose autocommit statements stay in a transaction that
