@@ -212,7 +212,8 @@ impl PoolBuilder {
     /// partitions, no `GENERATED ALWAYS` identity or generated column
     /// written). With unnamed statements (behind a pooler) each COPY is
     /// prepared after its `BEGIN` and closed before its `COMMIT`, one round
-    /// trip more than with named statements. Outcomes are
+    /// trip more than with named statements. Never through pgpool-II or a
+    /// pooler that refuses transaction blocks (see [`Pooler`]). Outcomes are
     /// the same as the INSERT's: a count of 1 per row, and a failing row's
     /// own single-row INSERT error (the rows before it, it, and the rows
     /// after it are re-run apart).

@@ -4,7 +4,8 @@
 //! A shared test is a generic `async fn name<B: TestBackend>()`; the
 //! [`both!`] macro turns a list of them into `pg::name` and `mysql::name`
 //! tests, [`three!`] also into the pooler tests of [`bouncer!`],
-//! [`pg_and_bouncer!`] into `pg::name` and those. [`Pg`] and [`My`]
+//! [`pg_and_bouncer!`] into `pg::name` and those, [`pg_and_pgbouncer!`]
+//! into `pg::name` and `pgbouncer::name` only. [`Pg`] and [`My`]
 //! implement [`TestBackend`] with each backend's own pool
 //! (`batchpool::postgres::Pool`, `batchpool::mysql::Pool`) and native
 //! parameter API; the other PostgreSQL backends are [`Pg`] reaching the
@@ -536,6 +537,24 @@ macro_rules! pg_and_bouncer {
     };
 }
 pub(crate) use pg_and_bouncer;
+
+/// [`pg_and_bouncer!`] with one pooler only, PgBouncer in transaction mode
+/// (`pg::name` and `pgbouncer::name`): for suites about what sits on top of
+/// the pool (tower services, HTTP handlers), which the other poolers' runs
+/// of the pool's own suites already cover underneath.
+macro_rules! pg_and_pgbouncer {
+    ($($group:tt => [$($name:ident),* $(,)?]),* $(,)?) => {
+        #[cfg(feature = "postgres")]
+        mod pg {
+            $($crate::common::backend::tests_for!(Pg, $group, $($name)*);)*
+        }
+        #[cfg(feature = "postgres")]
+        mod pgbouncer {
+            $($crate::common::backend::tests_for!(Bouncer, $group, $($name)*);)*
+        }
+    };
+}
+pub(crate) use pg_and_pgbouncer;
 
 /// One group of [`both!`] for one backend.
 macro_rules! tests_for {
