@@ -241,7 +241,7 @@ impl Driver for Postgres {
             .copy_threshold
             .unwrap_or(Some(super::copy::DEFAULT_THRESHOLD))
             .map(|min| min.max(2));
-        let far = std::sync::Arc::new(FarEnd::new(given, copy_threshold.is_some()));
+        let far = std::sync::Arc::new(FarEnd::new(given));
         let (pg, connector) = with_tls(config.pg, config.tls, &options)?;
         let manager = Manager::new(
             with_tcp_settings(pg, settings),

@@ -85,8 +85,7 @@ async fn cancel_key_pid(client: &tokio_postgres::Client) -> Option<i32> {
 #[non_exhaustive]
 pub enum Pooler {
     /// Found out on the pool's first connection (the default). pgpool-II
-    /// answers `SHOW pool_version` itself (asked while COPY is on, which
-    /// pgpool-II does not let through; on PostgreSQL the question is an
+    /// answers `SHOW pool_version` itself (on PostgreSQL the question is an
     /// error in the server's log, once per pool). A pooler that hands out
     /// cancel keys of its own (PgBouncer, Odyssey, pgcat) is asked whether
     /// it takes a transaction block: a `BEGIN`, rolled back at once;
@@ -203,8 +202,6 @@ pub(crate) enum Found {
 #[derive(Debug)]
 pub(crate) struct FarEnd {
     given: Pooler,
-    /// Whether pgpool-II's question is worth asking (COPY is on).
-    ask_pgpool: bool,
     found: tokio::sync::OnceCell<Found>,
     /// A connection was closed once when asked whether it takes a
     /// transaction block, without the pooler's answer getting through.
@@ -212,7 +209,7 @@ pub(crate) struct FarEnd {
 }
 
 impl FarEnd {
-    pub(crate) fn new(given: Pooler, ask_pgpool: bool) -> FarEnd {
+    pub(crate) fn new(given: Pooler) -> FarEnd {
         let known = match given {
             Pooler::Auto => None,
             Pooler::None => Some(Found::Direct),
@@ -222,7 +219,6 @@ impl FarEnd {
         };
         FarEnd {
             given,
-            ask_pgpool,
             found: tokio::sync::OnceCell::new_with(known),
             closed_once: std::sync::atomic::AtomicBool::new(false),
         }
@@ -269,7 +265,7 @@ impl FarEnd {
             .found
             .get_or_try_init(|| {
                 asked = true;
-                ask(client, keyed, self.ask_pgpool, &self.closed_once)
+                ask(client, keyed, &self.closed_once)
             })
             .await;
         match found {
@@ -317,7 +313,7 @@ impl FarEnd {
 pub async fn find_pooler(client: &tokio_postgres::Client) -> Result<Pooler, tokio_postgres::Error> {
     let keyed = behind_pooler(client).await?;
     let closed_before = std::sync::atomic::AtomicBool::new(true);
-    Ok(match ask(client, keyed, true, &closed_before).await? {
+    Ok(match ask(client, keyed, &closed_before).await? {
         Found::Direct => Pooler::None,
         Found::Transaction => Pooler::Transaction,
         Found::Statement => Pooler::Statement,
@@ -332,10 +328,9 @@ pub async fn find_pooler(client: &tokio_postgres::Client) -> Result<Pooler, toki
 async fn ask(
     client: &tokio_postgres::Client,
     keyed: bool,
-    ask_pgpool: bool,
     closed_once: &std::sync::atomic::AtomicBool,
 ) -> Result<Found, tokio_postgres::Error> {
-    if ask_pgpool && answers_pool_version(client).await? {
+    if answers_pool_version(client).await? {
         return Ok(Found::Pgpool);
     }
     if !keyed {
@@ -561,7 +556,7 @@ mod tests {
             (Pooler::Pgpool, false, false, true),
         ];
         for (given, copies, pairs, transactions) in cases {
-            let far = FarEnd::new(given, true);
+            let far = FarEnd::new(given);
             assert_eq!(far.copies(), copies, "{given}");
             assert_eq!(far.pairs_in_transactions(), pairs, "{given}");
             assert_eq!(far.takes_transactions(), transactions, "{given}");
@@ -569,14 +564,14 @@ mod tests {
         }
         // Before the first connection answers, nothing that needs the
         // answer is sent.
-        let auto = FarEnd::new(Pooler::Auto, true);
+        let auto = FarEnd::new(Pooler::Auto);
         assert_eq!(auto.known(), None);
         assert!(!auto.copies() && !auto.pairs_in_transactions());
         // Sessions are shared by a pooler of its own kind, or as the cancel
         // key says under `auto`.
         assert!(auto.shares_sessions(Found::Direct, true));
         assert!(!auto.shares_sessions(Found::Pgpool, true));
-        assert!(FarEnd::new(Pooler::Statement, true).shares_sessions(Found::Statement, false));
-        assert!(!FarEnd::new(Pooler::None, true).shares_sessions(Found::Direct, true));
+        assert!(FarEnd::new(Pooler::Statement).shares_sessions(Found::Statement, false));
+        assert!(!FarEnd::new(Pooler::None).shares_sessions(Found::Direct, true));
     }
 }

@@ -391,9 +391,20 @@ async fn statement_mode_refuses_transaction_blocks_before_sending() {
 /// INSERT, which must succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_transaction_through_pgpool_leaves_no_failure_for_the_next_caller() {
+    // With COPY on and off: pgpool-II is found either way.
+    for copy in [Some(64), None] {
+        failed_transactions_then_innocent_callers(copy).await;
+    }
+}
+
+async fn failed_transactions_then_innocent_callers(copy: Option<usize>) {
     let (url, direct) =
         fresh(common::pgpool_fresh_db(PgpoolMode::StreamingReplication).await).await;
-    let pool = Pool::builder(&url).max_size(1).build().unwrap();
+    let pool = Pool::builder(&url)
+        .max_size(1)
+        .copy_threshold(copy)
+        .build()
+        .unwrap();
     let ins = "INSERT INTO t (id, v) VALUES ($1, $2)";
     pool.execute(ins, &[&0i32, &"taken"]).await.unwrap();
     for round in 1..=30i32 {
@@ -428,8 +439,7 @@ async fn a_failed_transaction_through_pgpool_leaves_no_failure_for_the_next_call
 
 /// On a direct connection the pool asks pgpool-II's question once per pool
 /// (it shows in the server's log as an error), whatever its number of
-/// connections; `pooler=none` asks nothing, and with COPY off there is no
-/// question to ask.
+/// connections and with COPY on or off; `pooler=none` asks nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgpool_is_asked_about_once_per_pool_and_not_when_said() {
     use crate::common::tx::TxBackend;
@@ -443,8 +453,8 @@ async fn pgpool_is_asked_about_once_per_pool_and_not_when_said() {
     );
     for (pooler, copy, questions) in [
         (None, Some(64), 1),
+        (None, None, 1),
         (Some(Pooler::None), Some(64), 0),
-        (None, None, 0),
     ] {
         let mut builder = Pool::builder(&url).max_size(3).copy_threshold(copy);
         if let Some(pooler) = pooler {
@@ -463,8 +473,9 @@ async fn pgpool_is_asked_about_once_per_pool_and_not_when_said() {
 
 /// Through pgpool-II in raw mode the pool commits, once per connection, the
 /// transaction pgpool-II began ahead of its check, and the connection's
-/// writes commit from then on; the check and that one `COMMIT` are all it
-/// costs.
+/// writes commit from then on: coalesced INSERTs one by one, and a write
+/// of the user's on each of two `get()` connections, after which no
+/// transaction is open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgpool_raw_connections_are_committed_for_once() {
     let (url, direct) = fresh(common::pgpool_fresh_db(PgpoolMode::Raw).await).await;
