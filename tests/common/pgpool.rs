@@ -43,7 +43,7 @@ const MISSING: &str = "pgpool-II binary (`pgpool` on PATH or /usr/sbin/pgpool) n
 /// Client connections one throwaway pgpool-II serves at once (its child
 /// processes); each holds at most one server connection, so two of them
 /// stay well within the throwaway server's `max_connections`.
-pub const CHILDREN: usize = 48;
+pub const CHILDREN: usize = 64;
 
 /// pgpool-II's clustering mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
