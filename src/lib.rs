@@ -92,7 +92,8 @@
 //!   `atomic` and lazy transactions.
 //! * [Supported server versions](guide#supported-server-versions):
 //!   PostgreSQL 12 and later, MariaDB 10.2.7 and later, PgBouncer in
-//!   transaction mode; which ones the tests run against.
+//!   session, transaction or statement mode, pgpool-II; which ones the
+//!   tests run against.
 //! * [Behind a pooler](guide#behind-a-pooler-pgbouncer-and-friends),
 //!   [beyond one server](guide#beyond-one-server) (Galera, failover) and
 //!   [in production](guide#connecting-in-production): connection limits,

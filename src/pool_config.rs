@@ -89,6 +89,10 @@ pub struct PoolConfig {
     /// PostgreSQL's `PoolBuilder::statements`: `"auto"`, `"named"` or
     /// `"unnamed"`, as the connection string's `statements=` (which wins).
     pub statements: Option<String>,
+    /// PostgreSQL's `PoolBuilder::pooler`: `"auto"`, `"none"`,
+    /// `"transaction"`, `"statement"` or `"pgpool"`, as the connection
+    /// string's `pooler=` (which wins).
+    pub pooler: Option<String>,
     /// The backend's `PoolBuilder::ssl_mode`, written as its connection
     /// string writes it (`"verify-full"` for PostgreSQL, `"VERIFY_IDENTITY"`
     /// for MySQL); the connection string's own mode wins.
@@ -162,6 +166,7 @@ impl fmt::Debug for PoolConfig {
             .field("bulk_threshold", &self.bulk_threshold)
             .field("coalesce_upserts", &self.coalesce_upserts)
             .field("statements", &self.statements)
+            .field("pooler", &self.pooler)
             .field("ssl_mode", &self.ssl_mode)
             .field("ssl_root_cert", &self.ssl_root_cert)
             .field("on_connect", &self.on_connect)

@@ -516,6 +516,12 @@ pub trait Database: Sized {
     fn statements(&self) -> Option<StatementMode> {
         None
     }
+    /// Why `mode` cannot run on this server as it is reached (a pooler that
+    /// cannot carry it), if it cannot: the run skips it and says so.
+    fn unavailable(&self, mode: Mode) -> Option<String> {
+        let _ = mode;
+        None
+    }
     /// One plain connection (`nobatch`, `batch`, `rewrite-peer`), opened.
     async fn session(&self) -> Result<impl modes::Session>;
     /// A batchpool pool of `size` connections, not opened yet
@@ -676,6 +682,9 @@ pub struct StatementMode {
     /// What batchpool and the peers sent: `named` (prepared per connection,
     /// cached) or `unnamed` (`execute_typed`; COPY inside a transaction).
     pub sent: String,
+    /// What sits between, as batchpool's `auto` finds it (`none`,
+    /// `transaction`, `statement`, `pgpool`: `batchpool::postgres::Pooler`).
+    pub between: String,
 }
 
 /// What one mode's load measured.
@@ -986,6 +995,21 @@ async fn repeated<K: Copy + PartialEq, R: Clone>(
 /// find exactly its record) ends the run with an error.
 pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Result<Report> {
     opts.validate()?;
+    // Modes the server, as reached, cannot carry are left out, and said so.
+    let mut skipped: Vec<Skipped> = Vec::new();
+    for &mode in opts.modes.iter().chain(&opts.sweep_modes) {
+        if let Some(reason) = db.unavailable(mode) {
+            if !skipped.iter().any(|s| s.mode == mode) {
+                println!("{mode}: skipped: {reason}");
+                skipped.push(Skipped { mode, reason });
+            }
+        }
+    }
+    let mut kept = opts.clone();
+    kept.modes.retain(|m| !skipped.iter().any(|s| s.mode == *m));
+    kept.sweep_modes
+        .retain(|m| !skipped.iter().any(|s| s.mode == *m));
+    let opts = &kept;
     let sweep_modes = opts
         .sweep
         .as_ref()
@@ -1121,5 +1145,15 @@ pub async fn run<D: Database>(db: &D, opts: &Options, setup: ServerSetup) -> Res
         run_phase: run_results,
         sweep,
         tasks_sweep,
+        skipped,
     })
+}
+
+/// A mode left out of a run, and why ([`Database::unavailable`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct Skipped {
+    /// The mode.
+    pub mode: Mode,
+    /// Why the server, as reached, cannot carry it.
+    pub reason: String,
 }

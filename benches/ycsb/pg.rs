@@ -19,7 +19,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use batchpool::BatchConfig;
-use batchpool::postgres::Statements;
+use batchpool::postgres::{Pooler, Statements};
 use futures_util::future::try_join_all;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, Statement};
@@ -149,9 +149,12 @@ pub struct PgTarget {
     mode: Statements,
     /// `statements=` of the URL (taken out: the peers' drivers refuse it).
     url_mode: Option<Statements>,
-    /// A pooler sits between the bench and the server (batchpool's own
-    /// test, on the admin connection).
+    /// A pooler that shares server sessions sits between the bench and the
+    /// server (batchpool's own test, [`far`](Self::far)).
     pooler: bool,
+    /// What sits between, as batchpool's `auto` finds it
+    /// (`batchpool::postgres::find_pooler`).
+    far: Pooler,
     /// The URL's TLS settings (`sslmode=require`...), for batchpool's
     /// builder.
     tls: batchpool::postgres::TlsConfig,
@@ -177,14 +180,26 @@ impl PgTarget {
     }
 
     /// A plain deadpool-postgres pool of `size` connections (prepared
-    /// statements cached), not opened yet: the peers' pool.
+    /// statements cached), not opened yet: the peers' pool. Each new
+    /// connection is checked as batchpool checks its own: a transaction
+    /// something between began ahead of its writes (pgpool-II in raw mode)
+    /// is committed once (`batchpool::postgres::ensure_autocommit`), or its
+    /// rows would never be.
     fn plain_pool(&self, size: usize) -> Result<deadpool_postgres::Pool> {
         let manager = deadpool_postgres::Manager::from_config(
             self.config.clone(),
             self.connector.clone(),
             deadpool_postgres::ManagerConfig::default(),
         );
-        let builder = deadpool_postgres::Pool::builder(manager);
+        let builder = deadpool_postgres::Pool::builder(manager).post_create(
+            deadpool_postgres::Hook::async_fn(|client, _| {
+                Box::pin(async move {
+                    batchpool::postgres::ensure_autocommit(client)
+                        .await
+                        .map_err(|e| deadpool_postgres::HookError::message(e.to_string()))
+                })
+            }),
+        );
         Ok(builder.max_size(size).build()?)
     }
 }
@@ -206,7 +221,15 @@ impl Database for PgTarget {
         let server = connect(&base, &connector)
             .await
             .map_err(|e| fail(format!("cannot connect to PostgreSQL: {e}")))?;
-        let pooler = statements::behind_pooler(&server).await?;
+        // What is between, as batchpool's `auto` finds it, asked on a
+        // connection of its own (PgBouncer in statement mode closes it).
+        let far = {
+            let probe = connect(&base, &connector)
+                .await
+                .map_err(|e| fail(format!("cannot connect to PostgreSQL: {e}")))?;
+            batchpool::postgres::find_pooler(&probe).await?
+        };
+        let pooler = matches!(far, Pooler::Transaction | Pooler::Statement);
         let dbname = scratch_name();
         server
             .batch_execute(&format!("CREATE DATABASE \"{dbname}\""))
@@ -246,6 +269,7 @@ impl Database for PgTarget {
             mode: url_mode.unwrap_or_default(),
             url_mode,
             pooler,
+            far,
             tls,
             connector,
             bulk_threshold: None,
@@ -271,7 +295,29 @@ impl Database for PgTarget {
             mode: self.mode.to_string(),
             pooler: self.pooler,
             sent: sent.into(),
+            between: self.far.to_string(),
         })
+    }
+
+    /// `copy` where the far end cannot carry it, as batchpool leaves COPY
+    /// out there: the peers' COPY runs inside a transaction behind a pooler
+    /// (which PgBouncer in statement mode refuses), and tokio-postgres's COPY
+    /// stalls behind pgpool-II.
+    fn unavailable(&self, mode: Mode) -> Option<String> {
+        match (mode, self.far) {
+            (Mode::Copy, Pooler::Statement) => Some(
+                "PgBouncer in statement mode refuses the transaction block the COPY runs in \
+                 (batchpool sends multi-row INSERTs there)"
+                    .into(),
+            ),
+            (Mode::Copy, Pooler::Pgpool) => Some(
+                "tokio-postgres's COPY (an extended-query COPY) never gets its data through \
+                 pgpool-II: the server waits for data pgpool-II does not pass on (batchpool \
+                 sends multi-row INSERTs there)"
+                    .into(),
+            ),
+            _ => None,
+        }
     }
 
     /// The postmaster: the parent of the admin connection's backend.

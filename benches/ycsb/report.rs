@@ -38,6 +38,8 @@ pub struct Report {
     /// `coalesce` vs `coalesce-peer` by task count (`--tasks-sweep`), else
     /// empty.
     pub tasks_sweep: Vec<TasksPoint>,
+    /// Modes asked for that the server, as reached, cannot carry.
+    pub skipped: Vec<super::Skipped>,
 }
 
 /// One load of one mode.
@@ -650,9 +652,13 @@ pub fn render_text(r: &Report) -> String {
     if let Some(s) = &r.server.statements {
         let _ = writeln!(
             out,
-            "statements: {}, batchpool and peers alike",
+            "statements: {}, batchpool and peers alike; between: {}",
             super::statements::describe(s.mode.parse().unwrap_or_default(), s.pooler),
+            s.between,
         );
+    }
+    for s in &r.skipped {
+        let _ = writeln!(out, "skipped {}: {}", s.mode, s.reason);
     }
     out.push('\n');
 

@@ -239,6 +239,15 @@ pub(crate) trait Driver:
     /// go back to the pool, and nothing sent on it can run.
     fn is_broken(conn: &Conn<Self>) -> bool;
 
+    /// The error for `what` (a group or transaction statement), which needs
+    /// a transaction block, where none can reach the server (a pooler that
+    /// refuses them); `None` where they can. Asked once a connection is
+    /// open, before anything of `what` is sent.
+    fn transaction_refusal(&self, what: &str) -> Option<Error> {
+        let _ = what;
+        None
+    }
+
     /// Re-reads the session's statement time limit on `conn` if a statement
     /// of the user's that may have changed it ran there (its text names the
     /// setting); no round trip otherwise.

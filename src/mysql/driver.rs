@@ -134,10 +134,11 @@ impl Driver for MySql {
         mut b: super::PoolBuilder,
         config: &crate::PoolConfig,
     ) -> Result<super::PoolBuilder, Error> {
-        if config.copy_threshold.is_some() || config.statements.is_some() {
+        if config.copy_threshold.is_some() || config.statements.is_some() || config.pooler.is_some()
+        {
             return Err(Error::new(
                 Kind::Config,
-                "copy_threshold and statements are PostgreSQL settings",
+                "copy_threshold, statements and pooler are PostgreSQL settings",
             ));
         }
         if config.ssl_root_cert.is_some() {

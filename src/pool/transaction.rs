@@ -140,6 +140,15 @@ impl<B: Backend> Transaction<B> {
             }
         }
         let tx = Self::connection(pool, conn).await?;
+        if !tx.open {
+            if let Some(e) = pool.engine.backend.transaction_refusal(
+                "a statement of a Transaction (other than execute_and_commit alone)",
+            ) {
+                // Nothing began: the connection goes back at once.
+                *conn = None;
+                return Err(e);
+            }
+        }
         let limit = tx.limit;
         let c = TxConn::<B>::conn(&mut tx.conn)?;
         let texts = [(sql, B::has_params(&args))];
@@ -336,6 +345,14 @@ pub(super) async fn atomic<B: Backend>(
         .checkout(engine.wait_deadline())
         .await
         .map_err(AtomicError::group)?;
+    if n > 1 {
+        if let Some(e) = engine
+            .backend
+            .transaction_refusal("an atomic group of several statements")
+        {
+            return Err(AtomicError::group(e));
+        }
+    }
     let mut guard = TxConn::<B>::new(conn.into_inner(), engine);
     let limit = guard.limit;
     let c = TxConn::<B>::conn(&mut guard.conn).map_err(AtomicError::group)?;

@@ -6,6 +6,7 @@ use tokio_postgres::Row;
 use super::connect::{Connector, WithTls};
 use super::driver::PgConfig;
 use super::encode::PgArgs;
+use super::pooler::Pooler;
 use super::statements::Statements;
 use super::tls::{SslMode, TlsConfig};
 use super::{Client, Listener, Outcome, Params, Pool, PoolBuilder, Transaction};
@@ -18,6 +19,7 @@ impl Pool {
         crate::pool::PoolBuilder::new(Ok(PgConfig {
             pg: config,
             statements: None,
+            pooler: None,
             tls: TlsConfig::default(),
         }))
     }
@@ -188,6 +190,16 @@ impl PoolBuilder {
         self
     }
 
+    /// What sits between the pool and PostgreSQL (default
+    /// [`Pooler::Auto`]: found out on the first connection). A `pooler=`
+    /// parameter in the connection string wins over this. Say it to skip
+    /// the questions `auto` asks, or where they cannot tell. See [Behind a
+    /// pooler](super#behind-a-pooler).
+    pub fn pooler(mut self, pooler: Pooler) -> Self {
+        self.options.pooler = Some(pooler);
+        self
+    }
+
     /// Fewest rows for which a coalesced flush or an
     /// [`execute_many`](Pool::execute_many) statement of a plain INSERT goes
     /// out as one binary `COPY ... FROM STDIN` instead of a multi-row INSERT
@@ -200,7 +212,8 @@ impl PoolBuilder {
     /// partitions, no `GENERATED ALWAYS` identity or generated column
     /// written). With unnamed statements (behind a pooler) each COPY is
     /// prepared after its `BEGIN` and closed before its `COMMIT`, one round
-    /// trip more than with named statements. Outcomes are
+    /// trip more than with named statements. Never through pgpool-II or a
+    /// pooler that refuses transaction blocks (see [`Pooler`]). Outcomes are
     /// the same as the INSERT's: a count of 1 per row, and a failing row's
     /// own single-row INSERT error (the rows before it, it, and the rows
     /// after it are re-run apart).

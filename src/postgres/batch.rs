@@ -173,9 +173,10 @@ impl Postgres {
         }
     }
 
-    /// Whether `n` rows of `shape` go out as one COPY.
+    /// Whether `n` rows of `shape` go out as one COPY (never through a
+    /// pooler that cannot pass it: see [`FarEnd::copies`](super::pooler::FarEnd::copies)).
     fn copies(&self, shape: &PgShape, n: usize) -> bool {
-        shape.copy.is_some() && self.copy_threshold.is_some_and(|min| n >= min)
+        shape.copy.is_some() && self.copy_threshold.is_some_and(|min| n >= min) && self.far.copies()
     }
 
     /// Gets the statement for `n` rows of `shape` ready on `conn`.
@@ -585,8 +586,8 @@ impl Backend for Postgres {
             },
             texts: Mutex::new(LruCache::new(RENDERED)),
             copy: match self.copy_threshold {
-                Some(_) => eligible(conn, &shape, stmt.params()).await?,
-                None => None,
+                Some(_) if self.far.copies() => eligible(conn, &shape, stmt.params()).await?,
+                _ => None,
             },
             unnest: match &stmt {
                 Prepared::Unnamed(_) => Self::learn_unnest(conn, &shape, stmt.params()).await?,
@@ -647,12 +648,15 @@ impl Backend for Postgres {
             let closed = || Err(ChunkError::Statement(Error::closed_before_send()));
             return (closed(), closed());
         }
-        if a.copies() || b.copies() {
+        if a.copies() || b.copies() || (atomic && !self.far.pairs_in_transactions()) {
             // No COPY in a pipeline: the second COPY's data could not go out
             // before the first is answered anyway, and a COPY refused at its
             // Bind (in a transaction the first statement aborted) leaves the
-            // driver out of step with the server (see `retire`). The first
-            // alone; the engine sends the second after it.
+            // driver out of step with the server (see `retire`). Nor a pair
+            // that must be one transaction where the pooler refuses
+            // transaction blocks, or through pgpool-II (see
+            // `ClientWrapper::in_turn`): one after the other keeps their
+            // order. The first alone; the engine sends the second after it.
             let written = Self::send(conn, shape, &a, first).await;
             return (
                 Self::conclude(conn, shape, &a, first, written),

@@ -10,8 +10,9 @@ use tokio_postgres::Row;
 use super::connect::{Connector, WithTls};
 use super::encode::{PgArgs, PgRow, encode};
 use super::errors::sent_error;
-use super::manager::{ClientWrapper, Manager, Prepared};
+use super::manager::{Between, ClientWrapper, Manager, Prepared};
 use super::pipeline::{Step, in_order};
+use super::pooler::{self, FarEnd, Pooler};
 use super::statements::{self, Statements};
 use super::tls::{SslMode, TlsConfig};
 use super::{Client, Postgres};
@@ -68,6 +69,59 @@ async fn run_statement(
     })
 }
 
+/// A group through pgpool-II ([`ClientWrapper::in_turn`]): `BEGIN`, the
+/// statements up to the first that fails, then `COMMIT`, or `ROLLBACK`
+/// after a failure, each answered before the next goes out.
+async fn run_group_in_turn(
+    client: &ClientWrapper,
+    group: Group<'_, Postgres>,
+) -> GroupReplies<Row> {
+    let mut replies = GroupReplies {
+        begin: None,
+        statements: Vec::with_capacity(group.statements.len()),
+        end: None,
+    };
+    if group.begin {
+        let begin = client.batch_execute("BEGIN").await.map_err(sent_error);
+        let failed = begin.is_err();
+        replies.begin = Some(begin);
+        if failed {
+            return replies;
+        }
+    }
+    let mut failed = None;
+    for stmt in group.statements {
+        let reply =
+            run_statement(client, stmt.sql, stmt.prepared, &stmt.bound, stmt.all_rows).await;
+        if let Err(e) = &reply {
+            if e.as_db_error().is_some_and(|db| client.stale(db)) {
+                client.forget(stmt.sql);
+            }
+            failed = Some(e.clone());
+        }
+        replies.statements.push(reply);
+        if failed.is_some() {
+            break;
+        }
+    }
+    if !group.commit {
+        return replies;
+    }
+    let end = match failed {
+        // The session is gone, and the transaction with it.
+        Some(e) if !e.is_db() || client.is_closed() => return replies,
+        Some(_) => End::Rollback,
+        None => End::Commit,
+    };
+    let reply = client.batch_execute(end.sql()).await.map_err(sent_error);
+    let over = ended(&reply);
+    if over {
+        client.resync().await;
+    }
+    replies.end = Some((reply, over));
+    replies
+}
+
 /// `BEGIN` / `COMMIT` / `ROLLBACK` as a pipeline step.
 fn control<'a>(conn: &'a ClientWrapper, sql: &'static str) -> Step<'a, Result<Ran<Row>, Error>> {
     Box::pin(async move {
@@ -102,6 +156,7 @@ impl Driver for Postgres {
 
     fn parse_config(config: &str) -> Result<PgConfig, Error> {
         let (config, statements) = statements::split(config)?;
+        let (config, pooler) = pooler::split(&config)?;
         let (config, tls) = TlsConfig::split_config(&config)?;
         let pg = config
             .parse()
@@ -109,6 +164,7 @@ impl Driver for Postgres {
         Ok(PgConfig {
             pg,
             statements,
+            pooler,
             tls,
         })
     }
@@ -146,6 +202,9 @@ impl Driver for Postgres {
         if let Some(mode) = &config.statements {
             b = b.statements(mode.parse()?);
         }
+        if let Some(pooler) = &config.pooler {
+            b = b.pooler(pooler.parse()?);
+        }
         if let Some(mode) = &config.ssl_mode {
             b = b.ssl_mode(mode.parse()?);
         }
@@ -161,6 +220,9 @@ impl Driver for Postgres {
         if let Some(mode) = config.statements {
             write!(f, " statements={mode}")?;
         }
+        if let Some(pooler) = config.pooler {
+            write!(f, " pooler={pooler}")?;
+        }
         if let Some(mode) = config.tls.mode {
             write!(f, " sslmode={mode}")?;
         }
@@ -174,23 +236,30 @@ impl Driver for Postgres {
     ) -> Result<Postgres, Error> {
         // The connection string's choice wins over the builder's.
         let mode = config.statements.or(options.statements).unwrap_or_default();
+        let given = config.pooler.or(options.pooler).unwrap_or_default();
+        let copy_threshold = options
+            .copy_threshold
+            .unwrap_or(Some(super::copy::DEFAULT_THRESHOLD))
+            .map(|min| min.max(2));
+        let far = std::sync::Arc::new(FarEnd::new(given));
         let (pg, connector) = with_tls(config.pg, config.tls, &options)?;
         let manager = Manager::new(
             with_tcp_settings(pg, settings),
             connector,
             settings.statement_cache,
             settings.statement_timeout,
-            mode,
+            Between {
+                mode,
+                far: std::sync::Arc::clone(&far),
+            },
             options.hooks,
             settings.lifecycle(),
         );
         Ok(Postgres {
             catalog_warned: std::sync::atomic::AtomicBool::new(false),
             pool: settings.build_pool(manager)?,
-            copy_threshold: options
-                .copy_threshold
-                .unwrap_or(Some(super::copy::DEFAULT_THRESHOLD))
-                .map(|min| min.max(2)),
+            copy_threshold,
+            far,
         })
     }
 
@@ -262,6 +331,9 @@ impl Driver for Postgres {
 
     async fn run_group<'a>(conn: &'a mut Client, group: Group<'a, Postgres>) -> GroupReplies<Row> {
         let client: &ClientWrapper = conn;
+        if client.in_turn() {
+            return run_group_in_turn(client, group).await;
+        }
         let n = group.statements.len();
         let texts: Vec<&str> = group.statements.iter().map(|s| s.sql).collect();
         let mut steps = Vec::with_capacity(n + 2);
@@ -302,6 +374,9 @@ impl Driver for Postgres {
             let over = ended(&reply);
             (reply, over)
         });
+        if end.as_ref().is_some_and(|(_, over)| *over) {
+            client.resync().await;
+        }
         GroupReplies {
             begin,
             statements,
@@ -312,11 +387,18 @@ impl Driver for Postgres {
     async fn end(conn: &mut Client, end: End) -> (Result<(), Error>, bool) {
         let reply = conn.batch_execute(end.sql()).await.map_err(sent_error);
         let over = ended(&reply);
+        if over {
+            conn.resync().await;
+        }
         (reply, over)
     }
 
     fn is_broken(conn: &Client) -> bool {
         conn.is_broken()
+    }
+
+    fn transaction_refusal(&self, what: &str) -> Option<Error> {
+        self.far.refusal(what)
     }
 
     async fn refresh_limit(conn: &mut Client) -> Result<(), Error> {
@@ -329,10 +411,12 @@ impl Driver for Postgres {
 }
 
 /// A parsed connection string: tokio-postgres's settings, the statement
-/// mode and the TLS settings it named.
+/// mode, what is between the pool and the server, and the TLS settings it
+/// named.
 pub(crate) struct PgConfig {
     pub(crate) pg: tokio_postgres::Config,
     pub(crate) statements: Option<Statements>,
+    pub(crate) pooler: Option<Pooler>,
     pub(crate) tls: TlsConfig,
 }
 
@@ -340,6 +424,8 @@ pub(crate) struct PgConfig {
 #[derive(Debug, Default)]
 pub(crate) struct PgOptions {
     pub(crate) statements: Option<Statements>,
+    /// [`PoolBuilder::pooler`](super::PoolBuilder::pooler).
+    pub(crate) pooler: Option<Pooler>,
     /// [`PoolBuilder::copy_threshold`](super::PoolBuilder::copy_threshold);
     /// `None`: the default.
     pub(crate) copy_threshold: Option<Option<usize>>,

@@ -18,7 +18,7 @@ use tokio_postgres::types::Type;
 use super::connect::Connector;
 use super::errors::{sent_error, stale_db, unsent_error};
 use super::pipeline::{Step, in_order};
-use super::pooler::behind_pooler;
+use super::pooler::{FarEnd, Found, StaysOpen, autocommits, behind_pooler};
 use super::statements::Statements;
 use super::unnamed::{Described, Learned, look_up, preload_types};
 use crate::backend::{CapRefused, Capped, ConnectionCap, Lifecycle, Wire, WireState};
@@ -49,6 +49,11 @@ pub struct Manager {
     /// Sent when a connection comes back from `Pool::get`.
     session_reset: String,
     mode: Statements,
+    /// What is between the pool and PostgreSQL (shared with the backend).
+    far: Arc<FarEnd>,
+    /// Whether the pool said once that autocommit statements did not
+    /// commit on a connection until it committed for them.
+    healed_said: AtomicBool,
     /// Parameter types learned per statement text (unnamed mode), shared by
     /// the pool's connections.
     learned: Arc<Learned>,
@@ -65,16 +70,23 @@ pub struct Manager {
 /// `tokio_postgres::Error`, or a hook's error.
 type ConnectError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Which statements the pool sends, and what is between it and PostgreSQL.
+pub(crate) struct Between {
+    pub(crate) mode: Statements,
+    pub(crate) far: Arc<FarEnd>,
+}
+
 impl Manager {
     pub(crate) fn new(
         config: tokio_postgres::Config,
         connector: Connector,
         statement_cache: usize,
         statement_timeout: Option<Duration>,
-        mode: Statements,
+        between: Between,
         hooks: Hooks<tokio_postgres::Client>,
         lifecycle: Lifecycle,
     ) -> Manager {
+        let Between { mode, far } = between;
         let statement_cache = NonZeroUsize::new(statement_cache).unwrap_or(NonZeroUsize::MIN);
         // Whole milliseconds, as the server keeps it (and `SHOW` reads it).
         let statement_timeout = statement_timeout.map(|t| {
@@ -95,6 +107,8 @@ impl Manager {
             session_setup,
             session_reset,
             mode,
+            far,
+            healed_said: AtomicBool::new(false),
             learned: Arc::new(Learned::new(statement_cache)),
             hooks,
             cap: ConnectionCap::default(),
@@ -116,10 +130,12 @@ impl managed::Manager for Manager {
         let mut wrapper = match Box::pin(self.connect()).await {
             Ok(wrapper) => wrapper,
             Err(e) => {
-                if e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS) {
+                if e.downcast_ref::<tokio_postgres::Error>()
+                    .is_some_and(|e| e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS))
+                {
                     self.cap.refused();
                 }
-                return Err(e.into());
+                return Err(e);
             }
         };
         if self.hooks.has_post_create() {
@@ -154,6 +170,16 @@ impl managed::Manager for Manager {
             Box::pin(client.refresh_limit(self.statement_timeout))
                 .await
                 .map_err(|e| RecycleError::Backend(e.into()))?;
+            client.wire.busy = false;
+        }
+        if client.resync_due.load(Ordering::Relaxed) {
+            client.wire.busy = true;
+            Box::pin(client.resync()).await;
+            if client.is_broken() {
+                return Err(RecycleError::message(
+                    "pgpool-II kept taking the session for one in a failed transaction",
+                ));
+            }
             client.wire.busy = false;
         }
         let read_only_seen = client.read_only_seen.swap(false, Ordering::Relaxed);
@@ -216,8 +242,11 @@ impl Manager {
                 // transaction the user left open is ours to end (it keeps a
                 // server connection, and the next batch would run in it).
                 // The round trip also reads whatever a query the user
-                // dropped mid-flight left pending.
-                client.client.batch_execute("ROLLBACK").await?;
+                // dropped mid-flight left pending. A pooler that refuses
+                // transaction blocks closed the connection at a `BEGIN`:
+                // nothing can be open, and an empty query reads alike.
+                let end = if client.transactions { "ROLLBACK" } else { "" };
+                client.client.batch_execute(end).await?;
             } else {
                 // The user may have changed the session (`SET search_path`,
                 // `SET ROLE`, `LISTEN`, cursors, temporary tables, advisory
@@ -253,21 +282,101 @@ impl Manager {
 }
 
 impl Manager {
-    async fn connect(&self) -> Result<ClientWrapper, tokio_postgres::Error> {
+    /// Opens a connection and finds out what it reaches: its server's own
+    /// cancel key or a pooler's, whether its statements commit on their
+    /// own, and (once per pool) what is in between (see [`FarEnd`]).
+    async fn open(
+        &self,
+    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>, Opened), ConnectError> {
+        // Connections the asking closed (see `FarEnd::find`).
+        let mut closed = 0;
+        loop {
+            let (client, io) = self.connector.connect.connect(&self.config).await?;
+            // The session's own statement time limit (connection string,
+            // role, database, server) and the rest, in one round trip.
+            let (keyed, own, commits) = futures_util::future::join3(
+                behind_pooler(&client),
+                show_limit(&client),
+                autocommits(&client),
+            )
+            .await;
+            let first = match (keyed, own, commits) {
+                (Ok(keyed), Ok(own), Ok(commits)) => (keyed, own, commits),
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                    io.abort();
+                    return Err(e.into());
+                }
+            };
+            let (keyed, own, commits) = first;
+            let found = match self.far.find(&client, keyed).await {
+                // Asked whether it takes a transaction block, the pooler
+                // closed this one.
+                Ok(None | Some((_, true))) if closed < 2 => {
+                    io.abort();
+                    closed += 1;
+                    continue;
+                }
+                Ok(Some((found, _))) => found,
+                Ok(None) => {
+                    io.abort();
+                    return Err(
+                        "the far end closed every connection asked whether it takes \
+                         a transaction block"
+                            .into(),
+                    );
+                }
+                Err(e) => {
+                    io.abort();
+                    return Err(e.into());
+                }
+            };
+            if !commits {
+                if let Err(e) = self.commit_for(&client).await {
+                    io.abort();
+                    return Err(e);
+                }
+            }
+            let opened = Opened {
+                pooled: self.far.shares_sessions(found, keyed),
+                own,
+                transactions: found != Found::Statement,
+                pgpool: found == Found::Pgpool,
+            };
+            return Ok((client, io, opened));
+        }
+    }
+
+    /// A connection whose autocommit statements stay in a transaction
+    /// begun ahead of them (pgpool-II in raw mode): commits it, and checks
+    /// that the next one commits. pgpool-II begins such a transaction only
+    /// on a server connection that has none of its own yet, and keeps
+    /// counting the committed one as its own.
+    async fn commit_for(&self, client: &tokio_postgres::Client) -> Result<(), ConnectError> {
+        client.batch_execute("COMMIT").await?;
+        if !autocommits(client).await? {
+            return Err(Box::new(StaysOpen));
+        }
+        if !self.healed_said.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "statements sent on their own did not commit on a new connection until the \
+                 pool committed for them: something between the pool and PostgreSQL (pgpool-II \
+                 in raw mode) began a transaction ahead of them; every new connection is \
+                 checked and committed for once"
+            );
+        }
+        Ok(())
+    }
+
+    async fn connect(&self) -> Result<ClientWrapper, ConnectError> {
         // Before connecting: a `retire_all` meanwhile retires it too.
         let stamp = self.lifecycle.stamp();
-        let (client, io) = self.connector.connect.connect(&self.config).await?;
-        // The session's own statement time limit (connection string, role,
-        // database, server), read in the same round trip.
-        let (pooled, own) =
-            futures_util::future::join(behind_pooler(&client), show_limit(&client)).await;
-        let (pooled, own) = match (pooled, own) {
-            (Ok(pooled), Ok(own)) => (pooled, own),
-            (Err(e), _) | (_, Err(e)) => {
-                io.abort();
-                return Err(e);
-            }
-        };
+        let (client, io, opened) = self.open().await?;
+        let Opened {
+            pooled,
+            own,
+            transactions,
+            pgpool,
+        } = opened;
         if pooled && self.mode == Statements::Named {
             tracing::warn!(
                 "statements=named behind a pooler: correct only if the pooler keeps each \
@@ -291,6 +400,9 @@ impl Manager {
             read_only_seen: AtomicBool::new(false),
             types: Mutex::new(HashSet::new()),
             pooled,
+            transactions,
+            pgpool,
+            resync_due: AtomicBool::new(false),
             lent: false,
             own_limit: own,
             pool_set: false,
@@ -298,12 +410,12 @@ impl Manager {
             wire: WireState::new(stamp),
         };
         if unnamed {
-            match preload_types(&wrapper.client).await {
+            match preload_types(&wrapper.client, !transactions || pgpool).await {
                 Ok(oids) => lock(&wrapper.types).extend(oids),
                 Err(e) if e.as_db_error().is_some() => {
                     tracing::debug!(error = %e, "the database's own types could not be looked up");
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
         // Behind a pooler a session setting would stay on whichever server
@@ -324,6 +436,18 @@ impl Manager {
         );
         Ok(wrapper)
     }
+}
+
+/// What opening a connection found out about it.
+struct Opened {
+    /// It reaches PostgreSQL through a pooler that shares server sessions.
+    pooled: bool,
+    /// The session's own statement time limit.
+    own: Option<Duration>,
+    /// Transaction blocks reach the server.
+    transactions: bool,
+    /// Through pgpool-II.
+    pgpool: bool,
 }
 
 impl Manager {
@@ -399,6 +523,14 @@ pub struct ClientWrapper {
     pub(crate) lent: bool,
     /// Reaches PostgreSQL through a pooler.
     pooled: bool,
+    /// Transaction blocks reach the server (not through a pooler that
+    /// refuses them): types are learned inside one.
+    transactions: bool,
+    /// Through pgpool-II, which can lose track of a transaction that saw
+    /// an error (see [`resync`](ClientWrapper::resync)).
+    pgpool: bool,
+    /// A statement failed here since pgpool-II's view was last checked.
+    resync_due: AtomicBool,
     /// The session's own `statement_timeout`, before the pool set the
     /// user's [`PoolBuilder::statement_timeout`](crate::PoolBuilder::statement_timeout)
     /// (`None`: no limit).
@@ -633,6 +765,39 @@ impl ClientWrapper {
         self.retired.store(true, Ordering::Relaxed);
     }
 
+    /// Through pgpool-II, after a transaction in which a statement failed:
+    /// makes sure pgpool-II knows the session is out of it. pgpool-II keeps
+    /// its own idea of each session's transaction state and answers every
+    /// statement but `COMMIT` / `ROLLBACK` itself with `25P02` while it
+    /// takes the session for one inside a failed transaction. After a
+    /// statement failed in a transaction whose messages were pipelined, it
+    /// sometimes kept that idea after the transaction ended on the server
+    /// (and a later statement could crash the pgpool-II process serving
+    /// the session), so through pgpool-II a transaction's messages go out
+    /// one at a time ([`in_turn`](Self::in_turn)), which did not show it;
+    /// this check stays behind that. A `SELECT 1` tells;
+    /// while pgpool-II answers it so, an `ABORT` (`ROLLBACK`, which it
+    /// passes on) resets its idea. A connection it still answers so after
+    /// three is retired. Nothing is sent when no statement failed here.
+    pub(crate) async fn resync(&self) {
+        if !self.resync_due.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        for _ in 0..3 {
+            match self.client.simple_query("SELECT 1").await {
+                Ok(_) => return,
+                Err(e) if e.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
+                    tracing::debug!("pgpool-II took the session for one in a failed transaction");
+                    if self.client.batch_execute("ABORT").await.is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        self.retire();
+    }
+
     /// Whether a server error says the statement no longer fits what was
     /// prepared or learned for it, before anything ran.
     pub(crate) fn stale(&self, db: &tokio_postgres::error::DbError) -> bool {
@@ -652,6 +817,9 @@ impl ClientWrapper {
     /// write in a read-only transaction (25006) has the session checked
     /// before its next use: on a read-only server the connection goes.
     pub(crate) fn sent_error(&self, e: tokio_postgres::Error) -> Error {
+        if self.pgpool && e.as_db_error().is_some() {
+            self.resync_due.store(true, Ordering::Relaxed);
+        }
         if e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) {
             // Nothing ran; the connection may be on a read-only server.
             self.read_only_seen.store(true, Ordering::Relaxed);
@@ -668,6 +836,22 @@ impl ClientWrapper {
             );
         }
         sent_error(e)
+    }
+
+    /// Whether texts are learned without a transaction around them: behind
+    /// a pooler that refuses transaction blocks, and through pgpool-II,
+    /// which keeps each session on server sessions of its own (nothing is
+    /// left on another client's) and loses track of a transaction in which
+    /// a pipelined message failed (see [`resync`](Self::resync)).
+    fn learns_bare(&self) -> bool {
+        !self.transactions || self.pgpool
+    }
+
+    /// Whether a transaction's messages go out one at a time, each answered
+    /// before the next is sent (through pgpool-II, which loses track of a
+    /// transaction in which a pipelined statement failed).
+    pub(crate) fn in_turn(&self) -> bool {
+        self.pgpool
     }
 
     /// Whether this connection sends unnamed statements only.
@@ -705,16 +889,21 @@ impl ClientWrapper {
             .map(|(sql, _)| *sql)
             .collect();
         if !unknown.is_empty() {
-            match learned.learn(&self.client, &unknown, in_transaction).await {
+            match learned
+                .learn(&self.client, &unknown, in_transaction, self.learns_bare())
+                .await
+            {
                 Ok(replies) => {
                     let mut replies = replies.into_iter();
                     for slot in out.iter_mut().filter(|slot| slot.is_none()) {
                         let Some(reply) = replies.next() else {
                             break;
                         };
-                        if let Ok(d) = &reply {
+                        match &reply {
                             // Looked up in the learning transaction.
-                            lock(&self.types).extend(d.custom.iter().map(Type::oid));
+                            Ok(d) => lock(&self.types).extend(d.custom.iter().map(Type::oid)),
+                            Err(_) if self.pgpool => self.resync_due.store(true, Ordering::Relaxed),
+                            Err(_) => {}
                         }
                         *slot = Some(reply.map(Prepared::Unnamed).map_err(unsent_error));
                     }
@@ -762,7 +951,7 @@ impl ClientWrapper {
         if missing.is_empty() {
             return Ok(());
         }
-        match look_up(&self.client, &missing).await {
+        match look_up(&self.client, &missing, self.learns_bare()).await {
             Ok(()) => {
                 lock(&self.types).extend(missing.iter().map(|t| t.oid()));
                 Ok(())

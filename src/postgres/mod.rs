@@ -116,6 +116,20 @@
 //! [`PoolBuilder::statement_timeout`] if you set a tighter one, is its own
 //! deadline for an answer. Connections from [`Pool::get`] are the
 //! driver's own: use `query_typed` / `execute_typed` on them.
+//!
+//! What sits between is [`Pooler`]: found out on the pool's first
+//! connection, or said with `pooler=` in the connection string
+//! (`postgresql://app@pgbouncer:6432/app?pooler=statement`) or
+//! [`PoolBuilder::pooler`]. Behind a pooler that refuses transaction
+//! blocks (PgBouncer `pool_mode = statement`) types are learned without a
+//! transaction, COPY is left out, and what needs a transaction block
+//! (`atomic` of several statements, [`Transaction`] statements other than
+//! `execute_and_commit` alone) is refused before anything is sent. Through
+//! pgpool-II COPY is left out (tokio-postgres's COPY stalls there) and a
+//! transaction's messages go out one at a time. Every new connection checks
+//! that a statement sent on its own commits, and commits once for it where
+//! something between began a transaction ahead of it (pgpool-II in raw
+//! mode). The guide's "Behind a pooler" says why each.
 
 //! # Your own connection: transactions, savepoints, migrations
 //!
@@ -246,7 +260,7 @@ pub use self::encode::PgValue;
 pub(crate) use self::encode::{PgRow, Raw, encode};
 pub use self::listen::Listener;
 pub use self::manager::{ClientWrapper, Manager};
-pub use self::pooler::behind_pooler;
+pub use self::pooler::{Pooler, behind_pooler, ensure_autocommit, find_pooler};
 pub use self::statements::Statements;
 pub use self::tls::{SslMode, TlsConfig};
 /// The driver crate, at the version batchpool uses (see
@@ -260,6 +274,8 @@ pub struct Postgres {
     pool: deadpool::managed::Pool<Manager>,
     /// Fewest rows a plain shape's statement sends as COPY (`None`: never).
     copy_threshold: Option<usize>,
+    /// What is between the pool and PostgreSQL (shared with the manager).
+    far: std::sync::Arc<pooler::FarEnd>,
     /// Whether the warning that the catalog cannot be read was logged (once
     /// per pool: every text learned after it meets the same catalog).
     catalog_warned: std::sync::atomic::AtomicBool,

@@ -16,9 +16,11 @@ use crate::error::Error;
 #[non_exhaustive]
 pub enum Statements {
     /// Named on a direct connection; unnamed when the connection turns out
-    /// to reach PostgreSQL through a pooler (the session's backend process
-    /// is not the one the connection's cancel key names, as with PgBouncer,
-    /// Odyssey or pgcat). The default.
+    /// to reach PostgreSQL through a pooler that shares server sessions
+    /// (the session's backend process is not the one the connection's
+    /// cancel key names, as with PgBouncer, Odyssey or pgcat; or
+    /// [`Pooler`](super::Pooler) says `transaction` or `statement`).
+    /// Through pgpool-II, which keeps sessions apart, named. The default.
     #[default]
     Auto,
     /// Named prepared statements, each prepared once per connection and

@@ -4,6 +4,11 @@
 //! pooler keeps one server connection for a transaction) and closing it
 //! before the transaction ends; every run is then one unnamed
 //! Parse/Bind/Execute with those types (tokio-postgres `query_typed`).
+//! Behind a pooler that refuses transaction blocks the text is prepared and
+//! closed right away ("bare"): the prepare's answer is its own, and the
+//! close, should the pooler send it to another server connection, leaves a
+//! statement under a name nobody there runs (every statement through such a
+//! pooler is unnamed).
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
@@ -50,14 +55,16 @@ impl Learned {
         self.texts().get(sql).cloned()
     }
 
-    /// Learns `texts` on `client`, together, and keeps them for the pool.
+    /// Learns `texts` on `client`, together, and keeps them for the pool;
+    /// `bare`: without a transaction around them.
     pub(crate) async fn learn(
         &self,
         client: &Client,
         texts: &[&str],
         in_transaction: bool,
+        bare: bool,
     ) -> Result<Vec<Result<Arc<Described>, tokio_postgres::Error>>, tokio_postgres::Error> {
-        let learned = learn(client, texts, in_transaction).await?;
+        let learned = learn(client, texts, in_transaction, bare).await?;
         let mut cache = self.texts();
         Ok(texts
             .iter()
@@ -79,19 +86,20 @@ impl Learned {
 /// Prepares `texts` (named statements of tokio-postgres's), reads their
 /// types, and closes them, all on one server connection: inside the
 /// caller's open transaction, or else inside `BEGIN` … `ROLLBACK` (nothing
-/// runs; the rollback also ends a transaction a failed prepare aborted). All
-/// texts go out in one write: two round trips outside a transaction, one
-/// inside.
+/// runs; the rollback also ends a transaction a failed prepare aborted), or
+/// (`bare`) each on its own. All texts go out in one write: two round trips
+/// outside a transaction, one inside or bare.
 async fn learn(
     client: &Client,
     texts: &[&str],
     in_transaction: bool,
+    bare: bool,
 ) -> Result<Vec<Result<Described, tokio_postgres::Error>>, tokio_postgres::Error> {
     // Another client's named statement of the same name may be left on the
     // server connection (`42P05`): a second prepare takes the next names.
     let mut retried = false;
     loop {
-        let learned = learn_once(client, texts, in_transaction).await?;
+        let learned = learn_once(client, texts, in_transaction, bare).await?;
         let clash = learned.iter().any(|r| {
             r.as_ref()
                 .err()
@@ -109,12 +117,14 @@ async fn learn_once(
     client: &Client,
     texts: &[&str],
     in_transaction: bool,
+    bare: bool,
 ) -> Result<Vec<Result<Described, tokio_postgres::Error>>, tokio_postgres::Error> {
     let prepares: Vec<Step<'_, _>> = texts
         .iter()
         .map(|sql| -> Step<'_, _> { Box::pin(client.prepare(sql)) })
         .collect();
-    if in_transaction {
+    if in_transaction || bare {
+        // Each statement is closed as it is dropped, right here.
         return Ok(in_order(prepares)
             .await
             .into_iter()
@@ -184,7 +194,14 @@ ORDER BY t.oid LIMIT 512";
 /// that prepared it. Looking everything up in the first transaction means
 /// it is rarely needed again; a type created later is looked up by
 /// [`look_up`] before a statement that needs it is sent.
-pub(crate) async fn preload_types(client: &Client) -> Result<Vec<u32>, tokio_postgres::Error> {
+///
+/// `bare`: the pooler refuses transaction blocks; the lookups then run on
+/// whichever server connection it picks, which holds tokio-postgres's
+/// lookup statement only if it is the one that prepared it.
+pub(crate) async fn preload_types(
+    client: &Client,
+    bare: bool,
+) -> Result<Vec<u32>, tokio_postgres::Error> {
     let mut oids = Vec::new();
     let mut exprs = Vec::new();
     for message in client.simple_query(CATALOG_TYPES).await? {
@@ -197,7 +214,7 @@ pub(crate) async fn preload_types(client: &Client) -> Result<Vec<u32>, tokio_pos
     }
     if !exprs.is_empty() {
         let select = format!("SELECT {}", exprs.join(", "));
-        learn_once(client, &[&select], false)
+        learn_once(client, &[&select], false, bare)
             .await?
             .pop()
             .transpose()?;
@@ -206,8 +223,12 @@ pub(crate) async fn preload_types(client: &Client) -> Result<Vec<u32>, tokio_pos
 }
 
 /// Looks up `types` inside a transaction (they were created after the
-/// connection opened).
-pub(crate) async fn look_up(client: &Client, types: &[&Type]) -> Result<(), tokio_postgres::Error> {
+/// connection opened); `bare`: without one (see [`preload_types`]).
+pub(crate) async fn look_up(
+    client: &Client,
+    types: &[&Type],
+    bare: bool,
+) -> Result<(), tokio_postgres::Error> {
     let exprs: Vec<String> = types
         .iter()
         .map(|t| {
@@ -219,7 +240,7 @@ pub(crate) async fn look_up(client: &Client, types: &[&Type]) -> Result<(), toki
         })
         .collect();
     let select = format!("SELECT {}", exprs.join(", "));
-    learn_once(client, &[&select], false)
+    learn_once(client, &[&select], false, bare)
         .await?
         .pop()
         .transpose()?;

@@ -1,17 +1,23 @@
 //! One interface over both backends, so that a test body is written once and
-//! runs against PostgreSQL and MariaDB (and PostgreSQL behind PgBouncer).
+//! runs against PostgreSQL and MariaDB (and PostgreSQL behind poolers).
 //!
 //! A shared test is a generic `async fn name<B: TestBackend>()`; the
 //! [`both!`] macro turns a list of them into `pg::name` and `mysql::name`
-//! tests, [`three!`] also into `pgbouncer::name`, [`pg_and_bouncer!`] into
-//! `pg::name` and `pgbouncer::name`. [`Pg`] and [`My`] implement
-//! [`TestBackend`] with each backend's own pool (`batchpool::postgres::Pool`,
-//! `batchpool::mysql::Pool`) and native parameter API; [`Bouncer`] is [`Pg`]
-//! reaching the server through a PgBouncer in transaction mode (its pools in
-//! unnamed statement mode, `statements=unnamed` in their URLs). Shared SQL
-//! is written with `?` placeholders, which [`TestBackend::sql`] numbers
-//! (`$1, $2, …`) for PostgreSQL. Each half is compiled only with its cargo
-//! feature (`postgres`, `mysql`).
+//! tests, [`three!`] also into the pooler tests of [`bouncer!`],
+//! [`pg_and_bouncer!`] into `pg::name` and those, [`pg_and_pgbouncer!`]
+//! into `pg::name` and `pgbouncer::name` only. [`Pg`] and [`My`]
+//! implement [`TestBackend`] with each backend's own pool
+//! (`batchpool::postgres::Pool`, `batchpool::mysql::Pool`) and native
+//! parameter API; the other PostgreSQL backends are [`Pg`] reaching the
+//! server through a pooler: [`Bouncer`] through a PgBouncer in transaction
+//! mode (its pools in unnamed statement mode, `statements=unnamed` in their
+//! URLs), [`StatementBouncer`] through one in statement mode, [`PgpoolSr`]
+//! and [`PgpoolRaw`] through pgpool-II in `streaming_replication` mode with
+//! load balancing and in `raw` mode (these three with URLs that name no
+//! parameter of batchpool's: the pool finds out what it goes through).
+//! Shared SQL is written with `?` placeholders, which [`TestBackend::sql`]
+//! numbers (`$1, $2, …`) for PostgreSQL. Each half is compiled only with
+//! its cargo feature (`postgres`, `mysql`).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -170,16 +176,36 @@ pub trait TestBackend: Send + Sync + 'static {
     } else {
         "BIGINT AUTO_INCREMENT"
     };
-    /// Whether the pool reaches the server through a pooler (PgBouncer in
-    /// transaction mode): a raw client from `Pool::get` may then only use
-    /// unnamed statements (`query_typed`, `simple_query`).
+    /// Whether the pool reaches the server through a pooler that shares
+    /// server sessions (PgBouncer in transaction or statement mode): a raw
+    /// client from `Pool::get` may then only use unnamed statements
+    /// (`query_typed`, `simple_query`).
     const BEHIND_POOLER: bool = false;
+    /// Whether transaction blocks reach the server: not through PgBouncer in
+    /// statement mode, where the pool refuses what needs one
+    /// (`atomic` of several statements, `Transaction` statements).
+    const TRANSACTIONS: bool = true;
+    /// Whether the pool sends a transaction's messages one at a time, each
+    /// answered before the next (MySQL; PostgreSQL through pgpool-II),
+    /// rather than pipelined in one round trip.
+    const IN_TURN: bool = !Self::IS_PG;
+    /// Whether the pool reaches the server through pgpool-II (which it
+    /// asks, after a transaction in which a statement failed, whether it
+    /// knows the transaction ended: `SELECT 1`, and `ABORT` while it
+    /// answers that with `25P02` itself).
+    const PGPOOL: bool = false;
     /// Whether outcomes carry per-row generated ids without `RETURNING`
     /// ([`TestOutcome::insert_id`]): MySQL's `last_insert_id`.
     const INSERT_IDS: bool = !Self::IS_PG;
     /// `pg` for PostgreSQL, `my` for MySQL: for the few texts that differ.
     fn pick<T>(pg: T, my: T) -> T {
         if Self::IS_PG { pg } else { my }
+    }
+
+    /// `pipelined` where a transaction's messages go out in one round trip,
+    /// `in_turn` where they go one at a time ([`TestBackend::IN_TURN`]).
+    fn in_turn<T>(pipelined: T, in_turn: T) -> T {
+        if Self::IN_TURN { in_turn } else { pipelined }
     }
 
     /// The codes of `error` as (`Error::code()`, [`TestBackend::native_code`]).
@@ -455,8 +481,8 @@ macro_rules! both {
 }
 pub(crate) use both;
 
-/// [`both!`], and the same tests once more behind PgBouncer, as
-/// `pgbouncer::name` ([`Bouncer`]; see [`bouncer!`]).
+/// [`both!`], and the same tests once more behind each pooler (see
+/// [`bouncer!`]).
 macro_rules! three {
     ($($group:tt => [$($name:ident),* $(,)?]),* $(,)?) => {
         $crate::common::backend::both! { $($group => [$($name),*]),* }
@@ -465,9 +491,14 @@ macro_rules! three {
 }
 pub(crate) use three;
 
-/// Runs generic test bodies behind PgBouncer in transaction mode as
-/// `pgbouncer::name` tests ([`Bouncer`]: batchpool in unnamed statement
-/// mode), in the syntax of [`both!`]. A suite whose tests all hold behind a
+/// Runs generic test bodies behind each pooler, in the syntax of
+/// [`both!`]: PgBouncer in transaction mode as `pgbouncer::name`
+/// ([`Bouncer`]: batchpool in unnamed statement mode), PgBouncer in
+/// statement mode as `pgbouncer_statement::name` ([`StatementBouncer`]),
+/// pgpool-II as `pgpool::name` ([`PgpoolSr`]: streaming replication, load
+/// balancing) and `pgpool_raw::name` ([`PgpoolRaw`]). A body that needs a
+/// transaction block asserts, where [`TestBackend::TRANSACTIONS`] is false,
+/// the pool's refusal instead. A suite whose tests all hold behind a
 /// pooler uses [`three!`]; one with exceptions pairs [`both!`] (or
 /// [`pg_and_bouncer!`]) with a `bouncer!` listing the others, and says why
 /// each one left out cannot hold behind a pooler.
@@ -476,6 +507,18 @@ macro_rules! bouncer {
         #[cfg(feature = "postgres")]
         mod pgbouncer {
             $($crate::common::backend::tests_for!(Bouncer, $group, $($name)*);)*
+        }
+        #[cfg(feature = "postgres")]
+        mod pgbouncer_statement {
+            $($crate::common::backend::tests_for!(StatementBouncer, $group, $($name)*);)*
+        }
+        #[cfg(feature = "postgres")]
+        mod pgpool {
+            $($crate::common::backend::tests_for!(PgpoolSr, $group, $($name)*);)*
+        }
+        #[cfg(feature = "postgres")]
+        mod pgpool_raw {
+            $($crate::common::backend::tests_for!(PgpoolRaw, $group, $($name)*);)*
         }
     };
 }
@@ -494,6 +537,24 @@ macro_rules! pg_and_bouncer {
     };
 }
 pub(crate) use pg_and_bouncer;
+
+/// [`pg_and_bouncer!`] with one pooler only, PgBouncer in transaction mode
+/// (`pg::name` and `pgbouncer::name`): for suites about what sits on top of
+/// the pool (tower services, HTTP handlers), which the other poolers' runs
+/// of the pool's own suites already cover underneath.
+macro_rules! pg_and_pgbouncer {
+    ($($group:tt => [$($name:ident),* $(,)?]),* $(,)?) => {
+        #[cfg(feature = "postgres")]
+        mod pg {
+            $($crate::common::backend::tests_for!(Pg, $group, $($name)*);)*
+        }
+        #[cfg(feature = "postgres")]
+        mod pgbouncer {
+            $($crate::common::backend::tests_for!(Bouncer, $group, $($name)*);)*
+        }
+    };
+}
+pub(crate) use pg_and_pgbouncer;
 
 /// One group of [`both!`] for one backend.
 macro_rules! tests_for {
@@ -592,7 +653,10 @@ macro_rules! same_pool_api {
 }
 
 #[cfg(feature = "postgres")]
-pub use pg::{Bouncer, Pg, PgVia, Route, pg_params, pg_upstream, pg_via_url};
+pub use pg::{
+    Bouncer, Pg, PgVia, PgpoolRaw, PgpoolSr, Route, StatementBouncer, pg_params, pg_upstream,
+    pg_via_url,
+};
 
 #[cfg(feature = "postgres")]
 mod pg {
@@ -614,12 +678,35 @@ mod pg {
     /// [`TestBackend::version`]) go to the server directly.
     pub type Bouncer = PgVia<Pooler>;
 
+    /// PostgreSQL through a PgBouncer in statement mode
+    /// (`pgbouncer_statement::name` tests), its URLs without batchpool's
+    /// parameters; side connections as [`Bouncer`]'s.
+    pub type StatementBouncer = PgVia<StatementPooler>;
+
+    /// PostgreSQL through pgpool-II in `streaming_replication` mode with
+    /// load balancing (`pgpool::name` tests), its URLs without batchpool's
+    /// parameters; side connections as [`Bouncer`]'s.
+    pub type PgpoolSr = PgVia<ViaPgpool>;
+
+    /// PostgreSQL through pgpool-II in `raw` mode (`pgpool_raw::name`
+    /// tests), as [`PgpoolSr`].
+    pub type PgpoolRaw = PgVia<ViaPgpoolRaw>;
+
     /// How a [`PgVia`] backend reaches the server.
     pub trait Route: Send + Sync + 'static {
-        /// Through a pooler (PgBouncer, transaction mode).
+        /// Through a pooler that shares server sessions (PgBouncer).
         const POOLER: bool;
+        /// Transaction blocks reach the server (see
+        /// [`TestBackend::TRANSACTIONS`]).
+        const TRANSACTIONS: bool = true;
+        /// Through pgpool-II (see [`TestBackend::PGPOOL`]).
+        const PGPOOL: bool = false;
         /// The backend's name in messages.
         const NAME: &'static str;
+        /// batchpool's parameters in the route's URLs (`statements=unnamed`
+        /// behind the transaction-mode PgBouncer), for the transaction
+        /// tests' own URLs.
+        const PARAMS: &'static str = "";
         /// See [`TestBackend::url`].
         fn url() -> String;
         /// See [`TestBackend::fresh_db`].
@@ -629,6 +716,9 @@ mod pg {
         /// A pool builder for the database of `url`, through a TCP proxy
         /// listening on `proxy` if given.
         fn builder(url: &str, proxy: Option<SocketAddr>) -> batchpool::postgres::PoolBuilder;
+        /// For the transaction tests: the address of this route's pooler in
+        /// front of their own server `server` (`None`: the server itself).
+        fn in_front_of(server: &crate::common::PgServer) -> Option<SocketAddr>;
     }
 
     /// Straight to the server: [`Pg`].
@@ -656,6 +746,29 @@ mod pg {
                 None => Pool::builder(url),
             }
         }
+
+        fn in_front_of(_: &crate::common::PgServer) -> Option<SocketAddr> {
+            None
+        }
+    }
+
+    /// A pool from a URL string (batchpool's parameters and all), as a user
+    /// would build one, through `proxy` if given.
+    fn url_builder(url: &str, proxy: Option<SocketAddr>) -> batchpool::postgres::PoolBuilder {
+        match proxy {
+            Some(proxy) => Pool::builder(&pg_via_url(url, proxy)),
+            None => Pool::builder(url),
+        }
+    }
+
+    /// One throwaway pooler per server, started on first use (the
+    /// transaction tests' server has poolers of its own).
+    fn front<P: Send + Sync + 'static>(
+        cell: &'static std::sync::OnceLock<P>,
+        start: impl FnOnce() -> P,
+        addr: impl Fn(&P) -> SocketAddr,
+    ) -> SocketAddr {
+        addr(cell.get_or_init(start))
     }
 
     /// Through the harness's PgBouncer, in unnamed statement mode: [`Bouncer`].
@@ -664,6 +777,7 @@ mod pg {
     impl Route for Pooler {
         const POOLER: bool = true;
         const NAME: &'static str = "PostgreSQL via PgBouncer";
+        const PARAMS: &'static str = "statements=unnamed";
 
         fn url() -> String {
             crate::common::bouncer_url_for(&crate::common::pg_url())
@@ -677,12 +791,135 @@ mod pg {
             crate::common::direct_url_for(url)
         }
 
-        /// From a URL string (`statements=` and all), as a user would.
         fn builder(url: &str, proxy: Option<SocketAddr>) -> batchpool::postgres::PoolBuilder {
-            match proxy {
-                Some(proxy) => Pool::builder(&pg_via_url(url, proxy)),
-                None => Pool::builder(url),
-            }
+            url_builder(url, proxy)
+        }
+
+        fn in_front_of(server: &crate::common::PgServer) -> Option<SocketAddr> {
+            static FRONT: std::sync::OnceLock<crate::common::PgBouncer> =
+                std::sync::OnceLock::new();
+            Some(front(
+                &FRONT,
+                || crate::common::PgBouncer::start(&server.url()),
+                crate::common::PgBouncer::addr,
+            ))
+        }
+    }
+
+    /// Through the harness's PgBouncer in statement mode: [`StatementBouncer`].
+    pub struct StatementPooler;
+
+    impl Route for StatementPooler {
+        const POOLER: bool = true;
+        const TRANSACTIONS: bool = false;
+        const NAME: &'static str = "PostgreSQL via PgBouncer in statement mode";
+
+        fn url() -> String {
+            crate::common::bouncer_statement_url_for(&crate::common::pg_url())
+        }
+
+        async fn fresh_db() -> String {
+            crate::common::bouncer_statement_fresh_db().await
+        }
+
+        fn direct(url: &str) -> String {
+            crate::common::direct_url_for(url)
+        }
+
+        fn builder(url: &str, proxy: Option<SocketAddr>) -> batchpool::postgres::PoolBuilder {
+            url_builder(url, proxy)
+        }
+
+        fn in_front_of(server: &crate::common::PgServer) -> Option<SocketAddr> {
+            static FRONT: std::sync::OnceLock<crate::common::PgBouncer> =
+                std::sync::OnceLock::new();
+            Some(front(
+                &FRONT,
+                || {
+                    crate::common::PgBouncer::start_in(
+                        &server.url(),
+                        crate::common::PoolMode::Statement,
+                    )
+                },
+                crate::common::PgBouncer::addr,
+            ))
+        }
+    }
+
+    /// Through the harness's pgpool-II in streaming replication mode:
+    /// [`PgpoolSr`].
+    pub struct ViaPgpool;
+
+    impl Route for ViaPgpool {
+        const POOLER: bool = false;
+        const PGPOOL: bool = true;
+        const NAME: &'static str = "PostgreSQL via pgpool-II";
+
+        fn url() -> String {
+            crate::common::pgpool_url_for(
+                &crate::common::pg_url(),
+                crate::common::PgpoolMode::StreamingReplication,
+            )
+        }
+
+        async fn fresh_db() -> String {
+            crate::common::pgpool_fresh_db(crate::common::PgpoolMode::StreamingReplication).await
+        }
+
+        fn direct(url: &str) -> String {
+            crate::common::direct_url_for(url)
+        }
+
+        fn builder(url: &str, proxy: Option<SocketAddr>) -> batchpool::postgres::PoolBuilder {
+            url_builder(url, proxy)
+        }
+
+        fn in_front_of(server: &crate::common::PgServer) -> Option<SocketAddr> {
+            static FRONT: std::sync::OnceLock<crate::common::Pgpool> = std::sync::OnceLock::new();
+            Some(front(
+                &FRONT,
+                || {
+                    crate::common::Pgpool::start(
+                        &server.url(),
+                        crate::common::PgpoolMode::StreamingReplication,
+                    )
+                },
+                crate::common::Pgpool::addr,
+            ))
+        }
+    }
+
+    /// Through the harness's pgpool-II in raw mode: [`PgpoolRaw`].
+    pub struct ViaPgpoolRaw;
+
+    impl Route for ViaPgpoolRaw {
+        const POOLER: bool = false;
+        const PGPOOL: bool = true;
+        const NAME: &'static str = "PostgreSQL via pgpool-II in raw mode";
+
+        fn url() -> String {
+            crate::common::pgpool_url_for(&crate::common::pg_url(), crate::common::PgpoolMode::Raw)
+        }
+
+        async fn fresh_db() -> String {
+            crate::common::pgpool_fresh_db(crate::common::PgpoolMode::Raw).await
+        }
+
+        fn direct(url: &str) -> String {
+            crate::common::direct_url_for(url)
+        }
+
+        fn builder(url: &str, proxy: Option<SocketAddr>) -> batchpool::postgres::PoolBuilder {
+            url_builder(url, proxy)
+        }
+
+        fn in_front_of(server: &crate::common::PgServer) -> Option<SocketAddr> {
+            static FRONT: std::sync::OnceLock<crate::common::Pgpool> = std::sync::OnceLock::new();
+            Some(front(
+                &FRONT,
+                || crate::common::Pgpool::start(&server.url(), crate::common::PgpoolMode::Raw),
+                crate::common::Pgpool::addr,
+            ))
         }
     }
 
@@ -792,6 +1029,9 @@ mod pg {
 
         const NAME: &'static str = R::NAME;
         const BEHIND_POOLER: bool = R::POOLER;
+        const TRANSACTIONS: bool = R::TRANSACTIONS;
+        const IN_TURN: bool = R::PGPOOL;
+        const PGPOOL: bool = R::PGPOOL;
 
         fn url() -> String {
             R::url()

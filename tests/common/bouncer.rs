@@ -1,21 +1,30 @@
 //! PgBouncer half of the harness: a throwaway PgBouncer in
 //! `pool_mode = transaction` in front of a PostgreSQL server, shared by the
 //! tests of a process ([`bouncer_url`], [`bouncer_url_for`],
-//! [`bouncer_fresh_db`]) or owned ([`PgBouncer`]).
+//! [`bouncer_fresh_db`]) or owned ([`PgBouncer`]), and one in `pool_mode =
+//! statement` ([`bouncer_statement_url`], [`bouncer_statement_url_for`],
+//! [`bouncer_statement_fresh_db`]).
 //!
 //! `PGBOUNCER_URL` set (non-empty): that PgBouncer is used as is; it must
 //! run in transaction mode in front of the `PG_URL` server (or whatever
 //! server [`super::pg_url`] gives), with a wildcard database (`* = ...`) so
 //! that the tests' fresh databases are reachable through it, e.g.
-//! `PGBOUNCER_URL=postgresql://postgres@127.0.0.1:6432/postgres`.
+//! `PGBOUNCER_URL=postgresql://postgres@127.0.0.1:6432/postgres`;
+//! `PGBOUNCER_STATEMENT_URL` likewise for one in statement mode.
 //!
-//! Otherwise a throwaway PgBouncer is started once per process, in a temp
-//! dir (config, auth file, pid file, log), listening on 127.0.0.1 and a free
-//! port only (no unix socket), as the system user `postgres` when root:
+//! Otherwise a throwaway PgBouncer is started once per process and mode, in
+//! a temp dir (config, auth file, pid file, log), listening on 127.0.0.1
+//! and a free port only (no unix socket), as the system user `postgres`
+//! when root:
 //!
 //! - `pool_mode = transaction`, `server_reset_query` empty: a client gets a
 //!   server connection for one transaction only; between transactions its
 //!   next statement may run on any server connection of the pool;
+//! - or `pool_mode = statement`: a server connection for one statement
+//!   only, and a client that opens a transaction block is disconnected
+//!   ("transaction blocks not allowed in statement pooling mode"); its
+//!   idle server connections close after 10 s (`server_idle_timeout`), so
+//!   the pools of finished tests' databases do not pile up on the server;
 //! - `default_pool_size = 4` server connections per database and user (see
 //!   [`POOL_SIZE`]), far fewer than the client connections the tests open:
 //!   server connections really are shared between client connections, and
@@ -46,8 +55,19 @@ const MISSING: &str = "PgBouncer binary (`pgbouncer` on PATH or /usr/sbin/pgboun
 /// client connections of most tests, so that clients share them.
 pub const POOL_SIZE: usize = 4;
 
-/// The shared throwaway PgBouncer of this process (in front of `pg_url()`).
+/// The shared throwaway PgBouncers of this process (in front of
+/// `pg_url()`), in transaction and in statement mode.
 static SHARED: util::Shared<PgBouncer> = util::Shared::new();
+static SHARED_STATEMENT: util::Shared<PgBouncer> = util::Shared::new();
+
+/// PgBouncer's `pool_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolMode {
+    /// `transaction`.
+    Transaction,
+    /// `statement`.
+    Statement,
+}
 
 /// PgBouncer for this process: `PGBOUNCER_URL` if set, else a throwaway
 /// PgBouncer in transaction mode in front of [`super::pg_url`]'s server,
@@ -87,6 +107,37 @@ pub async fn bouncer_fresh_db() -> String {
 /// commands, simple protocol only).
 pub fn bouncer_admin_url() -> String {
     util::with_database(&bouncer_url(), "pgbouncer")
+}
+
+/// PgBouncer in statement mode for this process: `PGBOUNCER_STATEMENT_URL`
+/// if set, else a throwaway one in front of [`super::pg_url`]'s server,
+/// started once per process (see [`bouncer_url`]).
+pub fn bouncer_statement_url() -> String {
+    SHARED_STATEMENT.url(
+        "PGBOUNCER_STATEMENT_URL",
+        || PgBouncer::start_in(&super::pg_url(), PoolMode::Statement),
+        PgBouncer::url,
+    )
+}
+
+/// The database of `db_url` reached through [`bouncer_statement_url`]'s
+/// PgBouncer, with no parameter of batchpool's: that the pooler refuses
+/// transaction blocks, the pool finds out.
+pub fn bouncer_statement_url_for(db_url: &str) -> String {
+    let db = parse(db_url).get_dbname().unwrap_or("postgres").to_string();
+    util::with_database(&bouncer_statement_url(), &db)
+}
+
+/// [`bouncer_statement_url`]'s admin console.
+pub fn bouncer_statement_admin_url() -> String {
+    util::with_database(&bouncer_statement_url(), "pgbouncer")
+}
+
+/// A fresh, uniquely named database reached through the PgBouncer in
+/// statement mode ([`bouncer_statement_url_for`]).
+pub async fn bouncer_statement_fresh_db() -> String {
+    bouncer_statement_url(); // starts the bouncer (and the server) before awaiting
+    bouncer_statement_url_for(&super::pg_fresh_db().await)
 }
 
 /// The same database as `url` (a PgBouncer URL of [`bouncer_url_for`])
@@ -172,9 +223,9 @@ fn tcp_address(config: &tokio_postgres::Config) -> (String, u16) {
     (host, port)
 }
 
-/// A throwaway PgBouncer (transaction mode) owned by the caller, in front of
-/// one PostgreSQL server; stopped and removed on Drop, and by a watchdog
-/// process if this process exits without dropping it.
+/// A throwaway PgBouncer (transaction or statement mode) owned by the
+/// caller, in front of one PostgreSQL server; stopped and removed on Drop,
+/// and by a watchdog process if this process exits without dropping it.
 pub struct PgBouncer {
     /// Temp dir holding `pgbouncer.ini`, `users.txt`, the pid file and log.
     dir: PathBuf,
@@ -194,6 +245,15 @@ impl PgBouncer {
     /// until it accepts connections; panics with its log tail if it cannot
     /// start, or with install advice if the binary is missing.
     pub fn start(server_url: &str) -> PgBouncer {
+        PgBouncer::start_in(server_url, PoolMode::Transaction)
+    }
+
+    /// [`PgBouncer::start`] in pool mode `mode`.
+    pub fn start_in(server_url: &str, mode: PoolMode) -> PgBouncer {
+        let (pool_mode, idle) = match mode {
+            PoolMode::Transaction => ("transaction", ""),
+            PoolMode::Statement => ("statement", "server_idle_timeout = 10\n"),
+        };
         let bin = util::find_on_path_or("pgbouncer", &["/usr/sbin", "/usr/bin", "/sbin"])
             .unwrap_or_else(|| panic!("{MISSING}"));
         let server = parse(server_url);
@@ -242,7 +302,8 @@ impl PgBouncer {
                      auth_type = trust\n\
                      auth_file = {users}\n\
                      admin_users = {user}\n\
-                     pool_mode = transaction\n\
+                     pool_mode = {pool_mode}\n\
+                     {idle}\
                      server_reset_query =\n\
                      max_client_conn = 1000\n\
                      default_pool_size = {POOL_SIZE}\n\

@@ -21,7 +21,13 @@
 //! - The PostgreSQL tests that also run behind PgBouncer (`pgbouncer::name`)
 //!   start a throwaway PgBouncer in transaction mode in front of that server,
 //!   once per process, on the first call to [`bouncer_url`] (binary
-//!   `pgbouncer`, Debian package `pgbouncer`; missing, a failing test).
+//!   `pgbouncer`, Debian package `pgbouncer`; missing, a failing test); those
+//!   run as `pgbouncer_statement::name` one in statement mode
+//!   ([`bouncer_statement_url`]), and those run as `pgpool::name` /
+//!   `pgpool_raw::name` a throwaway pgpool-II in `streaming_replication`
+//!   mode with load balancing, or in `raw` mode ([`pgpool_url`]; binary
+//!   `pgpool`, Debian package `pgpool2`; `PGPOOL_URL` / `PGPOOL_RAW_URL`
+//!   for running ones).
 //!
 //! - The Galera tests use [`galera_cluster`]: a throwaway 3-node MariaDB
 //!   Galera cluster on loopback (always started; Debian packages `galera-4`,
@@ -56,6 +62,8 @@ mod galera;
 mod mysql;
 #[cfg(feature = "postgres")]
 mod pg;
+#[cfg(feature = "postgres")]
+mod pgpool;
 pub use certs::TestCerts;
 pub mod proxy;
 pub mod tx;
@@ -63,7 +71,8 @@ mod util;
 
 #[cfg(feature = "postgres")]
 pub use bouncer::{
-    POOL_SIZE as BOUNCER_POOL_SIZE, PgBouncer, bouncer_admin_url, bouncer_fresh_db,
+    POOL_SIZE as BOUNCER_POOL_SIZE, PgBouncer, PoolMode, bouncer_admin_url, bouncer_fresh_db,
+    bouncer_statement_admin_url, bouncer_statement_fresh_db, bouncer_statement_url_for,
     bouncer_url_for, direct_url_for, strip_param, with_statements,
 };
 #[cfg(feature = "mysql")]
@@ -78,6 +87,8 @@ pub use pg::{
     BIN_DIR_VAR as PG_BIN_DIR_VAR, PgServer, pg_bin_dir, pg_fresh_db, pg_tls_fresh_db,
     pg_tls_server, pg_url, pg_version,
 };
+#[cfg(feature = "postgres")]
+pub use pgpool::{Pgpool, PgpoolMode, pgpool_fresh_db, pgpool_url, pgpool_url_for};
 
 /// Whether throwaway servers run with durability traded for speed
 /// (`BATCHPOOL_FAST_SERVER=1`); benches should print this with their results.

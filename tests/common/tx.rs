@@ -137,6 +137,24 @@ impl<B: TxBackend> Env<B> {
         }
     }
 
+    /// Through a pooler that refuses transaction blocks (see
+    /// [`TestBackend::TRANSACTIONS`]): `call`, which needs one (an atomic
+    /// group of several statements, a statement of a transaction), fails
+    /// with an error that says why, and nothing of it reaches the server.
+    pub async fn refused<T: std::fmt::Debug, E: Into<Error>>(
+        &self,
+        call: impl Future<Output = Result<T, E>>,
+    ) {
+        let (out, trips, log) = self.count(call).await;
+        let e: Error = out.map_err(Into::into).unwrap_err();
+        assert!(e.is_refused(), "{e}");
+        assert!(
+            e.to_string().contains("refuses transaction blocks"),
+            "the error says why: {e}"
+        );
+        assert_eq!((trips, log.len()), (0, 0), "nothing sent: {log:?}");
+    }
+
     /// Statements the server logged for this test's pool, in order.
     pub fn logged(&self) -> Vec<String> {
         B::logged(&self.db)
@@ -158,6 +176,30 @@ impl<B: TxBackend> Env<B> {
         let mut log = self.logged();
         log.drain(..logged.min(log.len()));
         (out, trips, log)
+    }
+
+    /// The round trips and log of [`Env::count`] for a call that ended a
+    /// transaction in which a statement failed, without what the pool
+    /// asks pgpool-II afterwards (see [`TestBackend::PGPOOL`]): a `SELECT 1`,
+    /// which reaches the server once pgpool-II lets it, after an `ABORT`
+    /// for each time pgpool-II answered it with `25P02` itself (those
+    /// answers never reach the server's log); each is one round trip.
+    /// Unchanged for other backends.
+    pub fn resynced(&self, trips: u64, mut log: Vec<String>) -> (u64, Vec<String>) {
+        if !B::PGPOOL {
+            return (trips, log);
+        }
+        assert_eq!(
+            log.pop().as_deref(),
+            Some("SELECT 1"),
+            "the pool asks pgpool-II after a failed transaction"
+        );
+        let mut asked = 1;
+        while log.last().map(String::as_str) == Some("ABORT") {
+            log.pop();
+            asked += 2;
+        }
+        (trips - asked, log)
     }
 
     pub async fn keys(&self) -> Vec<i32> {
@@ -250,8 +292,8 @@ where
 #[cfg(feature = "postgres")]
 mod pg {
     use super::*;
+    use crate::common::PgServer;
     use crate::common::backend::{PgVia, Route};
-    use crate::common::{PgBouncer, PgServer};
     use batchpool::postgres::{Outcome, Pool, Transaction};
     use std::sync::OnceLock;
     use tokio_postgres::types::ToSql;
@@ -262,13 +304,6 @@ mod pg {
         SERVER.get_or_init(|| {
             PgServer::start(&[("log_statement", "all"), ("log_line_prefix", "%d|%a|")])
         })
-    }
-
-    /// A PgBouncer (transaction mode) in front of [`server`], for the
-    /// [`crate::common::backend::Bouncer`] environments.
-    pub fn bouncer() -> &'static PgBouncer {
-        static BOUNCER: OnceLock<PgBouncer> = OnceLock::new();
-        BOUNCER.get_or_init(|| PgBouncer::start(&server().url()))
     }
 
     /// A direct connection to `db` on the transaction tests' server.
@@ -291,9 +326,10 @@ mod pg {
         crate::common::backend::pg_params(params)
     }
 
-    /// Behind PgBouncer ([`Route::POOLER`]) the pool's connections reach
-    /// the server through the proxy, then [`bouncer`]; the admin connection
-    /// and the log are the server's own either way.
+    /// Behind a pooler ([`Route::in_front_of`]) the pool's connections reach
+    /// the server through the proxy, then the route's pooler in front of
+    /// [`server`]; the admin connection and the log are the server's own
+    /// either way.
     impl<R: Route> TxBackend for PgVia<R> {
         type Tx = Transaction;
         type Conn = batchpool::postgres::Client;
@@ -310,12 +346,14 @@ mod pg {
                 .await
                 .unwrap();
             let name = db.clone();
-            if R::POOLER {
-                let upstream = bouncer().addr();
+            if let Some(upstream) = R::in_front_of(server()) {
                 return Env::assemble(db, upstream, admin, move |proxy| {
-                    let url = format!(
-                        "postgresql://postgres@{proxy}/{name}?application_name=pool&statements=unnamed"
-                    );
+                    let mut url =
+                        format!("postgresql://postgres@{proxy}/{name}?application_name=pool");
+                    if !R::PARAMS.is_empty() {
+                        url.push('&');
+                        url.push_str(R::PARAMS);
+                    }
                     Pool::builder(&url).max_size(max_size).build().unwrap()
                 })
                 .await;

@@ -1,7 +1,8 @@
 //! The axum and actix-web example services on a loopback port against a
 //! real PostgreSQL, driven by a real HTTP client (reqwest). Every test runs
 //! as `pg::name` and, behind PgBouncer in transaction mode, as
-//! `pgbouncer::name`.
+//! `pgbouncer::name` (not through the other poolers: what these test sits
+//! on top of the pool, whose own suites run through them).
 
 use crate::common;
 
@@ -15,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::backend::{Patience, TestBackend, pg_and_bouncer, wait_for};
+use crate::common::backend::{Patience, TestBackend, pg_and_pgbouncer, wait_for};
 use batchpool::BatchConfig;
 use batchpool::postgres::Pool;
 use serde::{Deserialize, Serialize};
@@ -41,7 +42,7 @@ struct Event {
     data: String,
 }
 
-pg_and_bouncer! {
+pg_and_pgbouncer! {
     (flavor = "multi_thread", worker_threads = 4) => [
         axum_service_two_thousand_concurrent_posts,
     ],

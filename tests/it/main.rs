@@ -72,6 +72,8 @@ mod pg_transactions;
 mod pgbouncer;
 #[cfg(all(feature = "postgres", feature = "mysql", feature = "serde"))]
 mod pool_config;
+#[cfg(feature = "postgres")]
+mod poolers;
 #[cfg(all(feature = "postgres", feature = "mysql", feature = "rustls"))]
 mod secrets;
 #[cfg(all(feature = "postgres", feature = "mysql"))]

@@ -2,8 +2,11 @@
 //! with `BEGIN`/`COMMIT` in one round trip, tokio-postgres' view of an
 //! aborted `COMMIT`, and cancellation while the replies are in flight.
 //! What both backends share is in `transactions.rs`. The tests of the pool
-//! run as `pg::name` and, behind PgBouncer in transaction mode (the proxy
-//! between the pool and PgBouncer), as `pgbouncer::name`.
+//! run as `pg::name` and behind each pooler (the proxy between the pool and
+//! the pooler): `pgbouncer::name` (transaction mode),
+//! `pgbouncer_statement::name` (statement mode: each checks that what it
+//! would send is refused before anything is sent), `pgpool::name` and
+//! `pgpool_raw::name`.
 
 use crate::common;
 
@@ -40,12 +43,18 @@ async fn group_of_three_is_one_round_trip_and_one_transaction<B: TxBackend<Pool 
     // ROLLBACK (nothing stays prepared on the server connection), then the
     // group.
     let (ten, twenty) = (three::<B>(10, "v10", "v10"), three::<B>(20, "v20", "v20"));
+    if !B::TRANSACTIONS {
+        return env.refused(B::atomic(&env.pool, &ten)).await;
+    }
     let (out, trips, log) = env.count(B::atomic(&env.pool, &ten)).await;
     let out = out.unwrap();
+    // Through pgpool-II the group goes out one message at a time: BEGIN,
+    // each statement, COMMIT.
+    let group_trips = B::in_turn(1, 5);
     let (first_use, learned): (u64, &[&str]) = if B::BEHIND_POOLER {
-        (3, &["BEGIN", "ROLLBACK"])
+        (2 + group_trips, &["BEGIN", "ROLLBACK"])
     } else {
-        (2, &[])
+        (1 + group_trips, &[])
     };
     assert_eq!(trips, first_use, "prepare or learn (once) + the group");
     assert_eq!(
@@ -58,7 +67,7 @@ async fn group_of_three_is_one_round_trip_and_one_transaction<B: TxBackend<Pool 
     // Prepared: one round trip.
     let (out, trips, log) = env.count(B::atomic(&env.pool, &twenty)).await;
     out.unwrap();
-    assert_eq!(trips, 1);
+    assert_eq!(trips, group_trips);
     assert_eq!(log, ["BEGIN", INS, INS_BANG, TOUCH, "COMMIT"]);
 
     // One transaction wrote all three rows' versions.
@@ -96,7 +105,14 @@ async fn tokio_postgres_reports_commit_of_aborted_transaction_as_ok() {
 async fn cancelled_atomic_group_leaves_no_open_transaction<B: TxBackend<Pool = Pool>>() {
     let env = B::env(1).await;
     let (zero, ten) = (three::<B>(0, "x", "y"), three::<B>(10, "x", "y"));
+    if !B::TRANSACTIONS {
+        env.insert(0, "warm").await;
+        return env.refused(B::atomic(&env.pool, &ten)).await;
+    }
     B::atomic(&env.pool, &zero).await.unwrap(); // prepared
+    if B::IN_TURN {
+        return cancelled_in_turn_group_commits_nothing(env, &ten).await;
+    }
 
     {
         let fut = B::atomic(&env.pool, &ten);
@@ -132,12 +148,50 @@ async fn cancelled_atomic_group_leaves_no_open_transaction<B: TxBackend<Pool = P
     );
 }
 
+/// [`cancelled_atomic_group_leaves_no_open_transaction`] where the group
+/// goes out one message at a time (through pgpool-II): cancelled while its
+/// `BEGIN` waits for an answer, none of it ran, and the guard's `ROLLBACK`
+/// ends the transaction.
+async fn cancelled_in_turn_group_commits_nothing<B: TxBackend<Pool = Pool>>(
+    env: common::tx::Env<B>,
+    group: &common::tx::Group<'_>,
+) {
+    {
+        let fut = B::atomic(&env.pool, group);
+        tokio::pin!(fut);
+        hold_until_sent(&env.proxy, &mut fut).await;
+        let patience = common::backend::Patience::new("the transaction to be open");
+        while env.open_transactions().await != 1 {
+            patience.wait().await;
+        }
+    }
+    env.proxy.hold_replies(false);
+    env.pooled_connections_clean().await;
+    assert_eq!(env.keys().await, vec![0, 1], "nothing of the group ran");
+    // The transaction control the pool sent (pgpool-II's own questions
+    // about functions' volatility show in the log too).
+    let control = env.expect(&[Sent::Begin, Sent::Commit, Sent::Rollback]);
+    let log: Vec<String> = env
+        .logged()
+        .into_iter()
+        .filter(|s| control.contains(s))
+        .collect();
+    assert_eq!(
+        log[log.len() - 2..],
+        env.expect(&[Sent::Begin, Sent::Rollback]),
+        "{log:?}"
+    );
+}
+
 /// The first statement, which carries the `BEGIN`, is cancelled in flight.
 async fn cancelled_transaction_statement_then_drop_rolls_back<B: TxBackend<Pool = Pool>>() {
     let env = B::env(1).await;
     env.insert(0, "warm").await;
 
     let mut tx = env.pool.begin();
+    if !B::TRANSACTIONS {
+        return env.refused(tx.execute(INS, &[&7i32, &"seven"])).await;
+    }
     hold_until_sent(&env.proxy, tx.execute(INS, &[&7i32, &"seven"])).await;
     let patience = common::backend::Patience::new("the transaction to be open");
     while env.open_transactions().await != 1 {

@@ -81,6 +81,7 @@ fn every_builder_setting_has_a_field() {
             ("PG_IDLE_TIMEOUT", "90s"),
             ("PG_COPY_THRESHOLD", "off"),
             ("PG_STATEMENTS", "unnamed"),
+            ("PG_POOLER", "statement"),
             ("PG_SSL_MODE", "disable"),
         ]),
     )
@@ -97,6 +98,7 @@ fn every_builder_setting_has_a_field() {
         "idle_timeout: Some(90s)",
         "copy_threshold: Some(None)",
         "statements: Some(Unnamed)",
+        "pooler: Some(Statement)",
         "mode: Some(Disable)",
     ] {
         assert!(shown.contains(setting), "{setting} in {shown}");

@@ -2,12 +2,13 @@
 //! `ServiceBuilder` stack, readiness as backpressure, and `CoalesceLayer`
 //! over an inner service that runs batches on a pool. The PostgreSQL tests
 //! run as `pg::name` and, behind PgBouncer in transaction mode, as
-//! `pgbouncer::name`.
+//! `pgbouncer::name` (not through the other poolers: what these test sits
+//! on top of the pool, whose own suites run through them).
 
 #[cfg(feature = "mysql")]
 use crate::common;
 
-use crate::common::backend::{TestBackend, pg_and_bouncer, wait_for};
+use crate::common::backend::{TestBackend, pg_and_pgbouncer, wait_for};
 
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -28,7 +29,7 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 
 const INSERT: &str = "INSERT INTO events (body) VALUES ($1) RETURNING id";
 
-pg_and_bouncer! {
+pg_and_pgbouncer! {
     (flavor = "multi_thread", worker_threads = 4) => [
         service_builder_stack_with_timeout_and_concurrency_limit,
         coalesce_layer_batches_rows_for_an_inner_service,

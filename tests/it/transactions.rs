@@ -1,13 +1,21 @@
 //! `Pool::atomic` and `Pool::begin` against a real PostgreSQL and a real
 //! MariaDB: what reaches the server is counted exactly, on the wire (a proxy
 //! counting round trips) and in the server's statement log (see
-//! `common/tx.rs`). Every test runs as `pg::name` and `mysql::name`, and as
-//! `pgbouncer::name` behind PgBouncer in transaction mode (the proxy between
-//! the pool and PgBouncer, the log the server's); where
-//! the protocols differ (PostgreSQL pipelines `BEGIN` and `COMMIT` with the
-//! statements, MySQL sends each on its own) the expected counts are given
-//! per backend. Tests of one backend only are in `pg_transactions.rs` and
+//! `common/tx.rs`). Every test runs as `pg::name` and `mysql::name`, and
+//! behind each pooler (the proxy between the pool and the pooler, the log
+//! the server's): PgBouncer in transaction mode (`pgbouncer::name`), in
+//! statement mode (`pgbouncer_statement::name`: what needs a transaction
+//! block is refused before anything is sent, and the tests check that
+//! instead), and pgpool-II (`pgpool::name`, `pgpool_raw::name`: a
+//! transaction's messages go out one at a time, as on MySQL, and after a
+//! transaction in which a statement failed the pool asks pgpool-II whether
+//! it knows the transaction ended, see [`Env::resynced`]). Where the
+//! protocols differ (PostgreSQL pipelines `BEGIN` and `COMMIT` with the
+//! statements, MySQL and pgpool-II send each on its own) the expected
+//! counts are given for both (`TestBackend::in_turn`). Tests of one backend only are in `pg_transactions.rs` and
 //! `mysql_transactions.rs`.
+//!
+//! [`Env::resynced`]: crate::common::tx::Env::resynced
 
 use crate::common::backend::{DbError, TestOutcome, count, three, vals};
 use crate::common::tx::{Sent, TxBackend};
@@ -56,6 +64,12 @@ async fn failing_statement_rolls_back_the_whole_group_and_names_it<B: TxBackend>
         (B::INS_BANG, vals![2, "two"]),
         (B::TOUCH, vals![1]),
     ];
+    if !B::TRANSACTIONS {
+        env.insert(0, "warm").await;
+        env.refused(B::atomic(&env.pool, &group)).await;
+        assert_eq!(env.keys().await, vec![0]);
+        return env.pooled_connections_clean().await;
+    }
     B::atomic(&env.pool, &group).await.unwrap();
 
     // Statement 1 hits the primary key of row 1: nothing of the group stays.
@@ -65,6 +79,7 @@ async fn failing_statement_rolls_back_the_whole_group_and_names_it<B: TxBackend>
         (B::TOUCH, vals![30]),
     ];
     let (out, trips, log) = env.count(B::atomic(&env.pool, &group)).await;
+    let (trips, log) = env.resynced(trips, log);
     let err = out.unwrap_err();
     assert_eq!(err.index(), Some(1), "{err}");
     let (code, native) = B::codes(DbError::DuplicateKey);
@@ -81,9 +96,10 @@ async fn failing_statement_rolls_back_the_whole_group_and_names_it<B: TxBackend>
     );
     // PostgreSQL: one round trip; the third statement is rejected (25P02)
     // before it executes, and COMMIT is still sent and turns into ROLLBACK.
-    // MySQL: START, statement 0, statement 1, ROLLBACK.
-    assert_eq!(trips, B::pick(1, 4));
-    let end = B::pick(Sent::Commit, Sent::Rollback);
+    // MySQL, and PostgreSQL through pgpool-II: BEGIN, statement 0,
+    // statement 1, ROLLBACK, one at a time.
+    assert_eq!(trips, B::in_turn(1, 4));
+    let end = B::in_turn(Sent::Commit, Sent::Rollback);
     let sent = [
         Sent::Begin,
         Sent::Statement(B::INS),
@@ -101,7 +117,8 @@ async fn failing_statement_rolls_back_the_whole_group_and_names_it<B: TxBackend>
 }
 
 /// PostgreSQL: two round trips (`BEGIN` rides with the first statement);
-/// MySQL: three (`START TRANSACTION`, the statement, `COMMIT`).
+/// MySQL, and PostgreSQL through pgpool-II: three (`BEGIN`, the statement,
+/// `COMMIT`).
 async fn lazy_transaction_round_trips<B: TxBackend>() {
     let env = B::env(1).await;
     env.insert(0, "warm").await;
@@ -114,18 +131,27 @@ async fn lazy_transaction_round_trips<B: TxBackend>() {
         available,
         "no connection taken yet"
     );
+    if !B::TRANSACTIONS {
+        env.refused(B::tx_execute(&mut tx, B::INS, &vals![1, "a"]))
+            .await;
+        assert!(!B::is_begun(&tx));
+        let (out, trips, _) = env.count(B::tx_commit(tx)).await;
+        out.unwrap();
+        assert_eq!(trips, 0, "nothing to commit");
+        return env.pooled_connections_clean().await;
+    }
     let (out, first, log) = env
         .count(B::tx_execute(&mut tx, B::INS, &vals![1, "a"]))
         .await;
     assert_eq!(out.unwrap().rows_affected(), 1);
-    assert_eq!(first, B::pick(1, 2), "BEGIN, then the statement");
+    assert_eq!(first, B::in_turn(1, 2), "BEGIN, then the statement");
     assert_eq!(log, env.expect(&[Sent::Begin, Sent::Statement(B::INS)]));
     assert!(B::is_begun(&tx));
     assert_eq!(env.keys().await, vec![0], "not committed yet");
 
     let (out, second, log) = env.count(B::tx_commit(tx)).await;
     out.unwrap();
-    assert_eq!(first + second, B::pick(2, 3));
+    assert_eq!(first + second, B::in_turn(2, 3));
     assert_eq!(log, env.expect(&[Sent::Commit]));
     assert_eq!(env.keys().await, vec![0, 1]);
     env.pooled_connections_clean().await;
@@ -154,7 +180,16 @@ async fn empty_transactions_and_groups_send_nothing<B: TxBackend>() {
 async fn execute_and_commit_alone_is_autocommit_and_last_rides_with_commit<B: TxBackend>() {
     let env = B::env(1).await;
     let warm = [(B::INS, vals![0, "warm"]), (B::TOUCH, vals![0])];
-    B::atomic(&env.pool, &warm).await.unwrap();
+    if B::TRANSACTIONS {
+        B::atomic(&env.pool, &warm).await.unwrap();
+    } else {
+        // One statement at a time: each is its own transaction.
+        for (sql, params) in &warm {
+            B::atomic(&env.pool, &[(sql, params.clone())])
+                .await
+                .unwrap();
+        }
+    }
 
     let tx = B::begin(&env.pool);
     let (out, trips, log) = env
@@ -169,8 +204,15 @@ async fn execute_and_commit_alone_is_autocommit_and_last_rides_with_commit<B: Tx
     );
 
     // PostgreSQL: BEGIN rides with the first statement, COMMIT with the
-    // last; MySQL: START TRANSACTION, each statement, COMMIT.
+    // last; MySQL, and PostgreSQL through pgpool-II: BEGIN, each statement,
+    // COMMIT.
     let mut tx = B::begin(&env.pool);
+    if !B::TRANSACTIONS {
+        env.refused(B::tx_execute(&mut tx, B::INS, &vals![2, "b"]))
+            .await;
+        assert_eq!(env.keys().await, vec![0, 1]);
+        return env.pooled_connections_clean().await;
+    }
     let (out, trips, log) = env
         .count(async {
             B::tx_execute(&mut tx, B::INS, &vals![2, "b"])
@@ -180,7 +222,7 @@ async fn execute_and_commit_alone_is_autocommit_and_last_rides_with_commit<B: Tx
         })
         .await;
     assert_eq!(out.unwrap().rows_affected(), 1);
-    assert_eq!(trips, B::pick(2, 4));
+    assert_eq!(trips, B::in_turn(2, 4));
     let sent = [
         Sent::Begin,
         Sent::Statement(B::INS),
@@ -204,6 +246,12 @@ async fn execute_and_commit_alone_is_autocommit_and_last_rides_with_commit<B: Tx
 async fn failed_statement_makes_commit_fail_and_roll_back<B: TxBackend>() {
     let env = B::env(1).await;
     env.insert(1, "one").await;
+    if !B::TRANSACTIONS {
+        let mut tx = B::begin(&env.pool);
+        env.refused(B::tx_execute(&mut tx, B::INS, &vals![2, "two"]))
+            .await;
+        return env.pooled_connections_clean().await;
+    }
 
     let mut tx = env.begin_with(2, "two").await;
     let dup = B::tx_execute(&mut tx, B::INS, &vals![1, "dup"])
@@ -222,6 +270,7 @@ async fn failed_statement_makes_commit_fail_and_roll_back<B: TxBackend>() {
     assert_eq!(B::native_code(&aborted).as_deref(), Some(expected));
     assert_eq!(trips, B::pick(1, 0));
     let (out, trips, log) = env.count(B::tx_commit(tx)).await;
+    let (trips, log) = env.resynced(trips, log);
     let err = out.unwrap_err();
     assert_eq!(
         B::native_code(&err).as_deref(),
@@ -237,6 +286,13 @@ async fn failed_statement_makes_commit_fail_and_roll_back<B: TxBackend>() {
 async fn dropping_an_open_transaction_rolls_back_and_returns_a_clean_connection<B: TxBackend>() {
     let env = B::env(1).await;
     env.insert(0, "warm").await;
+    if !B::TRANSACTIONS {
+        let mut tx = B::begin(&env.pool);
+        env.refused(B::tx_query(&mut tx, "SELECT k FROM item ORDER BY k"))
+            .await;
+        drop(tx);
+        return env.pooled_connections_clean().await;
+    }
 
     let mut tx = env.begin_with(5, "five").await;
     let rows = B::tx_query(&mut tx, "SELECT k FROM item ORDER BY k").await;
@@ -280,15 +336,21 @@ async fn transaction_control_and_bad_parameters_are_refused_before_sending<B: Tx
         .unwrap();
 
     // Wrong parameter count in statement 1: nothing sent (both prepared).
+    // Through a pooler that refuses transaction blocks the group as a
+    // whole is refused first.
     let group = [(B::INS, vals![1, "a"]), (B::INS, vals![2])];
-    let (out, trips, log) = env.count(B::atomic(&env.pool, &group)).await;
-    let err = out.unwrap_err();
-    assert_eq!(
-        (err.index(), err.error().is_params()),
-        (Some(1), true),
-        "{err}"
-    );
-    assert_eq!((trips, log.len()), (0, 0));
+    if B::TRANSACTIONS {
+        let (out, trips, log) = env.count(B::atomic(&env.pool, &group)).await;
+        let err = out.unwrap_err();
+        assert_eq!(
+            (err.index(), err.error().is_params()),
+            (Some(1), true),
+            "{err}"
+        );
+        assert_eq!((trips, log.len()), (0, 0));
+    } else {
+        env.refused(B::atomic(&env.pool, &group)).await;
+    }
 
     let mut tx = B::begin(&env.pool);
     let refused: &[&str] = B::pick(
@@ -314,7 +376,11 @@ async fn transaction_control_and_bad_parameters_are_refused_before_sending<B: Tx
         ],
     );
     for sql in fine {
-        B::tx_execute(&mut tx, sql, &[]).await.unwrap();
+        if B::TRANSACTIONS {
+            B::tx_execute(&mut tx, sql, &[]).await.unwrap();
+        } else {
+            env.refused(B::tx_execute(&mut tx, sql, &[])).await;
+        }
     }
     B::tx_rollback(tx).await.unwrap();
     assert_eq!(env.keys().await, vec![0]);
@@ -328,6 +394,22 @@ async fn atomic_and_transactions_from_many_tasks<B: TxBackend>() {
         let pool = env.pool.clone();
         tasks.spawn(async move {
             let v = format!("v{k}");
+            if !B::TRANSACTIONS {
+                // Refused, before anything is sent, from many tasks at once;
+                // the row goes in as its own transaction.
+                let group = [(B::INS, vals![k, v.clone()]), (B::TOUCH, vals![k])];
+                let e = B::atomic(&pool, &group).await.unwrap_err();
+                assert!(e.error().is_refused(), "{e}");
+                let mut tx = B::begin(&pool);
+                let e = B::tx_execute(&mut tx, B::TOUCH, &vals![k])
+                    .await
+                    .unwrap_err();
+                assert!(e.is_refused(), "{e}");
+                let tx = B::begin(&pool);
+                return B::tx_execute_and_commit(tx, B::INS, &vals![k, format!("{v}+")])
+                    .await
+                    .map(|_| ());
+            }
             if k % 2 == 0 {
                 let group = [(B::INS, vals![k, v]), (B::TOUCH, vals![k])];
                 B::atomic(&pool, &group)
