@@ -68,6 +68,16 @@ pub struct BatchConfig {
     /// next statement on the wire. Default `true`; `false` sends one
     /// statement at a time.
     pub pipeline: bool,
+    /// Coalesce keyed reads, `SELECT <columns> FROM t WHERE k = $1 [AND
+    /// ...]` on a unique key (PostgreSQL; see the guide for the exact
+    /// rules). Default `true`; `false` runs each on its own.
+    pub reads: bool,
+    /// Coalesce keyed updates, `UPDATE t SET c = <expression> WHERE k = $1
+    /// [AND ...]` (PostgreSQL). Default `true`.
+    pub updates: bool,
+    /// Coalesce keyed deletes, `DELETE FROM t WHERE k = $1 [AND ...]`
+    /// (PostgreSQL). Default `true`.
+    pub deletes: bool,
 }
 
 impl Default for BatchConfig {
@@ -83,6 +93,9 @@ impl Default for BatchConfig {
             enabled: true,
             relearn_after: Duration::from_secs(1),
             pipeline: true,
+            reads: true,
+            updates: true,
+            deletes: true,
         }
     }
 }
@@ -125,6 +138,21 @@ impl BatchConfig {
         relearn_after: (Duration),
         /// Sets [`pipeline`](BatchConfig::pipeline).
         pipeline: (bool),
+        /// Sets [`reads`](BatchConfig::reads).
+        reads: (bool),
+        /// Sets [`updates`](BatchConfig::updates).
+        updates: (bool),
+        /// Sets [`deletes`](BatchConfig::deletes).
+        deletes: (bool),
+    }
+
+    /// Whether statements of `kind` are coalesced.
+    pub(crate) fn coalesces(&self, kind: crate::classify::KeyedKind) -> bool {
+        match kind {
+            crate::classify::KeyedKind::Read => self.reads,
+            crate::classify::KeyedKind::Update => self.updates,
+            crate::classify::KeyedKind::Delete => self.deletes,
+        }
     }
 
     pub(crate) fn validate(&self) -> Result<(), Error> {

@@ -11,7 +11,8 @@ use std::fmt;
 pub enum NotCoalesced {
     /// Coalescing is turned off ([`BatchConfig::enabled`](crate::BatchConfig::enabled)).
     Disabled,
-    /// Not an `INSERT` (or MySQL `REPLACE`).
+    /// Not an `INSERT` (or MySQL `REPLACE`), nor a keyed read, update or
+    /// delete.
     NotAnInsert,
     /// Transaction control (`BEGIN`, `COMMIT`, `SAVEPOINT`,
     /// `SET autocommit`...): refused by the pool's `execute`, which may run
@@ -21,6 +22,17 @@ pub enum NotCoalesced {
     /// part (several rows, `INSERT ... SELECT`, a placeholder outside the
     /// VALUES tuple, ...).
     InsertForm(&'static str),
+    /// A `SELECT`, `UPDATE` or `DELETE` of a form the keyed rewrite does
+    /// not cover (it coalesces `SELECT <columns> FROM t WHERE k = $1 [AND
+    /// ...]`, `UPDATE t SET c = <expression> WHERE k = $1 [AND ...]` and
+    /// `DELETE FROM t WHERE k = $1 [AND ...]`, on PostgreSQL); names the
+    /// part.
+    KeyedForm(&'static str),
+    /// Coalescing of this kind of statement is turned off
+    /// ([`BatchConfig::reads`](crate::BatchConfig::reads),
+    /// [`updates`](crate::BatchConfig::updates),
+    /// [`deletes`](crate::BatchConfig::deletes)): the kind.
+    KindDisabled(&'static str),
     /// The text could not be tokenized (unterminated string or comment...).
     Unreadable,
     /// The backend declined after looking at the server or the table: the
@@ -39,7 +51,15 @@ impl fmt::Display for NotCoalesced {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NotCoalesced::Disabled => f.write_str("coalescing is disabled for this pool"),
-            NotCoalesced::NotAnInsert => f.write_str("not an INSERT"),
+            NotCoalesced::NotAnInsert => {
+                f.write_str("not an INSERT, nor a keyed read, update or delete")
+            }
+            NotCoalesced::KeyedForm(what) => {
+                write!(f, "read, update or delete form not coalesced: {what}")
+            }
+            NotCoalesced::KindDisabled(kind) => {
+                write!(f, "coalescing of {kind} is turned off for this pool")
+            }
             NotCoalesced::TransactionControl(k) => write!(
                 f,
                 "{k} is transaction control, refused by Pool::execute (use Pool::begin, \

@@ -11,6 +11,8 @@ pub struct Outcome<R> {
     exact: bool,
     last_insert_id: Option<u64>,
     returned: Option<R>,
+    /// A coalesced read's rows after the first.
+    more: Vec<R>,
 }
 
 impl<R> Outcome<R> {
@@ -25,7 +27,31 @@ impl<R> Outcome<R> {
             exact,
             last_insert_id,
             returned,
+            more: Vec::new(),
         }
+    }
+
+    /// A read's outcome: its rows (the count is how many).
+    #[cfg_attr(
+        not(feature = "postgres"),
+        allow(dead_code, reason = "only PostgreSQL coalesces reads")
+    )]
+    pub(crate) fn read(rows: Vec<R>) -> Outcome<R> {
+        let mut rows = rows.into_iter();
+        let returned = rows.next();
+        let more: Vec<R> = rows.collect();
+        Outcome {
+            rows_affected: u64::from(returned.is_some()) + more.len() as u64,
+            exact: true,
+            last_insert_id: None,
+            returned,
+            more,
+        }
+    }
+
+    /// Every row the statement returned.
+    pub(crate) fn into_rows(self) -> Vec<R> {
+        self.returned.into_iter().chain(self.more).collect()
     }
 
     /// Rows this caller's statement inserted, updated or deleted, as the

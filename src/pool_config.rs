@@ -125,6 +125,12 @@ pub struct PoolConfig {
     pub batch_relearn_after: Option<Duration>,
     /// [`BatchConfig::pipeline`].
     pub batch_pipeline: Option<bool>,
+    /// [`BatchConfig::reads`].
+    pub batch_reads: Option<bool>,
+    /// [`BatchConfig::updates`].
+    pub batch_updates: Option<bool>,
+    /// [`BatchConfig::deletes`].
+    pub batch_deletes: Option<bool>,
 }
 
 /// [`QueueFull`] as written in a config: `"wait"` or `"reject"`.
@@ -229,6 +235,9 @@ impl PoolConfig {
             batch_enabled => enabled,
             batch_relearn_after => relearn_after,
             batch_pipeline => pipeline,
+            batch_reads => reads,
+            batch_updates => updates,
+            batch_deletes => deletes,
         }
         if let Some(d) = self.batch_max_delay {
             b.max_delay = Some(d);

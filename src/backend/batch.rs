@@ -3,10 +3,9 @@
 //! build and run one multi-row statement, map its result back to rows.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use super::{Conn, Connections};
-use crate::classify::{Dialect, InsertShape};
+use crate::classify::{Dialect, Form};
 use crate::error::Error;
 use crate::explain::NotCoalesced;
 
@@ -71,6 +70,11 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// The SQL dialect used to classify statements.
     const DIALECT: Dialect;
 
+    /// Whether the backend coalesces keyed reads, updates and deletes
+    /// ([`Form::Keyed`]); when not, they run on their own without asking
+    /// the server.
+    const KEYED: bool = false;
+
     /// Most bind parameters one statement may carry (both wire protocols
     /// count them in 16 bits).
     fn max_params(&self) -> usize {
@@ -93,7 +97,7 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         &'a self,
         conn: &'a mut Conn<Self>,
         sql: &'a str,
-        shape: Arc<InsertShape>,
+        form: Form,
     ) -> impl Future<Output = Result<Result<Self::Shape, NotCoalesced>, Error>> + Send + 'a;
 
     /// A fingerprint of everything [`prepare_shape`](Backend::prepare_shape)
@@ -107,9 +111,9 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     fn fingerprint<'a>(
         &'a self,
         conn: &'a mut Conn<Self>,
-        shape: &'a InsertShape,
+        form: &'a Form,
     ) -> impl Future<Output = Result<Option<String>, Error>> + Send + 'a {
-        let _ = (conn, shape);
+        let _ = (conn, form);
         async { Ok(None) }
     }
 
@@ -127,6 +131,14 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// cut as usual.
     fn any_size(&self, _shape: &Self::Shape, _rows: usize) -> bool {
         false
+    }
+
+    /// Where `rows` of `shape` must be cut so that no two rows that may
+    /// act on the same database row share a statement (keyed writes whose
+    /// rewrite would apply only one of them): the lengths of consecutive
+    /// runs, in order, covering `rows`. `None`: no cut is needed.
+    fn runs(&self, _shape: &Self::Shape, _rows: &[Self::Row]) -> Option<Vec<usize>> {
+        None
     }
 
     /// Whether [`execute`](Backend::execute) sends `rows` of `shape` by the

@@ -1,4 +1,5 @@
-//! Classification of SQL texts into batchable single-row INSERTs.
+//! Classification of SQL texts into batchable single-row INSERTs and keyed
+//! reads, updates and deletes ([`keyed`]).
 //!
 //! [`classify`] decides once per SQL text whether it is exactly one
 //! single-row `INSERT ... VALUES (...)` statement whose rows can be coalesced
@@ -23,6 +24,7 @@
     reason = "crate-wide API; usage depends on enabled backend features"
 )]
 
+mod keyed;
 mod kind;
 mod lex;
 mod parse;
@@ -32,6 +34,7 @@ mod tests;
 
 use std::sync::Arc;
 
+pub(crate) use self::keyed::{Item, KeyedKind, KeyedShape};
 pub(crate) use self::kind::{StatementKind, statement_kind};
 use crate::explain::NotCoalesced;
 
@@ -47,19 +50,63 @@ pub(crate) enum Dialect {
 /// Outcome of classifying one SQL text. Cheap to clone.
 #[derive(Clone, Debug)]
 pub(crate) enum Classified {
-    /// A single-row INSERT that can be coalesced with others of the same text.
-    Batchable(Arc<InsertShape>),
+    /// A statement that can be coalesced with others of the same text.
+    Batchable(Form),
     /// Anything else: executed as it is (transaction control is refused by
     /// the pool), with the reason.
     Other(NotCoalesced),
 }
 
 impl Classified {
-    /// The shape of a batchable statement, `None` otherwise.
+    /// The INSERT shape of a batchable INSERT, `None` otherwise.
     pub(crate) fn shape(&self) -> Option<&Arc<InsertShape>> {
         match self {
-            Classified::Batchable(shape) => Some(shape),
-            Classified::Other(_) => None,
+            Classified::Batchable(Form::Insert(shape)) => Some(shape),
+            _ => None,
+        }
+    }
+}
+
+/// A batchable statement: a single-row INSERT, or a keyed read, update or
+/// delete. Cheap to clone.
+#[derive(Clone, Debug)]
+pub(crate) enum Form {
+    /// A single-row `INSERT ... VALUES (...)`.
+    Insert(Arc<InsertShape>),
+    /// A keyed read, update or delete.
+    Keyed(Arc<KeyedShape>),
+}
+
+impl Form {
+    /// The table as written.
+    pub(crate) fn table(&self) -> &str {
+        match self {
+            Form::Insert(s) => &s.table,
+            Form::Keyed(s) => &s.table,
+        }
+    }
+
+    /// The functions the statement calls where a backend checks them.
+    pub(crate) fn calls(&self) -> &[String] {
+        match self {
+            Form::Insert(s) => &s.calls,
+            Form::Keyed(s) => &s.calls,
+        }
+    }
+
+    /// Bind parameters of one caller's statement.
+    pub(crate) fn params_per_row(&self) -> usize {
+        match self {
+            Form::Insert(s) => s.params_per_row,
+            Form::Keyed(s) => s.params_per_row,
+        }
+    }
+
+    /// The keyed statement's kind; `None` for an INSERT.
+    pub(crate) fn keyed(&self) -> Option<KeyedKind> {
+        match self {
+            Form::Insert(_) => None,
+            Form::Keyed(s) => Some(s.kind),
         }
     }
 }
@@ -235,25 +282,41 @@ fn push_decimal(out: &mut String, mut n: usize) {
 
 /// Classify without caching: the one place that says what a SQL text is.
 pub(crate) fn classify(dialect: Dialect, sql: &str) -> Classified {
-    match statement_kind(dialect, sql) {
+    let insert = match statement_kind(dialect, sql) {
         StatementKind::TransactionControl(k) => {
             return Classified::Other(NotCoalesced::TransactionControl(k));
         }
-        StatementKind::ImplicitCommit(_) | StatementKind::Other { insert: false } => {
+        StatementKind::ImplicitCommit(_) => {
             return Classified::Other(NotCoalesced::NotAnInsert);
         }
-        StatementKind::Other { insert: true } => {}
-    }
-    let Some(lexemes) = lex::lex(dialect, sql) else {
-        return Classified::Other(NotCoalesced::Unreadable);
+        StatementKind::Other { insert } => insert,
     };
+    let Some(lexemes) = lex::lex(dialect, sql) else {
+        return Classified::Other(if insert {
+            NotCoalesced::Unreadable
+        } else {
+            NotCoalesced::NotAnInsert
+        });
+    };
+    if !insert {
+        return match keyed::recognise(dialect, sql, &lexemes) {
+            Err(None) => Classified::Other(NotCoalesced::NotAnInsert),
+            Err(Some(what)) => Classified::Other(NotCoalesced::KeyedForm(what)),
+            Ok(_) if !lex::lexically_safe(dialect, sql, &lexemes) => {
+                Classified::Other(NotCoalesced::KeyedForm(
+                    "a comment or operator the servers and the tokenizer may read differently",
+                ))
+            }
+            Ok(shape) => Classified::Batchable(Form::Keyed(Arc::new(shape))),
+        };
+    }
     if !lex::lexically_safe(dialect, sql, &lexemes) {
         return Classified::Other(NotCoalesced::InsertForm(
             "a comment or operator the servers and the tokenizer may read differently",
         ));
     }
     match parse::recognise(dialect, sql, &lexemes) {
-        Ok(shape) => Classified::Batchable(Arc::new(shape)),
+        Ok(shape) => Classified::Batchable(Form::Insert(Arc::new(shape))),
         Err(what) => Classified::Other(NotCoalesced::InsertForm(what)),
     }
 }

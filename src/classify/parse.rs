@@ -194,12 +194,12 @@ struct Parser<'a> {
 }
 
 /// Whether `token` is the unquoted keyword `kw` (ASCII case-insensitive).
-fn is_kw(token: &Token, kw: &str) -> bool {
+pub(super) fn is_kw(token: &Token, kw: &str) -> bool {
     matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(kw))
 }
 
 /// Whether `word` may serve as a name (table, alias, column).
-fn usable_name(word: &Word) -> bool {
+pub(super) fn usable_name(word: &Word) -> bool {
     word.quote_style.is_some()
         || !RESERVED_NAMES
             .iter()
@@ -210,7 +210,7 @@ fn usable_name(word: &Word) -> bool {
 /// (ASCII only, as the server does for UTF-8 databases) and keeps quoted
 /// names verbatim; MySQL column names are case-insensitive, so every name is
 /// lower-cased. Doubled quote characters inside quoted names are undoubled.
-fn normalise(dialect: Dialect, word: &Word) -> String {
+pub(super) fn normalise(dialect: Dialect, word: &Word) -> String {
     let raw = match word.quote_style {
         Some(q) => {
             let doubled: String = [q, q].iter().collect();
@@ -643,7 +643,7 @@ impl<'a> Parser<'a> {
 }
 
 /// Parse a PostgreSQL placeholder `$n` (n in 1..=65535, ASCII digits only).
-fn pg_param_number(text: &str) -> Option<usize> {
+pub(super) fn pg_param_number(text: &str) -> Option<usize> {
     let digits = text.strip_prefix('$')?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;

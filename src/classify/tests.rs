@@ -6,12 +6,12 @@ use proptest::prelude::*;
 use sqlparser::tokenizer::{Token, Whitespace};
 
 use super::lex::lex;
-use super::{Classified, Conflict, Dialect, InsertShape, Verb, classify};
+use super::{Classified, Conflict, Dialect, Form, InsertShape, Verb, classify};
 
 /// Classify for PostgreSQL and require `Batchable`.
 fn pg(sql: &str) -> Arc<InsertShape> {
     match classify(Dialect::Postgres, sql) {
-        Classified::Batchable(shape) => shape,
+        Classified::Batchable(Form::Insert(shape)) => shape,
         other => panic!("expected Batchable (postgres): {sql:?}: {other:?}"),
     }
 }
@@ -19,14 +19,14 @@ fn pg(sql: &str) -> Arc<InsertShape> {
 /// Classify for MySQL and require `Batchable`.
 fn my(sql: &str) -> Arc<InsertShape> {
     match classify(Dialect::MySql, sql) {
-        Classified::Batchable(shape) => shape,
+        Classified::Batchable(Form::Insert(shape)) => shape,
         other => panic!("expected Batchable (mysql): {sql:?}: {other:?}"),
     }
 }
 
 /// Require `PassThrough` for PostgreSQL.
 fn pg_pass(sql: &str) {
-    if let Classified::Batchable(shape) = classify(Dialect::Postgres, sql) {
+    if let Classified::Batchable(Form::Insert(shape)) = classify(Dialect::Postgres, sql) {
         panic!("expected PassThrough (postgres): {sql:?} -> {shape:?}");
     }
 }
@@ -912,8 +912,14 @@ proptest! {
     #[test]
     fn prop_arbitrary_text_never_panics(sql in any::<String>()) {
         for dialect in [Dialect::Postgres, Dialect::MySql] {
-            if let Classified::Batchable(shape) = classify(dialect, &sql) {
-                let _ = shape.render(3, Some("x"));
+            match classify(dialect, &sql) {
+                Classified::Batchable(Form::Insert(shape)) => {
+                    let _ = shape.render(3, Some("x"));
+                }
+                Classified::Batchable(Form::Keyed(shape)) => {
+                    let _ = shape.render(&["$1::int8[]".to_owned()]);
+                }
+                Classified::Other(_) => {}
             }
         }
     }
@@ -932,7 +938,7 @@ proptest! {
     ) {
         let sql = format!("{head}{tail}");
         for dialect in [Dialect::Postgres, Dialect::MySql] {
-            if let Classified::Batchable(shape) = classify(dialect, &sql) {
+            if let Classified::Batchable(Form::Insert(shape)) = classify(dialect, &sql) {
                 let out = shape.render(2, Some("x"));
                 prop_assert!(out.len() >= shape.render(1, None).len());
             }

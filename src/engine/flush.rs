@@ -272,7 +272,7 @@ pub(super) fn flush_span<'a, B: Backend>(
 ) -> tracing::Span {
     let span = tracing::debug_span!(
         "batchpool.flush",
-        table = q.insert().table.as_str(),
+        table = q.form().table(),
         rows,
         statements = tracing::field::Empty,
         reason,

@@ -241,10 +241,17 @@ pub(super) fn settle<B: Backend>(
                 let half = len / 2;
                 let mut pieces = Vec::new();
                 for (from, n) in [(start, half), (start + half, len - half)] {
+                    // Rows that may not share a statement stay apart.
+                    let runs = engine
+                        .backend
+                        .runs(&q.shape, &rows[from..from + n])
+                        .unwrap_or_else(|| vec![n]);
                     let mut at = from;
-                    for size in decompose(n, q.cap_rows()) {
-                        pieces.push((at, size));
-                        at += size;
+                    for run in runs {
+                        for size in decompose(run, q.cap_rows()) {
+                            pieces.push((at, size));
+                            at += size;
+                        }
                     }
                 }
                 pieces

@@ -159,7 +159,7 @@ impl<B: Backend> Engine<B> {
                 q.cap_bytes()
             )));
         }
-        let ppr = q.insert().params_per_row;
+        let ppr = q.form().params_per_row();
         if ppr > self.backend.max_params() {
             return Err(Error::too_large(format!(
                 "a row of {ppr} bind parameters exceeds the protocol limit of {}",

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::work::Work;
 use crate::backend::batch::Backend;
-use crate::classify::InsertShape;
+use crate::classify::Form;
 use crate::error::Error;
 use crate::stats::FlushReason;
 use crate::sync::lock;
@@ -124,7 +124,7 @@ pub(crate) struct ShapeQueue<B: Backend> {
     /// The SQL text the callers gave.
     sql: Box<str>,
     /// The statement as the classifier read it.
-    insert: Arc<InsertShape>,
+    form: Form,
     /// What the backend prepared for it (read by the pool to encode a row).
     pub(crate) shape: B::Shape,
     /// Most rows one statement of this shape may carry (rows, parameter limit).
@@ -171,14 +171,14 @@ pub(crate) struct Taken<B: Backend> {
 impl<B: Backend> ShapeQueue<B> {
     pub(crate) fn new(
         sql: &str,
-        insert: Arc<InsertShape>,
+        form: Form,
         shape: B::Shape,
         cap_rows: usize,
         cap_bytes: usize,
     ) -> Self {
         ShapeQueue {
             sql: sql.into(),
-            insert,
+            form,
             shape,
             cap_rows: cap_rows.max(1),
             cap_bytes: cap_bytes.max(1),
@@ -201,8 +201,8 @@ impl<B: Backend> ShapeQueue<B> {
     }
 
     /// The statement as the classifier read it.
-    pub(crate) fn insert(&self) -> &InsertShape {
-        &self.insert
+    pub(crate) fn form(&self) -> &Form {
+        &self.form
     }
 
     /// Most rows one statement of this shape may carry.
@@ -418,9 +418,11 @@ impl<B: Backend> ShapeQueue<B> {
         self.lock().rows.iter().map(f).collect()
     }
 
-    /// The statements that send `len` rows of `rows` from `start`: one bulk
-    /// statement where `backend` takes them so (no text per row count to
-    /// keep to), else allowed statement sizes ([`decompose`]).
+    /// The statements that send `len` rows of `rows` from `start`, in
+    /// order: first cut where the backend says two rows may not share a
+    /// statement ([`Backend::runs`]), then one bulk statement where
+    /// `backend` takes them so (no text per row count to keep to), else
+    /// allowed statement sizes ([`decompose`]).
     pub(crate) fn statements(
         &self,
         backend: &B,
@@ -428,8 +430,29 @@ impl<B: Backend> ShapeQueue<B> {
         start: usize,
         len: usize,
     ) -> Vec<(usize, usize)> {
+        match backend.runs(&self.shape, &rows[start..start + len]) {
+            None => self.sized(backend, rows, start, len),
+            Some(runs) => {
+                let mut at = start;
+                let mut out = Vec::new();
+                for run in runs {
+                    out.extend(self.sized(backend, rows, at, run));
+                    at += run;
+                }
+                debug_assert_eq!(at, start + len);
+                out
+            }
+        }
+    }
+
+    /// [`statements`](Self::statements) for rows that need no cut between
+    /// them.
+    fn sized(&self, backend: &B, rows: &[B::Row], start: usize, len: usize) -> Vec<(usize, usize)> {
+        if len == 0 {
+            return Vec::new();
+        }
         if backend.any_size(&self.shape, len)
-            && backend.uses_bulk(&self.shape, &rows[start..start + len])
+            && (len <= self.cap_rows || backend.uses_bulk(&self.shape, &rows[start..start + len]))
         {
             return vec![(start, len)];
         }

@@ -34,7 +34,7 @@ use super::Engine;
 use super::queue::ShapeQueue;
 use crate::backend::batch::Backend;
 use crate::backend::{Connections, exchange};
-use crate::classify::{self, Classified, InsertShape};
+use crate::classify::{self, Classified, Form};
 use crate::error::Error;
 use crate::explain::{Explain, NotCoalesced};
 use crate::sync::lock;
@@ -210,7 +210,7 @@ impl<B: Backend> Engine<B> {
         check: &Check,
         deadline: Option<Instant>,
     ) -> Result<(Instant, Option<Box<str>>), Error> {
-        let table = self.routes.table(&check.insert);
+        let table = self.routes.table(&check.form);
         if let Some(latest) = table.since(check.at) {
             return Ok(latest);
         }
@@ -228,7 +228,7 @@ impl<B: Backend> Engine<B> {
         let limit = B::Connections::answer_limit(&conn);
         let fingerprint = exchange!(B::Connections, limit, &mut conn, |c| self
             .backend
-            .fingerprint(c, &check.insert))??
+            .fingerprint(c, &check.form))??
         .map(Box::from);
         self.counters.learn_checked();
         table.set(at, fingerprint.clone());
@@ -264,25 +264,31 @@ impl<B: Backend> Engine<B> {
             Classified::Other(reason @ NotCoalesced::TransactionControl(_)) => pass(reason),
             _ if !self.config.enabled => pass(NotCoalesced::Disabled),
             Classified::Other(reason) => pass(reason),
-            Classified::Batchable(insert) => {
+            Classified::Batchable(Form::Keyed(_)) if !B::KEYED => pass(NotCoalesced::KeyedForm(
+                "keyed reads, updates and deletes are coalesced on PostgreSQL only",
+            )),
+            Classified::Batchable(Form::Keyed(keyed)) if !self.config.coalesces(keyed.kind) => {
+                pass(NotCoalesced::KindDisabled(keyed.kind.plural()))
+            }
+            Classified::Batchable(form) => {
                 let mut conn = self.backend.connections().checkout(deadline).await?;
                 let limit = B::Connections::answer_limit(&conn);
                 let at = Instant::now();
                 let asked = async {
                     let fingerprint = exchange!(B::Connections, limit, &mut conn, |c| self
                         .backend
-                        .fingerprint(c, &insert))??
+                        .fingerprint(c, &form))??
                     .map(Box::from);
                     let learned = exchange!(B::Connections, limit, &mut conn, |c| self
                         .backend
-                        .prepare_shape(c, sql, insert.clone()))??;
+                        .prepare_shape(c, sql, form.clone()))??;
                     Ok::<_, Error>((fingerprint, learned))
                 };
                 let (fingerprint, learned) = match asked.await {
                     Ok(answer) => answer,
                     Err(e) => {
                         tracing::debug!(sql, error = %e, "the server could not be asked about \
-                            an INSERT text: this call runs on its own, the next asks again");
+                            a statement text: this call runs on its own, the next asks again");
                         return Ok(Learned {
                             route: Route::Pass(Arc::new(NotCoalesced::NotLearned(e.to_string()))),
                             check: None,
@@ -292,11 +298,18 @@ impl<B: Backend> Engine<B> {
                 self.counters.learned();
                 let route = match learned {
                     Err(reason) => {
-                        self.warn_not_coalesced(sql, &reason);
+                        if form.keyed().is_none() {
+                            self.warn_not_coalesced(sql, &reason);
+                        } else {
+                            // Most reads and writes of a service are not
+                            // keyed ones: `explain()` tells, the log does
+                            // not fill up.
+                            tracing::debug!(sql, reason = %reason, "not coalesced");
+                        }
                         Route::Pass(Arc::new(reason))
                     }
                     Ok(shape) => {
-                        let ppr = insert.params_per_row.max(1);
+                        let ppr = form.params_per_row().max(1);
                         let cap_rows = self
                             .config
                             .max_rows
@@ -308,7 +321,7 @@ impl<B: Backend> Engine<B> {
                             .min(self.backend.max_statement_bytes());
                         Route::Batch(Arc::new(ShapeQueue::new(
                             sql,
-                            insert.clone(),
+                            form.clone(),
                             shape,
                             cap_rows,
                             cap_bytes,
@@ -318,7 +331,7 @@ impl<B: Backend> Engine<B> {
                 Learned {
                     route,
                     check: Some(Check {
-                        insert,
+                        form,
                         fingerprint,
                         at,
                     }),
@@ -356,8 +369,8 @@ impl<B: Backend> Learned<B> {
 /// What a learned route is checked against.
 #[derive(Clone)]
 pub(crate) struct Check {
-    /// The text's INSERT: its table and the functions it calls.
-    pub(crate) insert: Arc<InsertShape>,
+    /// The text's statement: its table and the functions it calls.
+    pub(crate) form: Form,
     /// The table's fingerprint taken just before the route was learned;
     /// `None` when the backend has none (the route is then learned again
     /// whenever it is due).
@@ -479,11 +492,11 @@ impl<B: Backend> Routes<B> {
             .filter(|check| check.fingerprint.is_some())
     }
 
-    /// The fingerprint record of the table `insert` writes to (with the
+    /// The fingerprint record of the table `form` acts on (with the
     /// functions its VALUES call, whose facts the fingerprint includes).
-    pub(crate) fn table(&self, insert: &InsertShape) -> Arc<TableProbe> {
-        let mut key = insert.table.clone();
-        for call in &insert.calls {
+    pub(crate) fn table(&self, form: &Form) -> Arc<TableProbe> {
+        let mut key = form.table().to_owned();
+        for call in form.calls() {
             key.push('\0');
             key.push_str(call);
         }

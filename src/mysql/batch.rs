@@ -15,7 +15,7 @@ use super::manager::Session;
 use super::table::{stored_functions, table_facts};
 use super::{Client, Manager, MySql, Outcome};
 use crate::backend::batch::{Backend, ChunkError, ChunkResult};
-use crate::classify::{Conflict, Dialect, InsertShape, Verb};
+use crate::classify::{Conflict, Dialect, Form, InsertShape, Verb};
 use crate::error::{Error, Kind};
 use crate::explain::NotCoalesced;
 use crate::sync::lock;
@@ -532,12 +532,8 @@ impl Backend for MySql {
         &self.pool
     }
 
-    async fn fingerprint(
-        &self,
-        conn: &mut Client,
-        shape: &InsertShape,
-    ) -> Result<Option<String>, Error> {
-        let table = super::table::fingerprint(conn, &shape.table, !shape.calls.is_empty()).await?;
+    async fn fingerprint(&self, conn: &mut Client, form: &Form) -> Result<Option<String>, Error> {
+        let table = super::table::fingerprint(conn, form.table(), !form.calls().is_empty()).await?;
         // What the learn step reads of the session and the server besides
         // the table: the session's strictness (asked on each connection)
         // and the auto-increment lock mode.
@@ -549,8 +545,14 @@ impl Backend for MySql {
         &self,
         conn: &mut Client,
         sql: &str,
-        shape: Arc<InsertShape>,
+        form: Form,
     ) -> Result<Result<MyShape, NotCoalesced>, Error> {
+        let Form::Insert(shape) = form else {
+            // Not asked: `KEYED` is false.
+            return Ok(Err(NotCoalesced::KeyedForm(
+                "keyed reads, updates and deletes are coalesced on PostgreSQL only",
+            )));
+        };
         let upsert = shape.verb != Verb::Insert || shape.conflict != Conflict::None;
         if upsert && !self.coalesce_upserts {
             return Ok(Err(NotCoalesced::Declined(

@@ -310,7 +310,9 @@ impl<B: Backend> Pool<B> {
         }
     }
 
-    /// `query`: every row of a statement that runs on its own.
+    /// `query`: every row of the statement; a keyed read, update or
+    /// delete is coalesced (an INSERT's query runs on its own, as every
+    /// other statement).
     pub(crate) async fn query_args(
         &self,
         sql: &str,
@@ -318,8 +320,17 @@ impl<B: Backend> Pool<B> {
     ) -> Result<Vec<B::QueryRow>, Error> {
         let work = self.engine.enter()?;
         let deadline = self.engine.wait_deadline();
-        if let Route::Pass(reason) = self.engine.route(sql, deadline).await? {
-            refuse_control(&reason)?;
+        match self.engine.route(sql, deadline).await? {
+            Route::Pass(reason) => refuse_control(&reason)?,
+            Route::Batch(q) if q.form().keyed().is_some() => {
+                let (row, bytes) = self.engine.backend.encode_row(&q.shape, args)?;
+                return self
+                    .engine
+                    .submit(&q, row, bytes, None, work, deadline)
+                    .await
+                    .map(crate::outcome::Outcome::into_rows);
+            }
+            Route::Batch(_) => {}
         }
         Box::pin(self.run_alone(work, sql, args, deadline, true))
             .await

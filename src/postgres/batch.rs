@@ -14,24 +14,25 @@ use tokio_postgres::{Row, Statement};
 use super::copy::{PgCopy, eligible, failed_row};
 use super::encode::{PgRow, Raw, RawValue};
 use super::errors::{sent_error, unsent_error};
+use super::keyed::PgKeyed;
 use super::manager::{COPY_KEY, ClientWrapper, Prepared};
 use super::table::{KeyMatch, Refusal, refusal};
 use super::unnamed::Described;
 use super::unnest::{PgUnnest, text as unnest_text};
 use super::{Client, Manager, Outcome, Postgres, quote_ident};
 use crate::backend::batch::{Backend, ChunkError, ChunkResult};
-use crate::classify::{Conflict, Dialect, InsertShape};
+use crate::classify::{Conflict, Dialect, Form, InsertShape};
 use crate::error::Error;
 use crate::explain::NotCoalesced;
 use crate::sync::lock;
 
-static NEXT_SHAPE_ID: AtomicU64 = AtomicU64::new(1);
+pub(crate) static NEXT_SHAPE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Rendered n-row texts kept per shape (unnamed mode).
 const RENDERED: NonZeroUsize = NonZeroUsize::new(32).unwrap();
 
 /// A batchable statement shape, prepared once.
-pub(crate) struct PgShape {
+pub(crate) struct PgInsert {
     id: u64,
     shape: Arc<InsertShape>,
     /// Unnamed mode: what was learned of the one-row text.
@@ -85,7 +86,7 @@ impl Postgres {
         Ok(Some((list, params, target.clone())))
     }
 
-    fn outputs(shape: &PgShape, rows: &[PgRow], result: Written) -> Vec<Outcome> {
+    fn outputs(shape: &PgInsert, rows: &[PgRow], result: Written) -> Vec<Outcome> {
         let n = rows.len();
         match result {
             Written::Count(count) => {
@@ -175,7 +176,7 @@ impl Postgres {
 
     /// Whether `n` rows of `shape` go out as one COPY (never through a
     /// pooler that cannot pass it: see [`FarEnd::copies`](super::pooler::FarEnd::copies)).
-    fn copies(&self, shape: &PgShape, n: usize) -> bool {
+    fn copies(&self, shape: &PgInsert, n: usize) -> bool {
         shape.copy.is_some() && self.copy_threshold.is_some_and(|min| n >= min) && self.far.copies()
     }
 
@@ -183,7 +184,7 @@ impl Postgres {
     async fn ready<'a>(
         &self,
         conn: &ClientWrapper,
-        shape: &'a PgShape,
+        shape: &'a PgInsert,
         n: usize,
     ) -> Result<Ready<'a>, ChunkError<Outcome>> {
         let unsent = |e| ChunkError::Statement(unsent_error(e));
@@ -234,7 +235,7 @@ impl Postgres {
     /// the wire while the first runs.
     async fn send(
         conn: &ClientWrapper,
-        shape: &PgShape,
+        shape: &PgInsert,
         ready: &Ready<'_>,
         rows: &[PgRow],
     ) -> Result<Written, tokio_postgres::Error> {
@@ -374,7 +375,7 @@ impl Postgres {
     /// Each row's outcome from what the server answered to its statement.
     fn conclude(
         conn: &ClientWrapper,
-        shape: &PgShape,
+        shape: &PgInsert,
         ready: &Ready<'_>,
         rows: &[PgRow],
         written: Result<Written, tokio_postgres::Error>,
@@ -420,7 +421,7 @@ impl Postgres {
     /// it is, the other one is not run (rolled back, or never run).
     async fn atomic_pair(
         conn: &ClientWrapper,
-        shape: &PgShape,
+        shape: &PgInsert,
         (a, a_rows): (&Ready<'_>, &[PgRow]),
         (b, b_rows): (&Ready<'_>, &[PgRow]),
     ) -> (ChunkResult<Outcome>, ChunkResult<Outcome>) {
@@ -496,52 +497,22 @@ enum Written {
     Rows(Vec<Row>),
 }
 
-impl Backend for Postgres {
-    const DIALECT: Dialect = Dialect::Postgres;
-
-    type Connections = deadpool::managed::Pool<Manager>;
-    type Row = PgRow;
-    type Output = Outcome;
-    type Shape = PgShape;
-
-    fn max_statement_bytes(&self) -> usize {
-        // The protocol's message length is an Int32.
-        (i32::MAX as usize) - 4096
-    }
-
-    fn any_size(&self, shape: &PgShape, rows: usize) -> bool {
-        self.copies(shape, rows)
-    }
-
-    fn uses_bulk(&self, shape: &PgShape, rows: &[PgRow]) -> bool {
-        self.copies(shape, rows.len())
-    }
-
-    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
-        &self.pool
-    }
-
-    fn same_shape(old: &PgShape, new: &PgShape) -> bool {
+/// The INSERT side of the backend (see [`Backend`]'s methods of the same
+/// names).
+impl Postgres {
+    fn same_insert(old: &PgInsert, new: &PgInsert) -> bool {
         old.types == new.types
             && old.key_match == new.key_match
             && old.copy == new.copy
             && old.unnest.as_ref().map(|u| &u.sql) == new.unnest.as_ref().map(|u| &u.sql)
     }
 
-    async fn fingerprint(
-        &self,
-        conn: &mut Client,
-        shape: &InsertShape,
-    ) -> Result<Option<String>, Error> {
-        super::table::fingerprint(conn, shape).await
-    }
-
-    async fn prepare_shape(
+    async fn prepare_insert(
         &self,
         conn: &mut Client,
         sql: &str,
         shape: Arc<InsertShape>,
-    ) -> Result<Result<PgShape, NotCoalesced>, Error> {
+    ) -> Result<Result<PgInsert, NotCoalesced>, Error> {
         let Ok(key_match) = Self::key_match(&shape) else {
             return Ok(Err(NotCoalesced::Declined(
                 "ON CONFLICT that may skip rows is coalesced only with a plain column \
@@ -577,7 +548,7 @@ impl Backend for Postgres {
                 return Ok(Err(NotCoalesced::Declined(why)));
             }
         }
-        Ok(Ok(PgShape {
+        Ok(Ok(PgInsert {
             id: NEXT_SHAPE_ID.fetch_add(1, Ordering::Relaxed),
             types: stmt.params().to_vec(),
             described: match &stmt {
@@ -598,11 +569,11 @@ impl Backend for Postgres {
         }))
     }
 
-    async fn execute<'a>(
-        &'a self,
-        conn: &'a mut Client,
-        shape: &'a PgShape,
-        rows: &'a [PgRow],
+    async fn execute_insert(
+        &self,
+        conn: &mut Client,
+        shape: &PgInsert,
+        rows: &[PgRow],
     ) -> ChunkResult<Outcome> {
         if conn.is_broken() {
             return Err(ChunkError::Statement(Error::closed_before_send()));
@@ -615,18 +586,23 @@ impl Backend for Postgres {
         Self::conclude(conn, shape, &ready, rows, written)
     }
 
-    fn pipelines(&self, shape: &PgShape, first: Option<usize>, second: Option<usize>) -> bool {
+    fn pipelines_insert(
+        &self,
+        shape: &PgInsert,
+        first: Option<usize>,
+        second: Option<usize>,
+    ) -> bool {
         // Multi-row INSERTs only: see `execute_pair` for COPY.
         let insert = |rows: Option<usize>| rows.is_none_or(|n| !self.copies(shape, n));
         insert(first) && insert(second)
     }
 
-    async fn execute_pair<'a>(
-        &'a self,
-        conn: &'a mut Client,
-        shape: &'a PgShape,
-        first: &'a [PgRow],
-        second: &'a [PgRow],
+    async fn execute_insert_pair(
+        &self,
+        conn: &mut Client,
+        shape: &PgInsert,
+        first: &[PgRow],
+        second: &[PgRow],
         atomic: bool,
     ) -> (ChunkResult<Outcome>, ChunkResult<Outcome>) {
         let a = match self.ready(conn, shape, first.len()).await {
@@ -675,5 +651,133 @@ impl Backend for Postgres {
             Self::conclude(conn, shape, &a, first, wa),
             Self::conclude(conn, shape, &b, second, wb),
         )
+    }
+}
+
+/// A batchable statement shape, prepared once.
+pub(crate) enum PgShape {
+    /// A single-row INSERT.
+    Insert(PgInsert),
+    /// A keyed read, update or delete.
+    Keyed(PgKeyed),
+}
+
+impl PgShape {
+    /// Parameter types of one caller's statement, as the server inferred
+    /// them (a row is encoded to them).
+    pub(crate) fn types(&self) -> &[Type] {
+        match self {
+            PgShape::Insert(s) => &s.types,
+            PgShape::Keyed(s) => s.types(),
+        }
+    }
+}
+
+impl Backend for Postgres {
+    const DIALECT: Dialect = Dialect::Postgres;
+    const KEYED: bool = true;
+
+    type Connections = deadpool::managed::Pool<Manager>;
+    type Row = PgRow;
+    type Output = Outcome;
+    type Shape = PgShape;
+
+    fn max_statement_bytes(&self) -> usize {
+        // The protocol's message length is an Int32.
+        (i32::MAX as usize) - 4096
+    }
+
+    fn any_size(&self, shape: &PgShape, rows: usize) -> bool {
+        match shape {
+            PgShape::Insert(s) => self.copies(s, rows),
+            // One text for any number of callers.
+            PgShape::Keyed(_) => true,
+        }
+    }
+
+    fn uses_bulk(&self, shape: &PgShape, rows: &[PgRow]) -> bool {
+        matches!(shape, PgShape::Insert(s) if self.copies(s, rows.len()))
+    }
+
+    fn runs(&self, shape: &PgShape, rows: &[PgRow]) -> Option<Vec<usize>> {
+        match shape {
+            PgShape::Insert(_) => None,
+            PgShape::Keyed(k) => k.runs(rows),
+        }
+    }
+
+    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
+        &self.pool
+    }
+
+    fn same_shape(old: &PgShape, new: &PgShape) -> bool {
+        match (old, new) {
+            (PgShape::Insert(a), PgShape::Insert(b)) => Self::same_insert(a, b),
+            (PgShape::Keyed(a), PgShape::Keyed(b)) => a.same(b),
+            _ => false,
+        }
+    }
+
+    async fn fingerprint(&self, conn: &mut Client, form: &Form) -> Result<Option<String>, Error> {
+        super::table::fingerprint(conn, form.table(), form.calls()).await
+    }
+
+    async fn prepare_shape(
+        &self,
+        conn: &mut Client,
+        sql: &str,
+        form: Form,
+    ) -> Result<Result<PgShape, NotCoalesced>, Error> {
+        Ok(match form {
+            Form::Insert(shape) => self
+                .prepare_insert(conn, sql, shape)
+                .await?
+                .map(PgShape::Insert),
+            Form::Keyed(shape) => {
+                let learned = PgKeyed::learn(conn, sql, shape).await?;
+                if let Err(NotCoalesced::Declined(why)) = &learned
+                    && why.starts_with(super::keyed::UNREADABLE)
+                {
+                    self.warn_unreadable(why);
+                }
+                learned.map(PgShape::Keyed)
+            }
+        })
+    }
+
+    async fn execute<'a>(
+        &'a self,
+        conn: &'a mut Client,
+        shape: &'a PgShape,
+        rows: &'a [PgRow],
+    ) -> ChunkResult<Outcome> {
+        match shape {
+            PgShape::Insert(s) => self.execute_insert(conn, s, rows).await,
+            PgShape::Keyed(k) => k.execute(conn, rows).await,
+        }
+    }
+
+    fn pipelines(&self, shape: &PgShape, first: Option<usize>, second: Option<usize>) -> bool {
+        match shape {
+            PgShape::Insert(s) => self.pipelines_insert(s, first, second),
+            PgShape::Keyed(_) => false,
+        }
+    }
+
+    async fn execute_pair<'a>(
+        &'a self,
+        conn: &'a mut Client,
+        shape: &'a PgShape,
+        first: &'a [PgRow],
+        second: &'a [PgRow],
+        atomic: bool,
+    ) -> (ChunkResult<Outcome>, ChunkResult<Outcome>) {
+        match shape {
+            PgShape::Insert(s) => {
+                self.execute_insert_pair(conn, s, first, second, atomic)
+                    .await
+            }
+            PgShape::Keyed(k) => (k.execute(conn, first).await, Err(ChunkError::NotRun)),
+        }
     }
 }

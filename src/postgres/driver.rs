@@ -268,7 +268,7 @@ impl Driver for Postgres {
         shape: &super::batch::PgShape,
         args: PgArgs<'_>,
     ) -> Result<(PgRow, usize), Error> {
-        let row = encode(&shape.types, args)?;
+        let row = encode(shape.types(), args)?;
         let bytes = row.bytes();
         Ok((row, bytes))
     }

@@ -239,6 +239,7 @@ mod copy;
 mod driver;
 mod encode;
 mod errors;
+mod keyed;
 mod listen;
 mod manager;
 mod pipeline;

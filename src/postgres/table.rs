@@ -14,7 +14,7 @@ use crate::error::Error;
 /// Volatile functions whose re-run repeats nothing outside the failed,
 /// rolled-back statement (at most a sequence value is not given back, as
 /// after any failed single-row INSERT).
-const REPEATABLE: &[&str] = &[
+pub(crate) const REPEATABLE: &[&str] = &[
     "random",
     "gen_random_uuid",
     "uuid_generate_v1",
@@ -123,7 +123,7 @@ SELECT format('%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s',
 /// The one row (if any) of the catalog query `sql`: a named statement
 /// cached on the connection, or in unnamed mode one typed round trip with
 /// the parameter `types`.
-async fn query_catalog(
+pub(crate) async fn query_catalog(
     conn: &ClientWrapper,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
@@ -144,14 +144,15 @@ async fn query_catalog(
 /// The parameter types of [`FINGERPRINT`].
 const FINGERPRINT_TYPES: [Type; 2] = [Type::TEXT, Type::TEXT_ARRAY];
 
-/// The fingerprint of `shape`'s table (see [`FINGERPRINT`]); `None` when
+/// The fingerprint of `table` and the functions `calls` (see [`FINGERPRINT`]); `None` when
 /// the catalog cannot be read (the text is then learned again at every
 /// check).
 pub(crate) async fn fingerprint(
     conn: &ClientWrapper,
-    shape: &InsertShape,
+    table: &str,
+    calls: &[String],
 ) -> Result<Option<String>, Error> {
-    let params: [&(dyn ToSql + Sync); 2] = [&shape.table, &shape.calls];
+    let params: [&(dyn ToSql + Sync); 2] = [&table, &calls];
     match query_catalog(conn, FINGERPRINT, &params, &FINGERPRINT_TYPES).await {
         Ok(row) => Ok(row.and_then(|row| row.get::<_, Option<String>>(0))),
         Err(e) if e.as_db_error().is_some() => Ok(None),

@@ -148,8 +148,10 @@ mod tests {
     /// at all.
     fn unnest_of(sql: &str, types: &[Type]) -> Option<String> {
         match classify(Dialect::Postgres, sql) {
-            Classified::Batchable(shape) => text(&shape, types).map(|(sql, _)| sql),
-            Classified::Other(_) => None,
+            Classified::Batchable(crate::classify::Form::Insert(shape)) => {
+                text(&shape, types).map(|(sql, _)| sql)
+            }
+            _ => None,
         }
     }
 

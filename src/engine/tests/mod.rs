@@ -44,7 +44,7 @@ use tokio::time::Instant;
 use super::queue::{ShapeQueue, statement_size};
 use super::{Backend, ChunkError, ChunkResult, Connections, Engine, Route};
 use crate::backend::Lease;
-use crate::classify::{Dialect, InsertShape};
+use crate::classify::{Dialect, Form};
 use crate::config::{BatchConfig, Limits, QueueFull, STATEMENT_GRACE};
 use crate::error::{Error, Kind};
 use crate::explain::NotCoalesced;
@@ -353,7 +353,7 @@ impl Backend for Mem {
         &self,
         _conn: &mut Conn,
         sql: &str,
-        _shape: Arc<InsertShape>,
+        _form: Form,
     ) -> Result<Result<(), NotCoalesced>, Error> {
         let gate = self.prepare_gate.lock().unwrap().clone();
         if let Some(gate) = gate {

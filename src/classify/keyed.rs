@@ -1,0 +1,669 @@
+//! Recognition of keyed reads, updates and deletes (PostgreSQL): one
+//! statement on the rows whose key columns equal the caller's parameters,
+//!
+//! ```sql
+//! SELECT <list> FROM t [alias] WHERE k = $1 [AND k2 = $2 ...]
+//! UPDATE t [alias] SET c = <expression>, ... WHERE k = $1 [AND ...]
+//! DELETE FROM t [alias] WHERE k = $1 [AND ...]
+//! ```
+//!
+//! rewritten for many callers as one statement over `unnest` of one array
+//! per parameter `WITH ORDINALITY`: the server evaluates the caller's own
+//! conditions and expressions with each caller's values, and echoes the
+//! ordinal of the caller each row belongs to (a read's rows come in
+//! ordinal order, one per caller; a write returns the ordinal of every row
+//! it changed). Nothing is compared in the client: keys match as the server
+//! matches them (collations, `citext`, numeric scales, padding).
+//!
+//! The grammar is deliberately narrow: a select list of columns, `*`,
+//! casts, literals and arithmetic (no calls, no subqueries: an expression
+//! of a row that does not exist is evaluated for it in the rewrite); one
+//! table; conditions that are a conjunction of `column = $n`; assignments
+//! without subqueries or `DEFAULT`. No `ORDER BY`, `LIMIT`, `FOR UPDATE`,
+//! `RETURNING`, `FROM`/`USING` lists, `WITH` or `ONLY`. Whether the table
+//! lets the rewrite give each caller its own statement's outcome (a unique
+//! key, no triggers, rules or row security...) is the backend's question.
+
+use sqlparser::tokenizer::Token;
+
+use super::Dialect;
+use super::Piece;
+use super::lex::Lexeme;
+use super::parse::{is_kw, normalise, pg_param_number, usable_name};
+
+/// What a keyed statement does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyedKind {
+    /// `SELECT`.
+    Read,
+    /// `UPDATE`.
+    Update,
+    /// `DELETE`.
+    Delete,
+}
+
+impl KeyedKind {
+    /// The kind's name in messages and configuration (`reads`...).
+    pub(crate) fn plural(self) -> &'static str {
+        match self {
+            KeyedKind::Read => "reads",
+            KeyedKind::Update => "updates",
+            KeyedKind::Delete => "deletes",
+        }
+    }
+}
+
+/// One item of a read's select list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Item {
+    /// `*` or `t.*`: every column of the table, in order.
+    All,
+    /// A bare column (`c`, `t.c`, `c AS x`), normalised.
+    Column(String),
+    /// Anything else (a cast, a literal, arithmetic).
+    Other,
+}
+
+/// A keyed read, update or delete, able to render its many-caller form.
+#[derive(Debug)]
+pub(crate) struct KeyedShape {
+    /// What it does.
+    pub(crate) kind: KeyedKind,
+    /// The table as written.
+    pub(crate) table: String,
+    /// The key columns (normalised) and the 0-based parameter each is
+    /// compared with, in the order written.
+    pub(crate) keys: Vec<(String, usize)>,
+    /// Parameters one caller binds (the highest `$n`).
+    pub(crate) params_per_row: usize,
+    /// Functions the assignments call (normalised, schema dropped).
+    pub(crate) calls: Vec<String>,
+    /// A read's select list.
+    pub(crate) items: Vec<Item>,
+    /// An update's assigned columns (normalised).
+    pub(crate) assigned: Vec<String>,
+    /// The table and its alias as written.
+    table_ref: Box<str>,
+    /// A read's select list (`*` qualified by the table's name) or an
+    /// update's assignments, split at placeholders.
+    list: Box<[Piece]>,
+    /// The WHERE conditions, split at placeholders.
+    cond: Box<[Piece]>,
+}
+
+/// The name of the rewrite's row source; texts that quote a name starting
+/// with `batchpool ` are not coalesced, so it names nothing of the user's.
+const KEYS: &str = "\"batchpool keys\"";
+
+impl KeyedShape {
+    /// The statement for many callers: `arrays` are the array parameters
+    /// as written in the text, one per parameter of the caller's statement,
+    /// in order (`$1::pg_catalog."int8"[]`).
+    pub(crate) fn render(&self, arrays: &[String]) -> String {
+        let mut columns = String::new();
+        for k in 1..=self.params_per_row {
+            columns.push_str(&format!("\"batchpool {k}\", "));
+        }
+        let source = format!(
+            "unnest({}) WITH ORDINALITY AS {KEYS}({columns}\"batchpool ord\")",
+            arrays.join(", ")
+        );
+        let list = pieces(&self.list);
+        let cond = pieces(&self.cond);
+        let table = &self.table_ref;
+        match self.kind {
+            KeyedKind::Read => format!(
+                "SELECT {list} FROM {source} LEFT JOIN {table} ON {cond}\n\
+                 ORDER BY {KEYS}.\"batchpool ord\""
+            ),
+            KeyedKind::Update => format!(
+                "UPDATE {table} SET {list} FROM {source} WHERE {cond}\n\
+                 RETURNING {KEYS}.\"batchpool ord\""
+            ),
+            KeyedKind::Delete => format!(
+                "DELETE FROM {table} USING {source} WHERE {cond}\n\
+                 RETURNING {KEYS}.\"batchpool ord\""
+            ),
+        }
+    }
+}
+
+/// The text of `pieces`, each placeholder `$k` replaced by the row
+/// source's column for parameter `k`.
+fn pieces(pieces: &[Piece]) -> String {
+    let mut out = String::new();
+    for piece in pieces {
+        match piece {
+            Piece::Text(text) => out.push_str(text),
+            Piece::Param(k) => out.push_str(&format!("{KEYS}.\"batchpool {k}\"")),
+        }
+    }
+    out
+}
+
+/// Words that end a name position (a table or its alias).
+const NOT_NAMES: &[&str] = &[
+    "WHERE",
+    "SET",
+    "ONLY",
+    "LATERAL",
+    "JOIN",
+    "USING",
+    "FROM",
+    "AS",
+    "ON",
+    "ORDER",
+    "GROUP",
+    "LIMIT",
+    "OFFSET",
+    "FOR",
+    "RETURNING",
+    "WINDOW",
+    "HAVING",
+    "UNION",
+    "NATURAL",
+    "CROSS",
+    "INNER",
+    "LEFT",
+    "RIGHT",
+    "FULL",
+    "TABLESAMPLE",
+    "SELECT",
+    "VALUES",
+    "WITH",
+    "FETCH",
+];
+
+/// Words a select list or an assignment may not hold: they start a
+/// subquery, a clause, or a form the rewrite does not keep.
+const NOT_IN_EXPRESSIONS: &[&str] = &[
+    "SELECT",
+    "DISTINCT",
+    "ALL",
+    "FROM",
+    "WHERE",
+    "DEFAULT",
+    "RETURNING",
+    "INTO",
+    "EXISTS",
+    "ORDER",
+    "LIMIT",
+    "FOR",
+    "UNION",
+    "INTERSECT",
+    "EXCEPT",
+    "GROUP",
+    "HAVING",
+    "WINDOW",
+    "OVER",
+    "WITH",
+    "ROW",
+    "ARRAY",
+    "OFFSET",
+    "FETCH",
+];
+
+/// Recognises a keyed statement in already-lexed `sql` (PostgreSQL only).
+/// `Err(None)`: not a SELECT, UPDATE or DELETE at all; `Err(Some(what))`:
+/// one whose form the rewrite does not cover.
+pub(super) fn recognise(
+    dialect: Dialect,
+    sql: &str,
+    lexemes: &[Lexeme],
+) -> Result<KeyedShape, Option<&'static str>> {
+    let mut sig: Vec<usize> = lexemes
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.is_trivia())
+        .map(|(i, _)| i)
+        .collect();
+    let first = sig.first().and_then(|&i| lexemes.get(i)).map(|l| &l.token);
+    let kind = match first {
+        Some(t) if is_kw(t, "SELECT") => KeyedKind::Read,
+        Some(t) if is_kw(t, "UPDATE") => KeyedKind::Update,
+        Some(t) if is_kw(t, "DELETE") => KeyedKind::Delete,
+        _ => return Err(None),
+    };
+    if dialect != Dialect::Postgres {
+        return Err(Some(
+            "keyed reads, updates and deletes are coalesced on PostgreSQL only",
+        ));
+    }
+    // One statement: a `;` may only end it.
+    if let Some(semi) = lexemes
+        .iter()
+        .position(|l| matches!(l.token, Token::SemiColon))
+    {
+        if sig.last() != Some(&semi) {
+            return Err(Some("several statements in one text"));
+        }
+        sig.pop();
+    }
+    let quoted_ours = lexemes.iter().any(|l| {
+        matches!(&l.token, Token::Word(w) if w.quote_style.is_some()
+            && w.value.to_ascii_lowercase().starts_with("batchpool "))
+    });
+    if quoted_ours {
+        return Err(Some("a quoted name starting with \"batchpool \""));
+    }
+    let p = Cursor {
+        sql,
+        lexemes,
+        sig: &sig,
+    };
+    p.statement(kind).map_err(Some)
+}
+
+/// The significant tokens of one statement.
+struct Cursor<'a> {
+    sql: &'a str,
+    lexemes: &'a [Lexeme],
+    /// Indexes into `lexemes` of the significant tokens.
+    sig: &'a [usize],
+}
+
+impl<'a> Cursor<'a> {
+    fn token(&self, pos: usize) -> Option<&'a Token> {
+        self.sig
+            .get(pos)
+            .and_then(|&i| self.lexemes.get(i))
+            .map(|l| &l.token)
+    }
+
+    fn is(&self, pos: usize, kw: &str) -> bool {
+        self.token(pos).is_some_and(|t| is_kw(t, kw))
+    }
+
+    /// The first position at or after `from` at bracket depth 0 holding
+    /// the keyword `kw`.
+    fn find_kw(&self, from: usize, kw: &str) -> Option<usize> {
+        let mut depth = 0usize;
+        for pos in from..self.sig.len() {
+            match self.token(pos)? {
+                Token::LParen | Token::LBracket => depth += 1,
+                Token::RParen | Token::RBracket => depth = depth.checked_sub(1)?,
+                t if depth == 0 && is_kw(t, kw) => return Some(pos),
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// The source text of significant positions `from..to` (trivia between
+    /// them kept).
+    fn text(&self, from: usize, to: usize) -> Option<&'a str> {
+        let start = self.lexemes.get(*self.sig.get(from)?)?.start;
+        let end = self.lexemes.get(*self.sig.get(to.checked_sub(1)?)?)?.end;
+        self.sql.get(start..end)
+    }
+
+    /// The text of positions `from..to` split at its placeholders (each
+    /// `$n` checked); `replace` gives the text put in place of a token
+    /// instead (`*` of a select list).
+    fn pieces(
+        &self,
+        from: usize,
+        to: usize,
+        replace: &dyn Fn(usize) -> Option<String>,
+    ) -> Option<Vec<Piece>> {
+        let mut out = Vec::new();
+        let mut cursor = self.lexemes.get(*self.sig.get(from)?)?.start;
+        for pos in from..to {
+            let lexeme = self.lexemes.get(*self.sig.get(pos)?)?;
+            let put = match &lexeme.token {
+                Token::Placeholder(p) => Some(Piece::Param(pg_param_number(p)?)),
+                _ => replace(pos).map(|text| Piece::Text(text.into())),
+            };
+            if let Some(put) = put {
+                out.push(Piece::Text(self.sql.get(cursor..lexeme.start)?.into()));
+                out.push(put);
+                cursor = lexeme.end;
+            }
+        }
+        let end = self.lexemes.get(*self.sig.get(to.checked_sub(1)?)?)?.end;
+        out.push(Piece::Text(self.sql.get(cursor..end)?.into()));
+        Some(out)
+    }
+
+    /// A table name and optional alias at `from..to`: the table as
+    /// written and the name that qualifies its columns.
+    fn table(&self, from: usize, to: usize) -> Option<(String, String)> {
+        let name = |pos: usize| match self.token(pos)? {
+            Token::Word(w)
+                if usable_name(w)
+                    && (w.quote_style.is_some()
+                        || !NOT_NAMES.iter().any(|k| w.value.eq_ignore_ascii_case(k))) =>
+            {
+                Some(())
+            }
+            _ => None,
+        };
+        let mut pos = from;
+        name(pos)?;
+        pos += 1;
+        while matches!(self.token(pos), Some(Token::Period)) && pos < to {
+            name(pos + 1)?;
+            pos += 2;
+        }
+        let table = self.text(from, pos)?.to_owned();
+        if pos == to {
+            return Some((table.clone(), table));
+        }
+        if self.is(pos, "AS") {
+            pos += 1;
+        }
+        name(pos)?;
+        (pos + 1 == to).then(|| Some((table, self.text(pos, pos + 1)?.to_owned())))?
+    }
+
+    /// `col = $n [AND col = $n ...]` at `from..to`: the key columns and
+    /// their 0-based parameters.
+    fn conditions(&self, from: usize, to: usize) -> Option<Vec<(String, usize)>> {
+        let mut keys: Vec<(String, usize)> = Vec::new();
+        let mut pos = from;
+        loop {
+            let (column, param, next) = self.condition(pos)?;
+            if keys.iter().any(|(c, _)| *c == column) {
+                return None;
+            }
+            keys.push((column, param));
+            pos = next;
+            if pos == to {
+                return Some(keys);
+            }
+            if !self.is(pos, "AND") {
+                return None;
+            }
+            pos += 1;
+        }
+    }
+
+    /// One `col = $n` or `$n = col` from `pos`: the column, the 0-based
+    /// parameter, and the position after it.
+    fn condition(&self, pos: usize) -> Option<(String, usize, usize)> {
+        if let Some(Token::Placeholder(p)) = self.token(pos) {
+            let n = pg_param_number(p)?;
+            if !matches!(self.token(pos + 1), Some(Token::Eq)) {
+                return None;
+            }
+            let (column, next) = self.column(pos + 2)?;
+            return Some((column, n - 1, next));
+        }
+        let (column, next) = self.column(pos)?;
+        if !matches!(self.token(next), Some(Token::Eq)) {
+            return None;
+        }
+        match self.token(next + 1)? {
+            Token::Placeholder(p) => Some((column, pg_param_number(p)? - 1, next + 2)),
+            _ => None,
+        }
+    }
+
+    /// A column reference `c` or `q.c` from `pos`: the column (normalised)
+    /// and the position after it.
+    fn column(&self, pos: usize) -> Option<(String, usize)> {
+        let word = |pos: usize| match self.token(pos)? {
+            Token::Word(w) if usable_name(w) => Some(w),
+            _ => None,
+        };
+        let mut last = word(pos)?;
+        let mut next = pos + 1;
+        while matches!(self.token(next), Some(Token::Period)) {
+            last = word(next + 1)?;
+            next += 2;
+        }
+        Some((normalise(Dialect::Postgres, last), next))
+    }
+
+    /// The statement of `kind`.
+    fn statement(&self, kind: KeyedKind) -> Result<KeyedShape, &'static str> {
+        let end = self.sig.len();
+        let (table_from, list_range, table_to) = match kind {
+            KeyedKind::Read => {
+                let from = self.find_kw(1, "FROM").ok_or("no FROM clause")?;
+                (from + 1, Some((1, from)), None)
+            }
+            KeyedKind::Update => {
+                let set = self.find_kw(1, "SET").ok_or("no SET clause")?;
+                (1, None, Some(set))
+            }
+            KeyedKind::Delete => {
+                if !self.is(1, "FROM") {
+                    return Err("DELETE without FROM");
+                }
+                (2, None, None)
+            }
+        };
+        let where_at = self
+            .find_kw(table_from, "WHERE")
+            .ok_or("no WHERE clause (a keyed statement names its key)")?;
+        if where_at + 1 >= end {
+            return Err("an empty WHERE clause");
+        }
+        let set_range = table_to.map(|set| (set + 1, where_at));
+        let table_end = table_to.unwrap_or(where_at);
+        let (table, reference) = self.table(table_from, table_end).ok_or(
+            "the table (one table, optionally with an alias; no ONLY, joins or USING lists)",
+        )?;
+        let keys = self.conditions(where_at + 1, end).ok_or(
+            "the WHERE clause (only `column = $n` conditions joined by AND, each column \
+             once; no ORDER BY, LIMIT, FOR UPDATE or RETURNING after it)",
+        )?;
+
+        let mut items = Vec::new();
+        let mut assigned = Vec::new();
+        let mut calls = Vec::new();
+        let list = match (list_range, set_range) {
+            (Some((from, to)), _) => {
+                items = self
+                    .items(from, to, &reference)
+                    .ok_or("the select list (columns, `*`, casts, literals and arithmetic only)")?;
+                let star = |pos: usize| {
+                    let whole = matches!(self.token(pos), Some(Token::Mul))
+                        && (pos == from || matches!(self.token(pos - 1), Some(Token::Comma)))
+                        && (pos + 1 == to || matches!(self.token(pos + 1), Some(Token::Comma)));
+                    whole.then(|| format!("{reference}.*"))
+                };
+                self.pieces(from, to, &star).ok_or(INTERNAL)?
+            }
+            (None, Some((from, to))) => {
+                assigned = self.assignments(from, to).ok_or(
+                    "the SET clause (`column = expression` without subqueries or DEFAULT)",
+                )?;
+                calls = self.calls(from, to);
+                self.pieces(from, to, &|_| None).ok_or(INTERNAL)?
+            }
+            (None, None) => Vec::new(),
+        };
+        let cond = self.pieces(where_at + 1, end, &|_| None).ok_or(INTERNAL)?;
+
+        // Parameters: $1..$P each used, none outside the list and the
+        // conditions (the only places rendered).
+        let mut used = Vec::new();
+        for (pos, &i) in self.sig.iter().enumerate() {
+            if let Some(Token::Placeholder(p)) = self.lexemes.get(i).map(|l| &l.token) {
+                let in_list = list_range
+                    .or(set_range)
+                    .is_some_and(|(from, to)| (from..to).contains(&pos));
+                if kind == KeyedKind::Read && in_list {
+                    return Err("a placeholder in the select list");
+                }
+                if !in_list && pos <= where_at {
+                    return Err("a placeholder outside the SET and WHERE clauses");
+                }
+                used.push(pg_param_number(p).ok_or("a placeholder")?);
+            }
+        }
+        let params_per_row = used.iter().copied().max().unwrap_or(0);
+        if (1..=params_per_row).any(|n| !used.contains(&n)) {
+            return Err("a parameter number that is never used");
+        }
+        Ok(KeyedShape {
+            kind,
+            table,
+            keys,
+            params_per_row,
+            calls,
+            items,
+            assigned,
+            table_ref: self
+                .text(table_from, table_end)
+                .ok_or(INTERNAL)?
+                .to_owned()
+                .into(),
+            list: list.into_boxed_slice(),
+            cond: cond.into_boxed_slice(),
+        })
+    }
+
+    /// A read's select list at `from..to`.
+    fn items(&self, from: usize, to: usize, reference: &str) -> Option<Vec<Item>> {
+        let mut items = Vec::new();
+        let mut start = from;
+        for pos in from..=to {
+            if pos < to && !matches!(self.token(pos)?, Token::Comma) {
+                continue;
+            }
+            if pos == start {
+                return None;
+            }
+            items.push(self.item(start, pos, reference)?);
+            start = pos + 1;
+        }
+        Some(items)
+    }
+
+    /// One select-list item at `from..to`.
+    fn item(&self, from: usize, to: usize, reference: &str) -> Option<Item> {
+        for pos in from..to {
+            let allowed = match self.token(pos)? {
+                Token::Word(w) => {
+                    w.quote_style.is_some()
+                        || !NOT_IN_EXPRESSIONS
+                            .iter()
+                            .any(|k| w.value.eq_ignore_ascii_case(k))
+                }
+                Token::Period
+                | Token::Mul
+                | Token::DoubleColon
+                | Token::LBracket
+                | Token::RBracket
+                | Token::Number(..)
+                | Token::SingleQuotedString(_)
+                | Token::Plus
+                | Token::Minus
+                | Token::Div
+                | Token::Mod
+                | Token::StringConcat => true,
+                _ => false,
+            };
+            if !allowed {
+                return None;
+            }
+        }
+        let len = to - from;
+        if len == 1 && matches!(self.token(from), Some(Token::Mul)) {
+            return Some(Item::All);
+        }
+        let qualifier_is_table = |pos: usize| {
+            self.text(pos, pos + 1)
+                .is_some_and(|q| q == reference || reference.ends_with(&format!(".{q}")))
+        };
+        if len == 3
+            && matches!(self.token(from + 1), Some(Token::Period))
+            && matches!(self.token(from + 2), Some(Token::Mul))
+        {
+            return Some(if qualifier_is_table(from) {
+                Item::All
+            } else {
+                Item::Other
+            });
+        }
+        let Some((column, next)) = self.column(from) else {
+            return Some(Item::Other);
+        };
+        let qualified = next > from + 1;
+        if qualified && (next != from + 3 || !qualifier_is_table(from)) {
+            return Some(Item::Other);
+        }
+        let aliased = match to - next {
+            0 => true,
+            1 => matches!(self.token(next), Some(Token::Word(_))),
+            2 => self.is(next, "AS") && matches!(self.token(next + 1), Some(Token::Word(_))),
+            _ => false,
+        };
+        Some(if aliased {
+            Item::Column(column)
+        } else {
+            Item::Other
+        })
+    }
+
+    /// An update's `col = expr, ...` at `from..to`: the assigned columns.
+    fn assignments(&self, from: usize, to: usize) -> Option<Vec<String>> {
+        let mut assigned = Vec::new();
+        let mut pos = from;
+        while pos < to {
+            let column = match self.token(pos)? {
+                Token::Word(w) if usable_name(w) => normalise(Dialect::Postgres, w),
+                _ => return None,
+            };
+            if !matches!(self.token(pos + 1)?, Token::Eq) || assigned.contains(&column) {
+                return None;
+            }
+            assigned.push(column);
+            pos += 2;
+            let start = pos;
+            let mut depth = 0usize;
+            while pos < to {
+                match self.token(pos)? {
+                    Token::LParen | Token::LBracket => depth += 1,
+                    Token::RParen | Token::RBracket => depth = depth.checked_sub(1)?,
+                    Token::Comma if depth == 0 => break,
+                    Token::Word(w)
+                        if w.quote_style.is_none()
+                            && NOT_IN_EXPRESSIONS
+                                .iter()
+                                .any(|k| w.value.eq_ignore_ascii_case(k)) =>
+                    {
+                        return None;
+                    }
+                    Token::SemiColon => return None,
+                    _ => {}
+                }
+                pos += 1;
+            }
+            if pos == start || depth != 0 {
+                return None;
+            }
+            if pos < to {
+                pos += 1;
+                if pos == to {
+                    return None;
+                }
+            }
+        }
+        (!assigned.is_empty()).then_some(assigned)
+    }
+
+    /// Names of the functions called at `from..to` (a word followed by
+    /// `(`, not a type modifier after `::`), normalised, each once.
+    fn calls(&self, from: usize, to: usize) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for pos in from..to.saturating_sub(1) {
+            if let (Some(Token::Word(w)), Some(Token::LParen)) =
+                (self.token(pos), self.token(pos + 1))
+            {
+                let cast = pos > 0 && matches!(self.token(pos - 1), Some(Token::DoubleColon));
+                let name = normalise(Dialect::Postgres, w);
+                if !cast && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        names
+    }
+}
+
+/// A slice that cannot fail did: the text is not coalesced.
+const INTERNAL: &str = "text offsets the tokenizer reported inconsistently";
