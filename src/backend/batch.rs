@@ -133,6 +133,13 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         false
     }
 
+    /// Whether statements of `shape` have one text for any number of rows
+    /// (one array per parameter): any number up to the shape's row cap is
+    /// one statement.
+    fn one_text(&self, _shape: &Self::Shape) -> bool {
+        false
+    }
+
     /// Where `rows` of `shape` must be cut so that no two rows that may
     /// act on the same database row share a statement (keyed writes whose
     /// rewrite would apply only one of them): the lengths of consecutive

@@ -196,7 +196,7 @@ async fn sleep_until(at: Option<Instant>) {
 fn take<B: Backend>(engine: &Arc<Engine<B>>, q: &Arc<ShapeQueue<B>>) -> Option<Taken<B>> {
     let statements = if engine.pipelines(&q.shape) { 2 } else { 1 };
     let closed = || engine.is_closed();
-    let any_size = |n| engine.backend.any_size(&q.shape, n);
+    let any_size = |n| engine.backend.any_size(&q.shape, n) || engine.backend.one_text(&q.shape);
     let (taken, spawn) = q.take_due(engine.config.max_delay, closed, statements, any_size)?;
     engine.spawn_flushers(q, spawn);
     Some(taken)

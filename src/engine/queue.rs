@@ -451,8 +451,10 @@ impl<B: Backend> ShapeQueue<B> {
         if len == 0 {
             return Vec::new();
         }
-        if backend.any_size(&self.shape, len)
-            && (len <= self.cap_rows || backend.uses_bulk(&self.shape, &rows[start..start + len]))
+        let one = backend.one_text(&self.shape) && len <= self.cap_rows;
+        if one
+            || (backend.any_size(&self.shape, len)
+                && backend.uses_bulk(&self.shape, &rows[start..start + len]))
         {
             return vec![(start, len)];
         }

@@ -688,11 +688,11 @@ impl Backend for Postgres {
     }
 
     fn any_size(&self, shape: &PgShape, rows: usize) -> bool {
-        match shape {
-            PgShape::Insert(s) => self.copies(s, rows),
-            // One text for any number of callers.
-            PgShape::Keyed(_) => true,
-        }
+        matches!(shape, PgShape::Insert(s) if self.copies(s, rows))
+    }
+
+    fn one_text(&self, shape: &PgShape) -> bool {
+        matches!(shape, PgShape::Keyed(_))
     }
 
     fn uses_bulk(&self, shape: &PgShape, rows: &[PgRow]) -> bool {
