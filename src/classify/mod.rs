@@ -31,6 +31,8 @@ mod parse;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_keyed;
 
 use std::sync::Arc;
 

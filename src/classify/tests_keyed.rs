@@ -1,0 +1,150 @@
+//! Tests of the keyed read, update and delete recogniser and its rewrite.
+
+use super::{Classified, Dialect, Form, Item, KeyedKind, KeyedShape, classify};
+use crate::explain::NotCoalesced;
+
+/// Classify for PostgreSQL and require a keyed shape.
+fn keyed(sql: &str) -> std::sync::Arc<KeyedShape> {
+    match classify(Dialect::Postgres, sql) {
+        Classified::Batchable(Form::Keyed(shape)) => shape,
+        other => panic!("expected a keyed shape: {sql:?}: {other:?}"),
+    }
+}
+
+/// The reason a PostgreSQL text is not coalesced.
+fn reason(sql: &str) -> NotCoalesced {
+    match classify(Dialect::Postgres, sql) {
+        Classified::Other(reason) => reason,
+        Classified::Batchable(form) => panic!("expected not coalesced: {sql:?}: {form:?}"),
+    }
+}
+
+/// The arrays of a rewrite of `n` bigint parameters.
+fn arrays(n: usize) -> Vec<String> {
+    (1..=n).map(|k| format!("${k}::int8[]")).collect()
+}
+
+#[test]
+fn point_reads_become_a_left_join_in_caller_order() {
+    let shape = keyed("SELECT * FROM kv WHERE id = $1");
+    assert_eq!(shape.kind, KeyedKind::Read);
+    assert_eq!(shape.table, "kv");
+    assert_eq!(shape.keys, vec![("id".to_owned(), 0)]);
+    assert_eq!(shape.items, vec![Item::All]);
+    assert_eq!(
+        shape.render(&arrays(1)),
+        "SELECT kv.* FROM unnest($1::int8[]) WITH ORDINALITY AS \"batchpool keys\"(\"batchpool 1\", \
+         \"batchpool ord\") LEFT JOIN kv ON id = \"batchpool keys\".\"batchpool 1\"\n\
+         ORDER BY \"batchpool keys\".\"batchpool ord\""
+    );
+
+    let shape = keyed("select k.v AS value, \"Id\", n::text, 'x' FROM s.t AS k where $2 = \"Id\" and k.b = $1;");
+    assert_eq!(
+        shape.items,
+        vec![
+            Item::Column("v".into()),
+            Item::Column("Id".into()),
+            Item::Other,
+            Item::Other
+        ]
+    );
+    assert_eq!(
+        shape.keys,
+        vec![("Id".to_owned(), 1), ("b".to_owned(), 0)]
+    );
+    assert_eq!(shape.params_per_row, 2);
+    let sql = shape.render(&arrays(2));
+    assert!(
+        sql.starts_with("SELECT k.v AS value, \"Id\", n::text, 'x' FROM unnest($1::int8[], $2::int8[])"),
+        "{sql}"
+    );
+    assert!(
+        sql.contains(
+            "LEFT JOIN s.t AS k ON \"batchpool keys\".\"batchpool 2\" = \"Id\" and k.b = \
+             \"batchpool keys\".\"batchpool 1\"\n"
+        ),
+        "{sql}"
+    );
+}
+
+#[test]
+fn updates_and_deletes_return_the_ordinal_of_each_row_written() {
+    let shape = keyed("UPDATE counters SET hits = hits + $1, note = $3 WHERE id = $2");
+    assert_eq!(shape.kind, KeyedKind::Update);
+    assert_eq!(shape.assigned, vec!["hits".to_owned(), "note".to_owned()]);
+    assert_eq!(shape.keys, vec![("id".to_owned(), 1)]);
+    assert_eq!(
+        shape.render(&arrays(3)),
+        "UPDATE counters SET hits = hits + \"batchpool keys\".\"batchpool 1\", note = \
+         \"batchpool keys\".\"batchpool 3\" FROM unnest($1::int8[], $2::int8[], $3::int8[]) WITH \
+         ORDINALITY AS \"batchpool keys\"(\"batchpool 1\", \"batchpool 2\", \"batchpool 3\", \
+         \"batchpool ord\") WHERE id = \"batchpool keys\".\"batchpool 2\"\n\
+         RETURNING \"batchpool keys\".\"batchpool ord\""
+    );
+    let shape = keyed("UPDATE t SET v = lower(v) || $1::text WHERE a = $2 AND b = $3");
+    assert_eq!(shape.calls, vec!["lower".to_owned()]);
+
+    let shape = keyed("DELETE FROM sessions WHERE token = $1 -- gone\n");
+    assert_eq!(shape.kind, KeyedKind::Delete);
+    assert_eq!(
+        shape.render(&arrays(1)),
+        "DELETE FROM sessions USING unnest($1::int8[]) WITH ORDINALITY AS \"batchpool keys\"(\
+         \"batchpool 1\", \"batchpool ord\") WHERE token = \"batchpool keys\".\"batchpool 1\"\n\
+         RETURNING \"batchpool keys\".\"batchpool ord\""
+    );
+}
+
+#[test]
+fn other_forms_say_what_is_not_covered() {
+    for sql in [
+        "SELECT * FROM t WHERE id = $1 ORDER BY id",
+        "SELECT * FROM t WHERE id = $1 LIMIT 1",
+        "SELECT * FROM t WHERE id = $1 FOR UPDATE",
+        "SELECT * FROM t WHERE id = $1 OR id = $2",
+        "SELECT * FROM t WHERE id = $1 + 1",
+        "SELECT * FROM t WHERE id IN ($1, $2)",
+        "SELECT * FROM t WHERE id = $1 AND id = $2",
+        "SELECT * FROM t WHERE id = $2",
+        "SELECT * FROM t WHERE id = 1",
+        "SELECT * FROM t",
+        "SELECT * FROM t, u WHERE id = $1",
+        "SELECT * FROM t JOIN u ON true WHERE id = $1",
+        "SELECT * FROM ONLY t WHERE id = $1",
+        "SELECT DISTINCT v FROM t WHERE id = $1",
+        "SELECT count(*) FROM t WHERE id = $1",
+        "SELECT nextval('s'), id FROM t WHERE id = $1",
+        "SELECT (SELECT 1), id FROM t WHERE id = $1",
+        "SELECT $2::int, id FROM t WHERE id = $1",
+        "SELECT 1",
+        "SELECT * FROM t WHERE id = $1; SELECT 1",
+        "SELECT \"batchpool keys\".* FROM t WHERE id = $1",
+        "UPDATE t SET v = $1 WHERE id = $2 RETURNING v",
+        "UPDATE t SET v = (SELECT max(v) FROM u) WHERE id = $1",
+        "UPDATE t SET v = DEFAULT WHERE id = $1",
+        "UPDATE t SET v = u.v FROM u WHERE t.id = $1",
+        "UPDATE t SET (a, b) = ($1, $2) WHERE id = $3",
+        "UPDATE t SET v = $1",
+        "UPDATE ONLY t SET v = $1 WHERE id = $2",
+        "UPDATE t SET v = $1 WHERE id = $2 AND v = 'x'",
+        "DELETE FROM t USING u WHERE t.id = $1",
+        "DELETE FROM t WHERE id = $1 RETURNING *",
+        "DELETE t WHERE id = $1",
+        "WITH x AS (SELECT 1) SELECT * FROM t WHERE id = $1",
+    ] {
+        match reason(sql) {
+            NotCoalesced::KeyedForm(_) | NotCoalesced::NotAnInsert => {}
+            other => panic!("{sql:?}: {other:?}"),
+        }
+    }
+    assert_eq!(reason("CREATE TABLE t (a int)"), NotCoalesced::NotAnInsert);
+}
+
+#[test]
+fn mysql_keyed_statements_run_on_their_own() {
+    match classify(Dialect::MySql, "SELECT * FROM t WHERE id = ?") {
+        Classified::Other(NotCoalesced::KeyedForm(why)) => {
+            assert!(why.contains("PostgreSQL only"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
