@@ -67,6 +67,8 @@ mod pg_coalesce;
 #[cfg(feature = "postgres")]
 mod pg_failover;
 #[cfg(feature = "postgres")]
+mod pg_keyed;
+#[cfg(feature = "postgres")]
 mod pg_transactions;
 #[cfg(feature = "postgres")]
 mod pgbouncer;
