@@ -44,6 +44,8 @@ mod harness;
 mod hooks;
 #[cfg(feature = "postgres")]
 mod http_service;
+#[cfg(feature = "postgres")]
+mod keyed_faults;
 mod learning;
 mod lifecycle;
 mod limits;
