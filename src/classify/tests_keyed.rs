@@ -38,7 +38,9 @@ fn point_reads_become_a_left_join_in_caller_order() {
          ORDER BY \"batchpool keys\".\"batchpool ord\""
     );
 
-    let shape = keyed("select k.v AS value, \"Id\", n::text, 'x' FROM s.t AS k where $2 = \"Id\" and k.b = $1;");
+    let shape = keyed(
+        "select k.v AS value, \"Id\", n::text, 'x' FROM s.t AS k where $2 = \"Id\" and k.b = $1;",
+    );
     assert_eq!(
         shape.items,
         vec![
@@ -48,14 +50,13 @@ fn point_reads_become_a_left_join_in_caller_order() {
             Item::Other
         ]
     );
-    assert_eq!(
-        shape.keys,
-        vec![("Id".to_owned(), 1), ("b".to_owned(), 0)]
-    );
+    assert_eq!(shape.keys, vec![("Id".to_owned(), 1), ("b".to_owned(), 0)]);
     assert_eq!(shape.params_per_row, 2);
     let sql = shape.render(&arrays(2));
     assert!(
-        sql.starts_with("SELECT k.v AS value, \"Id\", n::text, 'x' FROM unnest($1::int8[], $2::int8[])"),
+        sql.starts_with(
+            "SELECT k.v AS value, \"Id\", n::text, 'x' FROM unnest($1::int8[], $2::int8[])"
+        ),
         "{sql}"
     );
     assert!(

@@ -524,8 +524,13 @@ async fn one_classifier_explains_and_refuses_alike<B: TestBackend>() {
     let explain = B::explain(&pool, &insert).await.unwrap();
     assert!(explain.is_coalesced(), "{explain}");
     assert_eq!(explain.reason(), None);
+    let read = B::explain(&pool, "SELECT 1").await.unwrap();
+    assert!(
+        matches!(read.reason(), Some(NotCoalesced::KeyedForm(_))),
+        "SELECT 1: {read}"
+    );
     for (sql, why) in [
-        ("SELECT 1", NotCoalesced::NotAnInsert),
+        ("SHOW x", NotCoalesced::NotAnInsert),
         ("begin", NotCoalesced::TransactionControl("BEGIN")),
         ("/* c */ COMMIT", NotCoalesced::TransactionControl("COMMIT")),
     ] {

@@ -178,10 +178,12 @@ async fn exercise(service: &str, base: &str, pool: &Pool, n: usize, in_flight: u
         "{service}: {:.1} rows per batch, {stats:?}",
         stats.rows_per_batch()
     );
+    // Every call is coalesced: the n POSTs and the duplicate, the n reads
+    // by id and the read of a missing id.
     assert_eq!(
         stats.rows,
-        n as u64 + 1,
-        "{n} rows and the duplicate: {stats:?}"
+        2 * n as u64 + 2,
+        "{n} rows, the duplicate and n + 1 reads: {stats:?}"
     );
     assert!(
         stats.rows_per_batch() > 1.0,
