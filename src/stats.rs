@@ -297,7 +297,9 @@ pub struct Stats {
     /// Multi-row statements sent for those flushes (a flush is split into a
     /// few statements of bounded sizes; error isolation adds more).
     pub statements: u64,
-    /// Coalesced rows sent to the server (each a caller's `execute`).
+    /// Coalesced rows sent to the server: each a caller's coalesced
+    /// statement (an `execute` of an INSERT, or a keyed read, update or
+    /// delete through `query`, `query_one`, `query_opt` or `execute`).
     ///
     /// Every row accepted for coalescing ends in exactly one of `rows`,
     /// `rows_cancelled` and `rows_unsent`, whatever happens to its caller

@@ -30,9 +30,11 @@ impl Pool {
     /// `RETURNING`) waits in the queue of its SQL text and is sent with other
     /// callers' rows as one multi-row INSERT; the future resolves once that
     /// statement has committed, with this row's own count and `RETURNING`
-    /// row, or this row's own error. Other statements run as they are;
-    /// transaction control (`BEGIN`, `COMMIT`...) is refused
-    /// ([`Error::is_refused`]).
+    /// row, or this row's own error. A keyed read, update or delete
+    /// (`... WHERE id = $1`) is coalesced the same way, with this caller's
+    /// own count (see the [guide](crate::guide#keyed-reads-updates-and-deletes-postgresql)).
+    /// Other statements run as they are; transaction control (`BEGIN`,
+    /// `COMMIT`...) is refused ([`Error::is_refused`]).
     ///
     /// Parameter count and types are checked here, before the row is queued.
     /// Dropping the future before its row was taken by a flush means the row
@@ -63,7 +65,13 @@ impl Pool {
         self.execute_many_args(sql, args).await
     }
 
-    /// Runs a query (never coalesced) and returns all its rows.
+    /// Runs a query and returns all its rows.
+    ///
+    /// A keyed read, update or delete (`SELECT ... FROM t WHERE id = $1`)
+    /// is coalesced with other callers' statements of the same text, and
+    /// this caller gets its own rows (see the
+    /// [guide](crate::guide#keyed-reads-updates-and-deletes-postgresql));
+    /// every other statement, an INSERT's included, runs on its own.
     pub async fn query(&self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Error> {
         self.query_args(sql, PgArgs::Refs(params)).await
     }
