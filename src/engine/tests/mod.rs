@@ -53,6 +53,7 @@ use crate::stats::Stats;
 mod bounds;
 mod cancel;
 mod isolation;
+mod keyed;
 mod natural;
 mod pipeline;
 mod routes;
@@ -106,6 +107,11 @@ struct Mem {
     /// multi-row text goes out as several statements, one after another
     /// (as MariaDB's rows that the bulk command refuses do).
     any_size: AtomicBool,
+    /// Rows are keyed writes (as PostgreSQL's keyed updates): a row's key is
+    /// its value's last two digits, two rows of one key never share a
+    /// statement (`Backend::runs`), and any number of rows is one text
+    /// (`Backend::one_text`).
+    keyed: AtomicBool,
     /// Shapes prepared (route learned or re-learned).
     prepared: AtomicUsize,
     /// While set, learning a shape waits for the test to notify it.
@@ -175,6 +181,7 @@ impl Mem {
             pipelined: AtomicBool::new(false),
             names: AtomicUsize::new(0),
             any_size: AtomicBool::new(false),
+            keyed: AtomicBool::new(false),
             prepared: AtomicUsize::new(0),
             prepare_gate: Mutex::default(),
             discarded: Arc::default(),
@@ -368,6 +375,30 @@ impl Backend for Mem {
 
     fn any_size(&self, _shape: &(), _rows: usize) -> bool {
         self.any_size.load(SeqCst)
+    }
+
+    fn one_text(&self, _shape: &()) -> bool {
+        self.keyed.load(SeqCst)
+    }
+
+    fn runs(&self, _shape: &(), rows: &[i64]) -> Option<Vec<usize>> {
+        if !self.keyed.load(SeqCst) {
+            return None;
+        }
+        let mut runs = Vec::new();
+        let mut keys = std::collections::HashSet::new();
+        let mut run = 0;
+        for &v in rows {
+            if !keys.insert(v.abs() % 100) {
+                runs.push(run);
+                run = 0;
+                keys.clear();
+                keys.insert(v.abs() % 100);
+            }
+            run += 1;
+        }
+        runs.push(run);
+        Some(runs)
     }
 
     fn connections(&self) -> &Mem {
