@@ -164,7 +164,7 @@ pub struct MyShapePlan(crate::mysql::MyShape);
 #[cfg(feature = "mysql")]
 impl std::fmt::Debug for MyShapePlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MyShapePlan({} parameters per row)", self.0.params)
+        write!(f, "MyShapePlan({} parameters per row)", self.0.params())
     }
 }
 
@@ -211,7 +211,10 @@ impl MyRows {
     /// kind compared, the command's size added up), as the engine checks
     /// before each bulk statement.
     pub fn bulk_fits(&self, shape: &MyShapePlan, packet: usize) -> bool {
-        crate::mysql::bulk_fits(&shape.0, &self.0, packet)
+        shape
+            .0
+            .insert()
+            .is_some_and(|s| crate::mysql::bulk_fits(s, &self.0, packet))
     }
 
     /// The flusher's task, MariaDB bulk path: the parameter sets of the

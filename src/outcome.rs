@@ -32,10 +32,6 @@ impl<R> Outcome<R> {
     }
 
     /// A read's outcome: its rows (the count is how many).
-    #[cfg_attr(
-        not(feature = "postgres"),
-        allow(dead_code, reason = "only PostgreSQL coalesces reads")
-    )]
     pub(crate) fn read(rows: Vec<R>) -> Outcome<R> {
         let mut rows = rows.into_iter();
         let returned = rows.next();

@@ -5,7 +5,7 @@
 use std::future::Future;
 
 use super::{Conn, Connections};
-use crate::classify::{Dialect, Form};
+use crate::classify::{Dialect, Form, KeyedKind};
 use crate::error::Error;
 use crate::explain::NotCoalesced;
 
@@ -70,10 +70,12 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// The SQL dialect used to classify statements.
     const DIALECT: Dialect;
 
-    /// Whether the backend coalesces keyed reads, updates and deletes
+    /// Whether the backend coalesces keyed statements of `kind`
     /// ([`Form::Keyed`]); when not, they run on their own without asking
     /// the server.
-    const KEYED: bool = false;
+    fn coalesces_keyed(_kind: KeyedKind) -> bool {
+        false
+    }
 
     /// Most bind parameters one statement may carry (both wire protocols
     /// count them in 16 bits).

@@ -128,17 +128,47 @@ impl KeyedShape {
     }
 }
 
-/// The text of `pieces`, each placeholder `$k` replaced by the row
-/// source's column for parameter `k`.
-fn pieces(pieces: &[Piece]) -> String {
+impl KeyedShape {
+    /// A read for `n` callers as one statement of the caller's statement
+    /// `n` times (MySQL), each numbered by a first column, in caller order:
+    /// `SELECT 1 AS `batchpool ord`, <list> FROM t WHERE ... UNION ALL
+    /// SELECT 2, ... ORDER BY 1`, every placeholder a `?` of its own.
+    pub(crate) fn render_union(&self, n: usize) -> String {
+        let list = pieces_with(&self.list, &mut |_, out| out.push('?'));
+        let cond = pieces_with(&self.cond, &mut |_, out| out.push('?'));
+        let table = &self.table_ref;
+        let mut out = String::with_capacity(n * (list.len() + cond.len() + table.len() + 48));
+        for i in 1..=n.max(1) {
+            if i > 1 {
+                out.push_str(" UNION ALL ");
+            }
+            out.push_str(&format!(
+                "SELECT {i} AS `batchpool ord`, {list} FROM {table} WHERE {cond}\n"
+            ));
+        }
+        out.push_str("ORDER BY 1");
+        out
+    }
+}
+
+/// The text of `pieces`, each placeholder written by `param`.
+fn pieces_with(pieces: &[Piece], param: &mut dyn FnMut(usize, &mut String)) -> String {
     let mut out = String::new();
     for piece in pieces {
         match piece {
             Piece::Text(text) => out.push_str(text),
-            Piece::Param(k) => out.push_str(&format!("{KEYS}.\"batchpool {k}\"")),
+            Piece::Param(k) => param(*k, &mut out),
         }
     }
     out
+}
+
+/// The text of `pieces`, each placeholder `$k` replaced by the row
+/// source's column for parameter `k`.
+fn pieces(pieces: &[Piece]) -> String {
+    pieces_with(pieces, &mut |k, out| {
+        out.push_str(&format!("{KEYS}.\"batchpool {k}\""));
+    })
 }
 
 /// Words that end a name position (a table or its alias).
@@ -224,9 +254,9 @@ pub(super) fn recognise(
         Some(t) if is_kw(t, "DELETE") => KeyedKind::Delete,
         _ => return Err(None),
     };
-    if dialect != Dialect::Postgres {
+    if dialect == Dialect::MySql && kind != KeyedKind::Read {
         return Err(Some(
-            "keyed reads, updates and deletes are coalesced on PostgreSQL only",
+            "keyed updates and deletes are coalesced on PostgreSQL only",
         ));
     }
     // One statement: a `;` may only end it.
@@ -247,6 +277,7 @@ pub(super) fn recognise(
         return Err(Some("a quoted name starting with \"batchpool \""));
     }
     let p = Cursor {
+        dialect,
         sql,
         lexemes,
         sig: &sig,
@@ -256,6 +287,7 @@ pub(super) fn recognise(
 
 /// The significant tokens of one statement.
 struct Cursor<'a> {
+    dialect: Dialect,
     sql: &'a str,
     lexemes: &'a [Lexeme],
     /// Indexes into `lexemes` of the significant tokens.
@@ -268,6 +300,20 @@ impl<'a> Cursor<'a> {
             .get(pos)
             .and_then(|&i| self.lexemes.get(i))
             .map(|l| &l.token)
+    }
+
+    /// The 1-based number of the placeholder at `pos`: PostgreSQL's `$n`,
+    /// MySQL's `?` by its place among the statement's placeholders.
+    fn param(&self, pos: usize) -> Option<usize> {
+        match (self.dialect, self.token(pos)?) {
+            (Dialect::Postgres, Token::Placeholder(p)) => pg_param_number(p),
+            (Dialect::MySql, Token::Placeholder(p)) if p == "?" => Some(
+                1 + (0..pos)
+                    .filter(|&q| matches!(self.token(q), Some(Token::Placeholder(_))))
+                    .count(),
+            ),
+            _ => None,
+        }
     }
 
     fn is(&self, pos: usize, kw: &str) -> bool {
@@ -311,7 +357,7 @@ impl<'a> Cursor<'a> {
         for pos in from..to {
             let lexeme = self.lexemes.get(*self.sig.get(pos)?)?;
             let put = match &lexeme.token {
-                Token::Placeholder(p) => Some(Piece::Param(pg_param_number(p)?)),
+                Token::Placeholder(_) => Some(Piece::Param(self.param(pos)?)),
                 _ => replace(pos).map(|text| Piece::Text(text.into())),
             };
             if let Some(put) = put {
@@ -381,8 +427,8 @@ impl<'a> Cursor<'a> {
     /// One `col = $n` or `$n = col` from `pos`: the column, the 0-based
     /// parameter, and the position after it.
     fn condition(&self, pos: usize) -> Option<(String, usize, usize)> {
-        if let Some(Token::Placeholder(p)) = self.token(pos) {
-            let n = pg_param_number(p)?;
+        if let Some(Token::Placeholder(_)) = self.token(pos) {
+            let n = self.param(pos)?;
             if !matches!(self.token(pos + 1), Some(Token::Eq)) {
                 return None;
             }
@@ -394,7 +440,7 @@ impl<'a> Cursor<'a> {
             return None;
         }
         match self.token(next + 1)? {
-            Token::Placeholder(p) => Some((column, pg_param_number(p)? - 1, next + 2)),
+            Token::Placeholder(_) => Some((column, self.param(next + 1)? - 1, next + 2)),
             _ => None,
         }
     }
@@ -412,7 +458,7 @@ impl<'a> Cursor<'a> {
             last = word(next + 1)?;
             next += 2;
         }
-        Some((normalise(Dialect::Postgres, last), next))
+        Some((normalise(self.dialect, last), next))
     }
 
     /// The statement of `kind`.
@@ -481,7 +527,7 @@ impl<'a> Cursor<'a> {
         // conditions (the only places rendered).
         let mut used = Vec::new();
         for (pos, &i) in self.sig.iter().enumerate() {
-            if let Some(Token::Placeholder(p)) = self.lexemes.get(i).map(|l| &l.token) {
+            if let Some(Token::Placeholder(_)) = self.lexemes.get(i).map(|l| &l.token) {
                 let in_list = list_range
                     .or(set_range)
                     .is_some_and(|(from, to)| (from..to).contains(&pos));
@@ -491,7 +537,7 @@ impl<'a> Cursor<'a> {
                 if !in_list && pos <= where_at {
                     return Err("a placeholder outside the SET and WHERE clauses");
                 }
-                used.push(pg_param_number(p).ok_or("a placeholder")?);
+                used.push(self.param(pos).ok_or("a placeholder")?);
             }
         }
         let params_per_row = used.iter().copied().max().unwrap_or(0);
@@ -605,7 +651,7 @@ impl<'a> Cursor<'a> {
         let mut pos = from;
         while pos < to {
             let column = match self.token(pos)? {
-                Token::Word(w) if usable_name(w) => normalise(Dialect::Postgres, w),
+                Token::Word(w) if usable_name(w) => normalise(self.dialect, w),
                 _ => return None,
             };
             if !matches!(self.token(pos + 1)?, Token::Eq) || assigned.contains(&column) {
@@ -655,7 +701,7 @@ impl<'a> Cursor<'a> {
                 (self.token(pos), self.token(pos + 1))
             {
                 let cast = pos > 0 && matches!(self.token(pos - 1), Some(Token::DoubleColon));
-                let name = normalise(Dialect::Postgres, w);
+                let name = normalise(self.dialect, w);
                 if !cast && !names.contains(&name) {
                     names.push(name);
                 }

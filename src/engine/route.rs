@@ -264,9 +264,11 @@ impl<B: Backend> Engine<B> {
             Classified::Other(reason @ NotCoalesced::TransactionControl(_)) => pass(reason),
             _ if !self.config.enabled => pass(NotCoalesced::Disabled),
             Classified::Other(reason) => pass(reason),
-            Classified::Batchable(Form::Keyed(_)) if !B::KEYED => pass(NotCoalesced::KeyedForm(
-                "keyed reads, updates and deletes are coalesced on PostgreSQL only",
-            )),
+            Classified::Batchable(Form::Keyed(keyed)) if !B::coalesces_keyed(keyed.kind) => {
+                pass(NotCoalesced::KeyedForm(
+                    "keyed updates and deletes are coalesced on PostgreSQL only",
+                ))
+            }
             Classified::Batchable(Form::Keyed(keyed)) if !self.config.coalesces(keyed.kind) => {
                 pass(NotCoalesced::KindDisabled(keyed.kind.plural()))
             }

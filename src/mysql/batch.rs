@@ -11,11 +11,12 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value};
 
 use super::errors::{chunk_error, sent_error, stale, unsent_error};
+use super::keyed::MyKeyed;
 use super::manager::Session;
 use super::table::{stored_functions, table_facts};
 use super::{Client, Manager, MySql, Outcome};
 use crate::backend::batch::{Backend, ChunkError, ChunkResult};
-use crate::classify::{Conflict, Dialect, Form, InsertShape, Verb};
+use crate::classify::{Conflict, Dialect, Form, InsertShape, KeyedKind, Verb};
 use crate::error::{Error, Kind};
 use crate::explain::NotCoalesced;
 use crate::sync::lock;
@@ -35,7 +36,7 @@ pub(crate) const DEFAULT_BULK_THRESHOLD: usize = 2;
 static NEXT_SHAPE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A batchable statement shape, prepared once.
-pub(crate) struct MyShape {
+pub(crate) struct MyInsert {
     id: u64,
     shape: Arc<InsertShape>,
     /// Placeholders in one row, as the server counted them.
@@ -47,7 +48,7 @@ pub(crate) struct MyShape {
     /// Per-row ids may be read back from a `RETURNING` of the table's
     /// auto-increment column appended to the multi-row text, on a Galera
     /// node or wherever the session's increment is not known (see
-    /// [`MyShape::ids`]).
+    /// [`MyInsert::ids`]).
     returned_ids: Option<ReturnedIds>,
     /// The server refused a statement for its appended `RETURNING` (the
     /// column renamed, the SELECT privilege on it revoked) and ran it
@@ -89,7 +90,7 @@ enum Ids {
     Returned,
 }
 
-impl MyShape {
+impl MyInsert {
     fn text(&self, rows: usize, returning: bool) -> Arc<str> {
         lock(&self.texts)
             .entry((rows, returning))
@@ -127,7 +128,7 @@ impl MyShape {
 }
 
 /// Whether a session's ids are read back from an appended `RETURNING`
-/// where a shape allows it (see [`MyShape::ids`]): only then is the
+/// where a shape allows it (see [`MyInsert::ids`]): only then is the
 /// server asked whether it takes one for a shape.
 fn reads_returned_ids(session: &Session) -> bool {
     session.galera || session.auto_increment_increment.is_none()
@@ -176,7 +177,7 @@ fn returned_integer(v: &Value) -> Option<i128> {
 
 /// One caller's parameters, checked against its statement.
 pub(crate) struct MyRow {
-    values: Vec<Value>,
+    pub(super) values: Vec<Value>,
     /// What this row adds to the statement's packets: its values as the
     /// binary protocol encodes them, their type bytes and NULL bit, and its
     /// share of the statement text.
@@ -186,6 +187,10 @@ pub(crate) struct MyRow {
 /// Turns one caller's parameters into a row of `shape`, checking the
 /// count. Runs in the caller's task.
 pub(crate) fn encode(shape: &MyShape, params: Params) -> Result<MyRow, Error> {
+    let (per_row, text_per_row) = match shape {
+        MyShape::Insert(s) => (s.params, s.text_per_row),
+        MyShape::Keyed(k) => (k.params, k.text_per_row),
+    };
     let values = match params {
         Params::Empty => Vec::new(),
         Params::Positional(values) => values,
@@ -195,11 +200,11 @@ pub(crate) fn encode(shape: &MyShape, params: Params) -> Result<MyRow, Error> {
             ));
         }
     };
-    if values.len() != shape.params {
+    if values.len() != per_row {
         return Err(Error::params(format!(
             "statement takes {} parameter{}, {} given",
-            shape.params,
-            if shape.params == 1 { "" } else { "s" },
+            per_row,
+            if per_row == 1 { "" } else { "s" },
             values.len()
         )));
     }
@@ -209,15 +214,15 @@ pub(crate) fn encode(shape: &MyShape, params: Params) -> Result<MyRow, Error> {
         .fold(0usize, usize::saturating_add);
     let bytes = data
         .saturating_add(2 * values.len() + values.len().div_ceil(8))
-        .saturating_add(shape.text_per_row);
+        .saturating_add(text_per_row);
     Ok(MyRow { values, bytes })
 }
 
 /// What learning a shape found out about its ids.
 struct Learned {
-    /// See [`MyShape::consecutive_ids`].
+    /// See [`MyInsert::consecutive_ids`].
     consecutive_ids: bool,
-    /// See [`MyShape::returned_ids`].
+    /// See [`MyInsert::returned_ids`].
     returned_ids: Option<ReturnedIds>,
 }
 
@@ -413,7 +418,13 @@ impl MySql {
         }
     }
 
-    fn outputs(&self, shape: &MyShape, rows: &[MyRow], written: Written, ids: Ids) -> Vec<Outcome> {
+    fn outputs(
+        &self,
+        shape: &MyInsert,
+        rows: &[MyRow],
+        written: Written,
+        ids: Ids,
+    ) -> Vec<Outcome> {
         let n = rows.len();
         // With RETURNING the server reports no affected rows (ROW_COUNT() is
         // -1): a plain INSERT returned one row per row it wrote.
@@ -497,15 +508,10 @@ struct Written {
     returned: Vec<Row>,
 }
 
-impl Backend for MySql {
-    const DIALECT: Dialect = Dialect::MySql;
-
-    type Connections = deadpool::managed::Pool<Manager>;
-    type Row = MyRow;
-    type Output = Outcome;
-    type Shape = MyShape;
-
-    fn same_shape(old: &MyShape, new: &MyShape) -> bool {
+/// The INSERT side of the backend (see [`Backend`]'s methods of the same
+/// names).
+impl MySql {
+    fn same_insert(old: &MyInsert, new: &MyInsert) -> bool {
         old.params == new.params
             && old.consecutive_ids == new.consecutive_ids
             && old.returned_ids == new.returned_ids
@@ -514,45 +520,22 @@ impl Backend for MySql {
             && old.bulk == new.bulk
     }
 
-    fn any_size(&self, shape: &MyShape, rows: usize) -> bool {
+    fn any_insert(&self, shape: &MyInsert, rows: usize) -> bool {
         shape.bulk && self.bulk_threshold.is_some_and(|min| rows >= min)
     }
 
-    fn uses_bulk(&self, shape: &MyShape, rows: &[MyRow]) -> bool {
+    fn bulk_insert(&self, shape: &MyInsert, rows: &[MyRow]) -> bool {
         shape.bulk
             && self.bulk_threshold.is_some_and(|min| rows.len() >= min)
             && bulk_fits(shape, rows, self.bulk_packet())
     }
 
-    fn max_statement_bytes(&self) -> usize {
-        self.row_limit().0
-    }
-
-    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
-        &self.pool
-    }
-
-    async fn fingerprint(&self, conn: &mut Client, form: &Form) -> Result<Option<String>, Error> {
-        let table = super::table::fingerprint(conn, form.table(), !form.calls().is_empty()).await?;
-        // What the learn step reads of the session and the server besides
-        // the table: the session's strictness (asked on each connection)
-        // and the auto-increment lock mode.
-        let lock_mode = self.server.get().and_then(|s| s.autoinc_lock_mode);
-        Ok(table.map(|t| format!("{t}|{}|{lock_mode:?}", conn.session.strict)))
-    }
-
-    async fn prepare_shape(
+    async fn prepare_insert(
         &self,
         conn: &mut Client,
         sql: &str,
-        form: Form,
-    ) -> Result<Result<MyShape, NotCoalesced>, Error> {
-        let Form::Insert(shape) = form else {
-            // Not asked: `KEYED` is false.
-            return Ok(Err(NotCoalesced::KeyedForm(
-                "keyed reads, updates and deletes are coalesced on PostgreSQL only",
-            )));
-        };
+        shape: Arc<InsertShape>,
+    ) -> Result<Result<MyInsert, NotCoalesced>, Error> {
         let upsert = shape.verb != Verb::Insert || shape.conflict != Conflict::None;
         if upsert && !self.coalesce_upserts {
             return Ok(Err(NotCoalesced::Declined(
@@ -590,7 +573,7 @@ impl Backend for MySql {
             && shape.params_per_row > 0
             && shape.tuple_params.iter().all(Option::is_some)
             && self.bulk_server(conn).await?;
-        Ok(Ok(MyShape {
+        Ok(Ok(MyInsert {
             id: NEXT_SHAPE_ID.fetch_add(1, Ordering::Relaxed),
             params: shape.params_per_row,
             shape,
@@ -603,14 +586,14 @@ impl Backend for MySql {
         }))
     }
 
-    async fn execute<'a>(
-        &'a self,
-        conn: &'a mut Client,
-        shape: &'a MyShape,
-        rows: &'a [MyRow],
+    async fn execute_insert(
+        &self,
+        conn: &mut Client,
+        shape: &MyInsert,
+        rows: &[MyRow],
     ) -> ChunkResult<Outcome> {
         if rows.len() == 1 || conn.session.strict {
-            if self.uses_bulk(shape, rows) {
+            if self.bulk_insert(shape, rows) {
                 return self.bulk(conn, shape, rows).await;
             }
             return self.statement(conn, shape, rows).await;
@@ -645,7 +628,7 @@ impl MySql {
     /// if this fails.
     async fn ready(
         conn: &mut Client,
-        shape: &MyShape,
+        shape: &MyInsert,
         rows: usize,
     ) -> Result<mysql_async::Statement, ChunkError<Outcome>> {
         let stmt = match conn.prep(&*shape.text(rows, false)).await {
@@ -666,7 +649,7 @@ impl MySql {
     async fn failed(
         conn: &mut Client,
         stmt: mysql_async::Statement,
-        shape: &MyShape,
+        shape: &MyInsert,
         rows: &[MyRow],
         e: mysql_async::Error,
     ) -> ChunkError<Outcome> {
@@ -691,7 +674,7 @@ impl MySql {
     async fn statement(
         &self,
         conn: &mut Client,
-        shape: &MyShape,
+        shape: &MyInsert,
         rows: &[MyRow],
     ) -> ChunkResult<Outcome> {
         let ids = shape.ids(&conn.session, rows.len());
@@ -723,7 +706,7 @@ impl MySql {
     async fn attempt(
         &self,
         conn: &mut Client,
-        shape: &MyShape,
+        shape: &MyInsert,
         rows: &[MyRow],
         ids: Ids,
     ) -> Result<Vec<Outcome>, Refusal> {
@@ -775,7 +758,7 @@ impl MySql {
     /// The error the engine gets for `rows` after `refusal`.
     async fn settle(
         conn: &mut Client,
-        shape: &MyShape,
+        shape: &MyInsert,
         rows: &[MyRow],
         refusal: Refusal,
     ) -> ChunkError<Outcome> {
@@ -857,7 +840,7 @@ fn kind(v: &Value) -> u8 {
 /// gets values of one kind (or NULL), and the command fits one packet of
 /// `packet` bytes, so mysql_async sends it as one command (it splits larger
 /// ones).
-pub(crate) fn bulk_fits(shape: &MyShape, rows: &[MyRow], packet: usize) -> bool {
+pub(crate) fn bulk_fits(shape: &MyInsert, rows: &[MyRow], packet: usize) -> bool {
     let mut narrow = [0u8; 64];
     let mut wide = Vec::new();
     let kinds: &mut [u8] = if shape.params <= narrow.len() {
@@ -948,7 +931,7 @@ impl MySql {
     async fn bulk(
         &self,
         conn: &mut Client,
-        shape: &MyShape,
+        shape: &MyInsert,
         rows: &[MyRow],
     ) -> ChunkResult<Outcome> {
         let stmt = Self::ready(conn, shape, 1).await?;
@@ -999,12 +982,12 @@ async fn galera_node(conn: &mut Client) -> Result<bool, Error> {
 }
 
 #[cfg(feature = "bench")]
-impl MyShape {
+impl MyInsert {
     /// The shape as [`MySql::prepare_shape`] makes it, without asking a
     /// server (the `engine` bench; no consecutive ids).
-    pub(crate) fn unlearned(shape: Arc<InsertShape>) -> MyShape {
+    pub(crate) fn unlearned(shape: Arc<InsertShape>) -> MyInsert {
         let one = shape.render(1, None).len();
-        MyShape {
+        MyInsert {
             id: 0,
             params: shape.params_per_row,
             text_per_row: shape.render(2, None).len().saturating_sub(one),
@@ -1026,6 +1009,112 @@ impl MyRow {
     }
 }
 
+/// A batchable statement shape, prepared once.
+pub(crate) enum MyShape {
+    /// A single-row INSERT.
+    Insert(MyInsert),
+    /// A keyed read.
+    Keyed(MyKeyed),
+}
+
+#[cfg(feature = "bench")]
+impl MyShape {
+    /// An INSERT shape as [`MySql::prepare_shape`] makes it, without
+    /// asking a server (the `engine` bench).
+    pub(crate) fn unlearned(shape: Arc<InsertShape>) -> MyShape {
+        MyShape::Insert(MyInsert::unlearned(shape))
+    }
+
+    /// Placeholders in one row.
+    pub(crate) fn params(&self) -> usize {
+        match self {
+            MyShape::Insert(s) => s.params,
+            MyShape::Keyed(k) => k.params,
+        }
+    }
+
+    /// The INSERT shape, if it is one.
+    pub(crate) fn insert(&self) -> Option<&MyInsert> {
+        match self {
+            MyShape::Insert(s) => Some(s),
+            MyShape::Keyed(_) => None,
+        }
+    }
+}
+
+impl Backend for MySql {
+    const DIALECT: Dialect = Dialect::MySql;
+
+    type Connections = deadpool::managed::Pool<Manager>;
+    type Row = MyRow;
+    type Output = Outcome;
+    type Shape = MyShape;
+
+    fn coalesces_keyed(kind: KeyedKind) -> bool {
+        kind == KeyedKind::Read
+    }
+
+    fn same_shape(old: &MyShape, new: &MyShape) -> bool {
+        match (old, new) {
+            (MyShape::Insert(a), MyShape::Insert(b)) => Self::same_insert(a, b),
+            (MyShape::Keyed(a), MyShape::Keyed(b)) => a.same(b),
+            _ => false,
+        }
+    }
+
+    fn any_size(&self, shape: &MyShape, rows: usize) -> bool {
+        matches!(shape, MyShape::Insert(s) if self.any_insert(s, rows))
+    }
+
+    fn uses_bulk(&self, shape: &MyShape, rows: &[MyRow]) -> bool {
+        matches!(shape, MyShape::Insert(s) if self.bulk_insert(s, rows))
+    }
+
+    fn max_statement_bytes(&self) -> usize {
+        self.row_limit().0
+    }
+
+    fn connections(&self) -> &deadpool::managed::Pool<Manager> {
+        &self.pool
+    }
+
+    async fn fingerprint(&self, conn: &mut Client, form: &Form) -> Result<Option<String>, Error> {
+        let table = super::table::fingerprint(conn, form.table(), !form.calls().is_empty()).await?;
+        // What the learn step reads of the session and the server besides
+        // the table: the session's strictness (asked on each connection)
+        // and the auto-increment lock mode.
+        let lock_mode = self.server.get().and_then(|s| s.autoinc_lock_mode);
+        Ok(table.map(|t| format!("{t}|{}|{lock_mode:?}", conn.session.strict)))
+    }
+
+    async fn prepare_shape(
+        &self,
+        conn: &mut Client,
+        sql: &str,
+        form: Form,
+    ) -> Result<Result<MyShape, NotCoalesced>, Error> {
+        Ok(match form {
+            Form::Insert(shape) => self
+                .prepare_insert(conn, sql, shape)
+                .await?
+                .map(MyShape::Insert),
+            Form::Keyed(shape) => MyKeyed::learn(conn, sql, shape).await?.map(MyShape::Keyed),
+        })
+    }
+
+    async fn execute<'a>(
+        &'a self,
+        conn: &'a mut Client,
+        shape: &'a MyShape,
+        rows: &'a [MyRow],
+    ) -> ChunkResult<Outcome> {
+        match shape {
+            MyShape::Insert(s) => self.execute_insert(conn, s, rows).await,
+            MyShape::Keyed(k) => k.execute(conn, rows).await,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -1034,16 +1123,16 @@ mod tests {
 
     use mysql_async::Value;
 
-    use super::{Ids, MyRow, MyShape, ReturnedIds, ids_from_returned, stored_id};
+    use super::{Ids, MyInsert, MyRow, ReturnedIds, ids_from_returned, stored_id};
     use crate::classify::{Dialect, classify};
     use crate::mysql::manager::{Readiness, Session};
 
-    fn shape(sql: &str, consecutive_ids: bool, returned: bool) -> MyShape {
+    fn shape(sql: &str, consecutive_ids: bool, returned: bool) -> MyInsert {
         let shape = classify(Dialect::MySql, sql)
             .shape()
             .expect("batchable")
             .clone();
-        MyShape {
+        MyInsert {
             id: 0,
             params: shape.params_per_row,
             text_per_row: 0,

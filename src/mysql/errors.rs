@@ -100,6 +100,23 @@ fn statement_level(e: &mysql_async::ServerError) -> bool {
     )
 }
 
+/// How the engine takes the error of a coalesced read: a stale prepared
+/// statement is prepared again, an error of the server that may be one
+/// caller's runs the callers again in smaller groups, anything else ends
+/// them all.
+pub(crate) fn read_error<O>(e: mysql_async::Error) -> ChunkError<O> {
+    if stale(&e) {
+        return ChunkError::Stale(sent_error(e));
+    }
+    let row = matches!(&e, mysql_async::Error::Server(se) if !statement_level(se));
+    let err = sent_error(e);
+    if row {
+        ChunkError::Row(err)
+    } else {
+        ChunkError::Statement(err)
+    }
+}
+
 /// Whether the server refused a prepared statement that no longer exists or
 /// fits (1243 unknown statement handler, 1615 must be re-prepared), before
 /// running it.

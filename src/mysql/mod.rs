@@ -375,6 +375,7 @@ mod batch;
 mod driver;
 mod errors;
 mod hosts;
+mod keyed;
 mod manager;
 mod table;
 mod tls;

@@ -675,7 +675,10 @@ impl PgShape {
 
 impl Backend for Postgres {
     const DIALECT: Dialect = Dialect::Postgres;
-    const KEYED: bool = true;
+
+    fn coalesces_keyed(_kind: crate::classify::KeyedKind) -> bool {
+        true
+    }
 
     type Connections = deadpool::managed::Pool<Manager>;
     type Row = PgRow;
