@@ -69,8 +69,8 @@ pub struct BatchConfig {
     /// statement at a time.
     pub pipeline: bool,
     /// Coalesce keyed reads, `SELECT <columns> FROM t WHERE k = $1 [AND
-    /// ...]` on a unique key (PostgreSQL; see the guide for the exact
-    /// rules). Default `true`; `false` runs each on its own.
+    /// ...]` (both backends; see the guide for the exact rules). Default
+    /// `true`; `false` runs each on its own.
     pub reads: bool,
     /// Coalesce keyed updates, `UPDATE t SET c = <expression> WHERE k = $1
     /// [AND ...]` (PostgreSQL). Default `true`.

@@ -53,8 +53,12 @@ impl Pool {
         self.execute_many_args(sql, rows).await
     }
 
-    /// Runs a query (never coalesced) and returns the rows of its first
-    /// result set.
+    /// Runs a query and returns the rows of its first result set.
+    ///
+    /// A keyed read (`SELECT ... FROM t WHERE id = ?`) is coalesced with
+    /// other callers' reads of the same text, and this caller gets its own
+    /// rows (see the [guide](crate::guide#keyed-reads-updates-and-deletes-postgresql));
+    /// every other statement runs on its own.
     pub async fn query(&self, sql: &str, params: impl Into<Params>) -> Result<Vec<Row>, Error> {
         self.query_args(sql, params.into()).await
     }
