@@ -131,10 +131,9 @@
 //!   varchar, uuid — on a table without triggers, and not by a citext,
 //!   `ci`, numeric or char key), and a case started with every connection
 //!   held must count at least half its calls of coalescible texts (if 20
-//!   or more) as
-//!   coalesced (`Stats::rows`), in fewer statements than calls coalesced,
-//!   isolation re-runs included; the bursts test must have coalesced, and
-//!   on MariaDB nothing may have been.
+//!   or more) as coalesced (`Stats::rows`), in fewer statements than calls
+//!   coalesced, isolation re-runs included; the bursts test must have
+//!   coalesced, and on MariaDB nothing may have been.
 //!
 //! One allowance, counted and printed: PostgreSQL plans a fresh statement
 //! with its parameters' values, and folding them in can fail where no row

@@ -665,7 +665,7 @@ pub fn generate_keyed(flavor: Flavor, seed: u64, spec: Option<KSpec>) -> KCase {
         calls.swap(i, j);
     }
     KCase {
-        name: format!("keyed seed {seed:#x}"),
+        name: format!("seed {seed:#x} (keyed)"),
         flavor,
         keys: spec.keys,
         primary: spec.primary,
