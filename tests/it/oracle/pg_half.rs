@@ -847,11 +847,18 @@ pub async fn run_keyed(
             async move { keyed_pool_obs(&pool, how, &sql, &ps).await }
         })
         .collect();
+    // Held: a caller of a coalescible text queues its row, any other waits
+    // for a connection; once as many rows and tasks wait as there are
+    // callers, all of them are in (the flushes waiting for a connection
+    // may count a few too early: that only changes how rows are grouped).
     let watched = pool.clone();
     let ours = burst(
         calls,
         case.start,
-        move || (watched.stats().queued as usize, watched.status().waiting),
+        move || {
+            let waiting = watched.stats().queued as usize + watched.status().waiting;
+            (waiting, 0)
+        },
         move || drop(holds),
     )
     .await;
