@@ -472,7 +472,7 @@ fn default_of(ty: Ty) -> V {
 }
 
 /// `s` with about half its letters upper-cased.
-fn mixed_case(r: &mut Rng, s: &str) -> String {
+pub fn mixed_case(r: &mut Rng, s: &str) -> String {
     s.chars()
         .map(|ch| {
             if r.percent(50) {
@@ -486,7 +486,7 @@ fn mixed_case(r: &mut Rng, s: &str) -> String {
 
 /// `n` (below 1,296) as two base-36 digits: a fixed-width prefix, so no
 /// two callers' keys can run into each other whatever follows.
-fn base36(n: usize) -> String {
+pub fn base36(n: usize) -> String {
     let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
     assert!(n < 36 * 36, "at most 1,296 callers");
     [digits[n / 36] as char, digits[n % 36] as char]

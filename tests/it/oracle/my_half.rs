@@ -13,6 +13,7 @@ use mysql_async::{Conn, OptsBuilder, Params, Row, Value};
 
 use super::burst;
 use super::common::backend::my_tcp_opts;
+use super::keyed::*;
 use super::model::*;
 
 /// The session setting of a non-strict case, for the pool and the plain
@@ -481,4 +482,285 @@ fn bulk_threshold(case: &Case) -> Option<usize> {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
     (hash % 2 == 0).then_some(2)
+}
+
+// ---------------------------------------------------------------------------
+// Keyed cases (MariaDB runs each statement on its own: they must match all
+// the same).
+
+/// The column type of a key of type `ty`.
+fn key_type(ty: KTy) -> String {
+    match ty {
+        KTy::Int => "INT".to_string(),
+        KTy::BigInt => "BIGINT".to_string(),
+        KTy::Text | KTy::Citext => "VARCHAR(64)".to_string(),
+        KTy::Varchar(n) => format!("VARCHAR({n})"),
+        KTy::Uuid => "UUID".to_string(),
+        KTy::UuidText => "CHAR(36)".to_string(),
+        KTy::Numeric => "DECIMAL(14,4)".to_string(),
+        KTy::Char(n) => format!("CHAR({n})"),
+        KTy::Ci => "VARCHAR(64) COLLATE utf8mb4_unicode_ci".to_string(),
+    }
+}
+
+/// The statements that create keyed table `t` (and its log and triggers).
+pub fn keyed_ddl(case: &KCase, t: &str) -> Vec<String> {
+    let names = case.key_names();
+    let mut defs: Vec<String> = names
+        .iter()
+        .zip(&case.keys)
+        .map(|(k, &ty)| format!("{k} {}", key_type(ty)))
+        .collect();
+    defs.push("n BIGINT NOT NULL".to_string());
+    defs.push("v VARCHAR(10)".to_string());
+    defs.push("w INT NOT NULL CHECK (w BETWEEN 0 AND 100)".to_string());
+    defs.push(format!(
+        "{} ({})",
+        if case.primary {
+            "PRIMARY KEY"
+        } else {
+            "UNIQUE KEY"
+        },
+        names.join(", ")
+    ));
+    let mut out = vec![format!(
+        "CREATE TABLE {t} ({}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        defs.join(", ")
+    )];
+    if case.log {
+        let key = |row: &str| {
+            let parts: Vec<String> = names.iter().map(|k| format!("{row}.{k}")).collect();
+            format!("CONCAT_WS('/', {})", parts.join(", "))
+        };
+        out.push(format!(
+            "CREATE TABLE {t}_log (op CHAR(1) NOT NULL, k VARCHAR(200)) ENGINE=InnoDB \
+             DEFAULT CHARSET=utf8mb4"
+        ));
+        out.push(format!(
+            "CREATE TRIGGER {t}_au AFTER UPDATE ON {t} FOR EACH ROW \
+             INSERT INTO {t}_log VALUES ('U', {})",
+            key("NEW")
+        ));
+        out.push(format!(
+            "CREATE TRIGGER {t}_ad AFTER DELETE ON {t} FOR EACH ROW \
+             INSERT INTO {t}_log VALUES ('D', {})",
+            key("OLD")
+        ));
+    }
+    out
+}
+
+/// An error observed as [`Obs`], as a keyed outcome.
+fn keyed_err(obs: Obs) -> KObs {
+    match obs {
+        Obs::Err {
+            code,
+            unknown,
+            message,
+        } => KObs::Err {
+            code,
+            unknown,
+            message,
+        },
+        ok => unreachable!("an error read as {ok}"),
+    }
+}
+
+/// A keyed caller's outcome through the pool.
+async fn keyed_pool_obs(pool: &Pool, how: How, sql: &str, ps: Params) -> KObs {
+    let err = |e: batchpool::Error| keyed_err(pool_obs(Err(e)));
+    match how {
+        How::Query => match pool.query(sql, ps).await {
+            Ok(rows) => KObs::Rows(rows.iter().map(cells).collect()),
+            Err(e) => err(e),
+        },
+        How::Opt => match pool.query_opt(sql, ps).await {
+            Ok(row) => KObs::Rows(row.iter().map(cells).collect()),
+            Err(e) => err(e),
+        },
+        How::One => match pool.query_one(sql, ps).await {
+            Ok(row) => KObs::Rows(vec![cells(&row)]),
+            Err(e) if e.is_row_count() => KObs::NoRow,
+            Err(e) => err(e),
+        },
+        How::Execute => match pool.execute(sql, ps).await {
+            Ok(o) => KObs::Count {
+                n: o.rows_affected(),
+                exact: o.is_exact(),
+            },
+            Err(e) => err(e),
+        },
+    }
+}
+
+/// A keyed caller's statement through the plain driver, as
+/// [`keyed_pool_obs`] shows it. A `SELECT` through `execute` counts the
+/// rows it returned (MariaDB counts none; batchpool's convention).
+async fn keyed_plain_obs(conn: &mut Conn, how: How, sql: &str, ps: Params) -> KObs {
+    match conn.exec::<Row, _, _>(sql, ps).await {
+        Ok(rows) if how == How::Execute => KObs::Count {
+            n: match conn.affected_rows() {
+                0 => rows.len() as u64,
+                n => n,
+            },
+            exact: true,
+        },
+        Ok(rows) if how == How::One && rows.len() != 1 => KObs::NoRow,
+        Ok(rows) => KObs::Rows(rows.iter().map(cells).collect()),
+        Err(e) => keyed_err(plain_err(&e)),
+    }
+}
+
+/// Runs keyed `case` with tables `<prefix>a` (batchpool) and `<prefix>b`
+/// (plain driver) in the database of `url`.
+pub async fn run_keyed(url: &str, case: &KCase, prefix: &str) -> (Verdict, KTally) {
+    let started = Instant::now();
+    let mut conn = connect(url, true).await;
+    let (ta, tb) = (format!("{prefix}a"), format!("{prefix}b"));
+    let names = case.key_names();
+    let columns = format!("{}, n, v, w", names.join(", "));
+    for t in [&ta, &tb] {
+        for stmt in keyed_ddl(case, t) {
+            if let Err(e) = conn.query_drop(&stmt).await {
+                panic!("case `{}`: {stmt}: {e}", case.name);
+            }
+        }
+    }
+    // The rows before the burst into A, then copied into B.
+    let places = vec!["?"; names.len() + 3];
+    let pre = format!(
+        "INSERT INTO {ta} ({columns}) VALUES ({})",
+        places.join(", ")
+    );
+    for row in &case.pre {
+        let mut values = row.key.clone();
+        values.push(V::Int(row.n));
+        values.push(row.v.clone().map_or(V::Null, V::Text));
+        values.push(V::Int(row.w));
+        if let Err(e) = conn.exec_drop(&pre, params(values)).await {
+            panic!("case `{}`: {pre} {:?}: {e}", case.name, row);
+        }
+    }
+    conn.query_drop(format!("INSERT INTO {tb} SELECT * FROM {ta}"))
+        .await
+        .expect("copy the rows before the burst");
+    // `?` in the order the parameters appear.
+    let rendered = |t: &str| -> Vec<(String, Vec<usize>)> {
+        case.texts
+            .iter()
+            .map(|x| render(&x.sql, t, "DIV", |_| "?".to_string()))
+            .collect()
+    };
+    let (texts_a, texts_b) = (rendered(&ta), rendered(&tb));
+    let bind = |order: &[usize], c: &KCall| -> Params {
+        params(order.iter().map(|&n| c.params[n - 1].clone()).collect())
+    };
+
+    let pool = Pool::from_opts(opts(url, true))
+        .max_size(case.pool_size)
+        .batching(BatchConfig::default().enabled(case.coalesce))
+        .build()
+        .expect("build pool");
+    let mut holds = Vec::new();
+    if case.start == Start::Held {
+        for (sql, _) in &texts_a {
+            let _ = pool.explain(sql).await;
+        }
+        for _ in 0..case.pool_size {
+            holds.push(pool.get().await.expect("hold a pooled connection"));
+        }
+    }
+    let before = pool.stats();
+    let calls: Vec<_> = case
+        .calls
+        .iter()
+        .map(|c| {
+            let (sql, order) = &texts_a[c.text];
+            let (pool, sql, ps, how) = (pool.clone(), sql.clone(), bind(order, c), c.how);
+            async move { keyed_pool_obs(&pool, how, &sql, ps).await }
+        })
+        .collect();
+    // Held: a caller of a coalescible text queues its row, any other waits
+    // for a connection; once as many rows and tasks wait as there are
+    // callers, all of them are in (the flushes waiting for a connection
+    // may count a few too early: that only changes how rows are grouped).
+    let watched = pool.clone();
+    let ours = burst(
+        calls,
+        case.start,
+        move || {
+            let waiting = watched.stats().queued as usize + watched.status().waiting;
+            (waiting, 0)
+        },
+        move || drop(holds),
+    )
+    .await;
+    let after = pool.stats();
+    let mut explained = Vec::new();
+    for (sql, _) in &texts_a {
+        explained.push(pool.explain(sql).await.is_ok_and(|e| e.is_coalesced()));
+    }
+    pool.close().await;
+
+    // The plain driver: every read, every write in caller order, every
+    // read again.
+    let is_read = |c: &KCall| case.texts[c.text].role == Role::Read;
+    let mut before_reads = Vec::new();
+    for c in &case.calls {
+        before_reads.push(if is_read(c) {
+            let (sql, order) = &texts_b[c.text];
+            Some(keyed_plain_obs(&mut conn, c.how, sql, bind(order, c)).await)
+        } else {
+            None
+        });
+    }
+    let mut plain: Vec<Option<KObs>> = vec![None; case.calls.len()];
+    for pass in [false, true] {
+        for (i, c) in case.calls.iter().enumerate() {
+            if is_read(c) == pass {
+                let (sql, order) = &texts_b[c.text];
+                plain[i] = Some(keyed_plain_obs(&mut conn, c.how, sql, bind(order, c)).await);
+            }
+        }
+    }
+
+    let keys: Vec<String> = names.iter().map(|k| format!("CAST({k} AS CHAR)")).collect();
+    let read_back = format!("SELECT {}, n, v, w FROM ", keys.join(", "));
+    let mut tables = vec![Table {
+        what: "table contents",
+        batchpool: text_rows(&mut conn, &format!("{read_back}{ta}")).await,
+        plain: text_rows(&mut conn, &format!("{read_back}{tb}")).await,
+    }];
+    if case.log {
+        tables.push(Table {
+            what: "log rows",
+            batchpool: text_rows(&mut conn, &format!("SELECT op, k FROM {ta}_log")).await,
+            plain: text_rows(&mut conn, &format!("SELECT op, k FROM {tb}_log")).await,
+        });
+    }
+    let _ = conn.disconnect().await;
+    let seen = KSeen {
+        ddl: keyed_ddl(case, &ta),
+        texts: texts_a.into_iter().map(|(sql, _)| sql).collect(),
+        pool: ours,
+        plain: plain
+            .into_iter()
+            .map(|o| o.expect("every caller"))
+            .collect(),
+        before: before_reads,
+        generic: vec![None; case.calls.len()],
+        tables,
+        explained: Some(explained),
+        delta: Delta {
+            batches: after.batches - before.batches,
+            statements: after.statements - before.statements,
+            rows: after.rows - before.rows,
+            passthrough: after.passthrough - before.passthrough,
+            split: after.split_statements - before.split_statements,
+            pipelined: after.pipelined_statements - before.pipelined_statements,
+            bulk: after.bulk_statements - before.bulk_statements,
+        },
+        elapsed: started.elapsed(),
+    };
+    judge_keyed(case, &seen)
 }

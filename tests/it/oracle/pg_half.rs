@@ -12,6 +12,7 @@ use tokio_postgres::types::{FromSql, IsNull, Kind, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, NoTls, Row, SimpleQueryMessage};
 
 use super::burst;
+use super::keyed::*;
 use super::model::*;
 
 type BoxError = Box<dyn std::error::Error + Sync + Send>;
@@ -31,7 +32,18 @@ impl ToSql for P {
                 Type::INT8 => i.to_sql(ty, out),
                 _ => Err(format!("an integer for a {ty} parameter").into()),
             },
-            // text, varchar, bpchar and enum labels are UTF-8 bytes.
+            V::Text(s) if *ty == Type::NUMERIC => numeric(s, out),
+            V::Text(s) if *ty == Type::UUID => {
+                let hex: String = s.chars().filter(char::is_ascii_hexdigit).collect();
+                if hex.len() != 32 {
+                    return Err(format!("{s:?} is not a uuid").into());
+                }
+                for at in (0..32).step_by(2) {
+                    out.extend_from_slice(&[u8::from_str_radix(&hex[at..at + 2], 16)?]);
+                }
+                Ok(IsNull::No)
+            }
+            // text, varchar, bpchar, citext and enum labels are UTF-8 bytes.
             V::Text(s) => {
                 out.extend_from_slice(s.as_bytes());
                 Ok(IsNull::No)
@@ -44,6 +56,45 @@ impl ToSql for P {
     }
 
     to_sql_checked!();
+}
+
+/// A non-negative decimal written `12.50` in `numeric`'s binary form,
+/// with the scale it is written with (`1.0` and `1.00` differ in bytes,
+/// not on the server).
+fn numeric(s: &str, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let int = int.trim_start_matches('0');
+    // Base-10000 digits: the integer part grouped from the point leftwards,
+    // the fraction rightwards.
+    let int = format!("{}{int}", "0".repeat((4 - int.len() % 4) % 4));
+    let fraction = format!("{frac}{}", "0".repeat((4 - frac.len() % 4) % 4));
+    let mut digits = Vec::new();
+    for chunk in int
+        .as_bytes()
+        .chunks(4)
+        .chain(fraction.as_bytes().chunks(4))
+    {
+        digits.push(std::str::from_utf8(chunk)?.parse::<i16>()?);
+    }
+    let mut weight = (int.len() / 4) as i16 - 1;
+    while digits.first() == Some(&0) {
+        digits.remove(0);
+        weight -= 1;
+    }
+    while digits.last() == Some(&0) {
+        digits.pop();
+    }
+    if digits.is_empty() {
+        weight = 0;
+    }
+    out.extend_from_slice(&(digits.len() as i16).to_be_bytes());
+    out.extend_from_slice(&weight.to_be_bytes());
+    out.extend_from_slice(&0u16.to_be_bytes());
+    out.extend_from_slice(&(frac.len() as u16).to_be_bytes());
+    for d in digits {
+        out.extend_from_slice(&d.to_be_bytes());
+    }
+    Ok(IsNull::No)
 }
 
 pub fn params(values: Vec<V>) -> Vec<P> {
@@ -67,6 +118,20 @@ impl<'a> FromSql<'a> for Label {
     }
 }
 
+/// A value of a type without a text form in the driver (`uuid`,
+/// `numeric`), as its bytes.
+struct Binary(Vec<u8>);
+
+impl<'a> FromSql<'a> for Binary {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Binary, BoxError> {
+        Ok(Binary(raw.to_vec()))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
 /// Column `i` of a row as text (`None` for NULL).
 fn cell(row: &Row, i: usize) -> Option<String> {
     let ty = row.columns()[i].type_().clone();
@@ -86,7 +151,13 @@ fn cell(row: &Row, i: usize) -> Option<String> {
         _ if matches!(ty.kind(), Kind::Enum(_)) => {
             row.try_get::<_, Option<Label>>(i).map(|v| v.map(|l| l.0))
         }
-        _ => row.try_get::<_, Option<String>>(i),
+        _ if <String as FromSql>::accepts(&ty) => row.try_get::<_, Option<String>>(i),
+        _ => row.try_get::<_, Option<Binary>>(i).map(|v| {
+            v.map(|b| {
+                let hex: String = b.0.iter().map(|x| format!("{x:02x}")).collect();
+                format!("{ty} \\x{hex}")
+            })
+        }),
     };
     got.unwrap_or_else(|e| Some(format!("<unreadable {ty}: {e}>")))
 }
@@ -520,4 +591,353 @@ fn copy_threshold(case: &Case) -> Option<usize> {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
     (hash % 2 == 0).then_some(2)
+}
+
+// ---------------------------------------------------------------------------
+// Keyed cases.
+
+/// What every keyed case of a database needs once: `citext` and the
+/// case-insensitive ICU collation `ci`.
+pub const KEYED_SETUP: &str = "CREATE EXTENSION IF NOT EXISTS citext; \
+     CREATE COLLATION IF NOT EXISTS ci (provider = icu, locale = 'und-u-ks-level2', \
+     deterministic = false)";
+
+/// The column type of a key of type `ty`.
+fn key_type(ty: KTy) -> String {
+    match ty {
+        KTy::Int => "integer".to_string(),
+        KTy::BigInt => "bigint".to_string(),
+        KTy::Text => "text".to_string(),
+        KTy::Varchar(n) => format!("varchar({n})"),
+        KTy::Uuid => "uuid".to_string(),
+        KTy::UuidText => "text".to_string(),
+        KTy::Citext => "citext".to_string(),
+        KTy::Numeric => "numeric".to_string(),
+        KTy::Char(n) => format!("char({n})"),
+        KTy::Ci => "text COLLATE ci".to_string(),
+    }
+}
+
+/// The statements that create keyed table `t` (and its log and triggers).
+pub fn keyed_ddl(case: &KCase, t: &str) -> Vec<String> {
+    let names = case.key_names();
+    let mut defs: Vec<String> = names
+        .iter()
+        .zip(&case.keys)
+        .map(|(k, &ty)| format!("{k} {}", key_type(ty)))
+        .collect();
+    defs.push("n bigint NOT NULL".to_string());
+    defs.push("v varchar(10)".to_string());
+    defs.push("w integer NOT NULL CHECK (w BETWEEN 0 AND 100)".to_string());
+    defs.push(format!(
+        "{} ({})",
+        if case.primary {
+            "PRIMARY KEY"
+        } else {
+            "UNIQUE"
+        },
+        names.join(", ")
+    ));
+    let mut out = vec![format!("CREATE TABLE {t} ({})", defs.join(", "))];
+    if case.log {
+        let key = |row: &str| {
+            let parts: Vec<String> = names.iter().map(|k| format!("{row}.{k}::text")).collect();
+            format!("concat_ws('/', {})", parts.join(", "))
+        };
+        out.push(format!("CREATE TABLE {t}_log (op text NOT NULL, k text)"));
+        out.push(format!(
+            "CREATE FUNCTION {t}_log() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             IF TG_OP = 'DELETE' THEN INSERT INTO {t}_log VALUES ('D', {}); \
+             ELSE INSERT INTO {t}_log VALUES ('U', {}); END IF; RETURN NULL; END $$",
+            key("OLD"),
+            key("NEW")
+        ));
+        out.push(format!(
+            "CREATE TRIGGER {t}_log AFTER UPDATE OR DELETE ON {t} \
+             FOR EACH ROW EXECUTE FUNCTION {t}_log()"
+        ));
+    }
+    out
+}
+
+/// A keyed caller's outcome through the pool.
+async fn keyed_pool_obs(pool: &Pool, how: How, sql: &str, ps: &[P]) -> KObs {
+    let refs = refs(ps);
+    let err = |e: batchpool::Error| match pool_obs(Err(e)) {
+        Obs::Err {
+            code,
+            unknown,
+            message,
+        } => KObs::Err {
+            code,
+            unknown,
+            message,
+        },
+        ok => unreachable!("an error read as {ok}"),
+    };
+    match how {
+        How::Query => match pool.query(sql, &refs).await {
+            Ok(rows) => KObs::Rows(rows.iter().map(cells).collect()),
+            Err(e) => err(e),
+        },
+        How::Opt => match pool.query_opt(sql, &refs).await {
+            Ok(row) => KObs::Rows(row.iter().map(cells).collect()),
+            Err(e) => err(e),
+        },
+        How::One => match pool.query_one(sql, &refs).await {
+            Ok(row) => KObs::Rows(vec![cells(&row)]),
+            Err(e) if e.is_row_count() => KObs::NoRow,
+            Err(e) => err(e),
+        },
+        How::Execute => match pool.execute(sql, &refs).await {
+            Ok(o) => KObs::Count {
+                n: o.rows_affected(),
+                exact: o.is_exact(),
+            },
+            Err(e) => err(e),
+        },
+    }
+}
+
+/// A keyed caller's statement through the plain driver, as
+/// [`keyed_pool_obs`] shows it.
+async fn keyed_plain_obs(client: &Client, how: How, sql: &str, ps: &[P]) -> KObs {
+    let refs = refs(ps);
+    let err = |e: tokio_postgres::Error| keyed_err(&e);
+    if how == How::Execute {
+        return match client.execute(sql, &refs).await {
+            Ok(n) => KObs::Count { n, exact: true },
+            Err(e) => err(e),
+        };
+    }
+    match client.query(sql, &refs).await {
+        Ok(rows) if how == How::One && rows.len() != 1 => KObs::NoRow,
+        Ok(rows) => KObs::Rows(rows.iter().map(cells).collect()),
+        Err(e) => err(e),
+    }
+}
+
+/// What a write gives planned generically (on `planner`, a connection
+/// with `plan_cache_mode = force_generic_plan`), rolled back: PostgreSQL
+/// plans a fresh statement with its parameters' values, and folding them
+/// can fail (a too-long value for a `varchar(10)`) where no row matches;
+/// a prepared statement planned generically (as after its fifth run)
+/// evaluates them only for the rows it changes.
+async fn generically(planner: &Client, sql: &str, ps: &[P]) -> KObs {
+    planner.batch_execute("BEGIN").await.expect("BEGIN");
+    let got = match planner.prepare(sql).await {
+        Ok(stmt) => match planner.execute(&stmt, &refs(ps)).await {
+            Ok(n) => KObs::Count { n, exact: true },
+            Err(e) => keyed_err(&e),
+        },
+        Err(e) => keyed_err(&e),
+    };
+    planner.batch_execute("ROLLBACK").await.expect("ROLLBACK");
+    got
+}
+
+/// `e` as a keyed outcome.
+fn keyed_err(e: &tokio_postgres::Error) -> KObs {
+    match plain_err(e) {
+        Obs::Err {
+            code,
+            unknown,
+            message,
+        } => KObs::Err {
+            code,
+            unknown,
+            message,
+        },
+        ok => unreachable!("an error read as {ok}"),
+    }
+}
+
+/// Runs keyed `case` with tables `<prefix>a` (batchpool) and `<prefix>b`
+/// (plain driver) in the database of `url` (where [`KEYED_SETUP`] ran);
+/// `client` is a plain connection to it.
+pub async fn run_keyed(
+    url: &str,
+    client: &Client,
+    case: &KCase,
+    prefix: &str,
+) -> (Verdict, KTally) {
+    let started = Instant::now();
+    let (ta, tb) = (format!("{prefix}a"), format!("{prefix}b"));
+    let names = case.key_names();
+    let columns = format!("{}, n, v, w", names.join(", "));
+    for t in [&ta, &tb] {
+        for stmt in keyed_ddl(case, t) {
+            if let Err(e) = client.batch_execute(&stmt).await {
+                panic!("case `{}`: {stmt}: {}", case.name, server_message(&e));
+            }
+        }
+    }
+    // The rows before the burst into A, then copied into B.
+    let places: Vec<String> = (1..=names.len() + 3).map(|i| format!("${i}")).collect();
+    let pre = format!(
+        "INSERT INTO {ta} ({columns}) VALUES ({})",
+        places.join(", ")
+    );
+    let insert = client
+        .prepare(&pre)
+        .await
+        .expect("prepare the rows' INSERT");
+    for row in &case.pre {
+        let mut values = row.key.clone();
+        values.push(V::Int(row.n));
+        values.push(row.v.clone().map_or(V::Null, V::Text));
+        values.push(V::Int(row.w));
+        let ps = params(values);
+        if let Err(e) = client.execute(&insert, &refs(&ps)).await {
+            panic!(
+                "case `{}`: {pre} {:?}: {}",
+                case.name,
+                row,
+                server_message(&e)
+            );
+        }
+    }
+    client
+        .batch_execute(&format!("INSERT INTO {tb} SELECT * FROM {ta}"))
+        .await
+        .expect("copy the rows before the burst");
+    let place = |n: usize| format!("${n}");
+    let texts_a: Vec<String> = case
+        .texts
+        .iter()
+        .map(|x| render(&x.sql, &ta, "/", place).0)
+        .collect();
+    let texts_b: Vec<String> = case
+        .texts
+        .iter()
+        .map(|x| render(&x.sql, &tb, "/", place).0)
+        .collect();
+
+    let pool = Pool::builder(url)
+        .max_size(case.pool_size)
+        .batching(super::common::backend::paths_config(
+            BatchConfig::default()
+                .enabled(case.coalesce)
+                .max_rows(case.max_rows),
+        ))
+        .build()
+        .expect("build pool");
+    let mut holds = Vec::new();
+    if case.start == Start::Held {
+        // Learn every text first (that takes a connection), then hold
+        // every connection while the callers queue.
+        for sql in &texts_a {
+            let _ = pool.explain(sql).await;
+        }
+        for _ in 0..case.pool_size {
+            holds.push(pool.get().await.expect("hold a pooled connection"));
+        }
+    }
+    let before = pool.stats();
+    let calls: Vec<_> = case
+        .calls
+        .iter()
+        .map(|c| {
+            let (pool, sql, ps) = (
+                pool.clone(),
+                texts_a[c.text].clone(),
+                params(c.params.clone()),
+            );
+            let how = c.how;
+            async move { keyed_pool_obs(&pool, how, &sql, &ps).await }
+        })
+        .collect();
+    // Held: a caller of a coalescible text queues its row, any other waits
+    // for a connection; once as many rows and tasks wait as there are
+    // callers, all of them are in (the flushes waiting for a connection
+    // may count a few too early: that only changes how rows are grouped).
+    let watched = pool.clone();
+    let ours = burst(
+        calls,
+        case.start,
+        move || {
+            let waiting = watched.stats().queued as usize + watched.status().waiting;
+            (waiting, 0)
+        },
+        move || drop(holds),
+    )
+    .await;
+    let after = pool.stats();
+    let mut explained = Vec::new();
+    for sql in &texts_a {
+        explained.push(pool.explain(sql).await.is_ok_and(|e| e.is_coalesced()));
+    }
+    pool.close().await;
+
+    // The plain driver: every read, every write in caller order, every
+    // read again.
+    let is_read = |c: &KCall| case.texts[c.text].role == Role::Read;
+    let mut before_reads = Vec::new();
+    for c in &case.calls {
+        before_reads.push(if is_read(c) {
+            let ps = params(c.params.clone());
+            Some(keyed_plain_obs(client, c.how, &texts_b[c.text], &ps).await)
+        } else {
+            None
+        });
+    }
+    let mut plain: Vec<Option<KObs>> = vec![None; case.calls.len()];
+    let mut generic: Vec<Option<KObs>> = vec![None; case.calls.len()];
+    let planner = connect(url).await;
+    planner
+        .batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await
+        .expect("plan_cache_mode");
+    for pass in [false, true] {
+        for (i, c) in case.calls.iter().enumerate() {
+            if is_read(c) != pass {
+                continue;
+            }
+            let (sql, ps) = (&texts_b[c.text], params(c.params.clone()));
+            let got = keyed_plain_obs(client, c.how, sql, &ps).await;
+            if !pass && got.is_err() {
+                generic[i] = Some(generically(&planner, sql, &ps).await);
+            }
+            plain[i] = Some(got);
+        }
+    }
+
+    let keys: Vec<String> = names.iter().map(|k| format!("{k}::text")).collect();
+    let read_back = format!("SELECT {}, n, v, w FROM ", keys.join(", "));
+    let mut tables = vec![Table {
+        what: "table contents",
+        batchpool: text_rows(client, &format!("{read_back}{ta}")).await,
+        plain: text_rows(client, &format!("{read_back}{tb}")).await,
+    }];
+    if case.log {
+        tables.push(Table {
+            what: "log rows",
+            batchpool: text_rows(client, &format!("SELECT op, k FROM {ta}_log")).await,
+            plain: text_rows(client, &format!("SELECT op, k FROM {tb}_log")).await,
+        });
+    }
+    let seen = KSeen {
+        ddl: keyed_ddl(case, &ta),
+        texts: texts_a,
+        pool: ours,
+        plain: plain
+            .into_iter()
+            .map(|o| o.expect("every caller"))
+            .collect(),
+        before: before_reads,
+        generic,
+        tables,
+        explained: Some(explained),
+        delta: Delta {
+            batches: after.batches - before.batches,
+            statements: after.statements - before.statements,
+            rows: after.rows - before.rows,
+            passthrough: after.passthrough - before.passthrough,
+            split: after.split_statements - before.split_statements,
+            pipelined: after.pipelined_statements - before.pipelined_statements,
+            bulk: after.bulk_statements - before.bulk_statements,
+        },
+        elapsed: started.elapsed(),
+    };
+    judge_keyed(case, &seen)
 }
