@@ -36,6 +36,10 @@ mod tests_keyed;
 
 use std::sync::Arc;
 
+#[cfg_attr(
+    not(feature = "postgres"),
+    allow(unused_imports, reason = "only PostgreSQL reads the select list")
+)]
 pub(crate) use self::keyed::{Item, KeyedKind, KeyedShape};
 pub(crate) use self::kind::{StatementKind, statement_kind};
 use crate::explain::NotCoalesced;
