@@ -180,14 +180,17 @@ impl KCase {
 
     /// Whether the table facts let batchpool coalesce text `t`: on
     /// PostgreSQL, a read with a witness column, a write by a byte-stable
-    /// key of a table without triggers; on MariaDB, nothing.
+    /// key of a table without triggers; on MariaDB, every read (each
+    /// caller's own statement is a branch of the coalesced one) and no
+    /// write.
     pub fn coalescible(&self, t: usize) -> bool {
         let text = &self.texts[t];
-        self.flavor == Flavor::Pg
-            && self.coalesce
-            && match text.role {
-                Role::Read => text.witness,
-                _ => !self.log && self.keys.iter().all(|k| k.byte_stable()),
+        self.coalesce
+            && match (self.flavor, text.role) {
+                (Flavor::Pg, Role::Read) => text.witness,
+                (Flavor::Pg, _) => !self.log && self.keys.iter().all(|k| k.byte_stable()),
+                (Flavor::My, Role::Read) => true,
+                (Flavor::My, _) => false,
             }
     }
 }
@@ -852,7 +855,7 @@ pub struct KSeen {
 /// Counts of the keyed cases beyond [`Tally`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct KTally {
-    /// Calls of texts the table facts let PostgreSQL coalesce.
+    /// Calls of texts the table facts let batchpool coalesce.
     pub coalescible: u64,
     /// Calls coalesced (`Stats::rows`).
     pub rows: u64,
