@@ -20,8 +20,11 @@
 //!
 //! The only deviations allowed: an `is_exact() == false` outcome (counted;
 //! it must then claim no RETURNING row and no id, and the single statement
-//! must have succeeded too) and an outcome-unknown error (counted; that
-//! caller's rows are left out of the table comparison). The random run also
+//! must have succeeded too), an outcome-unknown error (counted; that
+//! caller's rows are left out of the table comparison), and, in a case of
+//! which nothing was coalesced, a deadlock between statements that ran on
+//! their own side by side (counted; the case's tables are then not
+//! compared: the one-by-one run cannot deadlock). The random run also
 //! fails when more than a quarter of its successful outcomes are inexact or
 //! when plain INSERTs were never coalesced, and every case that must
 //! coalesce (a plain INSERT into a table without triggers on a strict
