@@ -1,7 +1,8 @@
 //! Any bytes (as UTF-8 when valid, lossily decoded otherwise) through every
 //! text-only path of the pool, for both dialects: the statement-kind reader,
 //! the classifier, its `explain` text and, for a batchable text, the
-//! renderer. Checks: no panic.
+//! renderer (for a keyed read, update or delete, its many-caller rewrite).
+//! Checks: no panic.
 #![no_main]
 
 use batchpool::fuzzing::{Dialect, exercise};
@@ -16,5 +17,5 @@ fuzz_target!(|data: &[u8]| {
         .into_iter()
         .filter(|&d| exercise(d, &text))
         .collect();
-    REACHED.record("classify", &batchable);
+    REACHED.record("classify", &batchable, None);
 });

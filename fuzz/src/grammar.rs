@@ -8,11 +8,36 @@
 //! every kind between the tokens. Now and then it writes what the
 //! classifier must decline (a placeholder out of place, a second row, a
 //! modifier, a raw fragment of SQL punctuation), so both sides are explored.
+//!
+//! [`keyed_statement`] writes keyed reads, updates and deletes the same way:
+//! `SELECT <list> FROM t [alias] WHERE k = $n [AND ...]`, `UPDATE t SET c =
+//! <expression>, ... WHERE ...`, `DELETE FROM t WHERE ...`, with select
+//! lists of columns, stars, casts, literals and arithmetic, conditions
+//! either way round, and the names the rewrite uses, quoted or written
+//! `U&"..."`; and their near misses: `ORDER BY`, `LIMIT`, `FOR UPDATE`,
+//! `RETURNING`, `OR`, `IN`, subqueries (also `(TABLE t)`), calls in a
+//! select list, `DEFAULT`, `ONLY`, joins and `USING` lists, a `WITH`
+//! prefix, placeholders in the select list, the table or `LIMIT`, and a
+//! second statement.
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 
 /// Deepest expression nesting generated.
 const MAX_DEPTH: usize = 5;
+
+/// Builds a keyed read, update or delete text (or a near miss) from `data`.
+pub fn keyed_statement(data: &[u8]) -> Result<String> {
+    let mut u = Unstructured::new(data);
+    let mysql = u.ratio(1, 8)?;
+    let mut g = Gen {
+        u: &mut u,
+        mysql,
+        out: String::new(),
+        params: 0,
+    };
+    g.keyed()?;
+    Ok(g.out)
+}
 
 /// Builds the statement text from `data`.
 pub fn statement(data: &[u8]) -> Result<String> {
@@ -48,6 +73,83 @@ const NAMES: &[&str] = &[
     "x_1",
     "public",
     "where",
+];
+
+/// Names the keyed forms use, or that a reader of them might take for a
+/// clause or for the rewrite's own names.
+const KEYED_NAMES: &[&str] = &[
+    "id",
+    "k",
+    "v",
+    "Id",
+    "\"Id\"",
+    "set",
+    "from",
+    "only",
+    "using",
+    "unnest",
+    "ordinality",
+    "ord",
+    "batchpool",
+    "\"batchpool\"",
+    "a$1",
+    "\"a\"\"b\"",
+    "\"x y\"",
+];
+
+/// The rewrite's own names, quoted in the ways the server reads them.
+const REWRITE_NAMES: &[&str] = &[
+    "\"batchpool keys\"",
+    "\"batchpool 1\"",
+    "\"batchpool ord\"",
+    "\"Batchpool keys\"",
+    "\"batchpool\"",
+    "U&\"batchpool\\0020keys\"",
+    "u&\"batchpool\\0020ord\"",
+    "U&\"batchpool!0020keys\" UESCAPE '!'",
+    "U&\"batchpool\\+0000201\"",
+    "U&\"d\\0061t\"",
+];
+
+/// Values of an update the rewrite does not cover (a subquery in one of
+/// its forms, `DEFAULT`, a row) or that hide a placeholder.
+const ODD_VALUES: &[&str] = &[
+    "DEFAULT",
+    "(TABLE u)",
+    "coalesce((TABLE u), 0)",
+    "1 + (TABLE t)",
+    "(VALUES (1))",
+    "ARRAY(SELECT 1)",
+    "(WITH x AS (SELECT 1) SELECT 1)",
+    "EXISTS (SELECT 1)",
+    "ROW(1, 2)",
+    "$a$ $1 $a$",
+    "$1$x$1$",
+    "'$1'",
+    "E'\\'$1'",
+    "a$1",
+    "U&\"batchpool\\0020keys\".x",
+    "u&\"batchpool\\0020ord\"",
+    "v IN (VALUES (1))",
+];
+
+/// Clauses after the WHERE conditions that the keyed forms do not have.
+const KEYED_TAILS: &[&str] = &[
+    "ORDER BY id",
+    "LIMIT 1",
+    "OFFSET 1",
+    "FOR UPDATE",
+    "FOR SHARE",
+    "FOR NO KEY UPDATE SKIP LOCKED",
+    "RETURNING *",
+    "RETURNING v",
+    "GROUP BY id",
+    "HAVING true",
+    "UNION SELECT 1",
+    "FETCH FIRST 1 ROW ONLY",
+    "WINDOW w AS ()",
+    "IS TRUE",
+    "COLLATE \"C\"",
 ];
 
 /// Function names.
@@ -297,6 +399,12 @@ impl Gen<'_, '_> {
             let raw = self.body(&[])?;
             self.tok(&raw)?;
         }
+        self.end()
+    }
+
+    /// The end of a statement: a `;`, spaces or comments, nothing, and
+    /// sometimes a second statement.
+    fn end(&mut self) -> Result<()> {
         match self.u.int_in_range(0..=7)? {
             0 => self.glued(";")?,
             1 => {
@@ -311,6 +419,338 @@ impl Gen<'_, '_> {
             _ => {}
         }
         Ok(())
+    }
+
+    /// A keyed read, update or delete, now and then with a clause or a
+    /// prefix the rewrite does not cover.
+    fn keyed(&mut self) -> Result<()> {
+        if self.one_in(4)? {
+            self.gap()?;
+        }
+        if self.one_in(32)? {
+            self.kw("WITH")?;
+            self.tok("x")?;
+            self.kw("AS")?;
+            self.glued("(SELECT 1)")?;
+        }
+        match self.u.int_in_range(0..=2)? {
+            0 => self.keyed_read()?,
+            1 => self.keyed_update()?,
+            _ => self.keyed_delete()?,
+        }
+        if self.one_in(8)? {
+            match self.u.int_in_range(0..=3)? {
+                0 => {
+                    self.kw("LIMIT")?;
+                    self.placeholder()?;
+                }
+                1 => {
+                    let raw = self.body(&[])?;
+                    self.tok(&raw)?;
+                }
+                _ => {
+                    let tail = self.pick(KEYED_TAILS)?;
+                    self.kw(tail)?;
+                }
+            }
+        }
+        self.end()
+    }
+
+    /// `SELECT <list> FROM <table> WHERE <conditions>`.
+    fn keyed_read(&mut self) -> Result<()> {
+        self.kw("SELECT")?;
+        if self.one_in(24)? {
+            let modifier = self.pick(&["DISTINCT", "ALL", "DISTINCT ON (id)"])?;
+            self.kw(modifier)?;
+        }
+        let items = self.u.int_in_range(1..=4)?;
+        for i in 0..items {
+            if i > 0 {
+                self.glued(",")?;
+            }
+            self.select_item()?;
+        }
+        if self.one_in(32)? {
+            self.kw("INTO")?;
+            self.name()?;
+        }
+        self.kw("FROM")?;
+        self.keyed_table()?;
+        self.keyed_where()
+    }
+
+    /// `UPDATE <table> SET c = <expression>, ... WHERE <conditions>`.
+    fn keyed_update(&mut self) -> Result<()> {
+        self.kw("UPDATE")?;
+        self.keyed_table()?;
+        self.kw("SET")?;
+        let assignments = self.u.int_in_range(1..=3)?;
+        for i in 0..assignments {
+            if i > 0 {
+                self.glued(",")?;
+            }
+            match self.u.int_in_range(0..=15)? {
+                0..=9 => {
+                    self.keyed_name()?;
+                    self.tok("=")?;
+                    self.expr(0, true)?;
+                }
+                10 | 11 => {
+                    self.keyed_name()?;
+                    self.tok("=")?;
+                    self.placeholder()?;
+                }
+                12 => {
+                    self.keyed_name()?;
+                    self.tok("=")?;
+                    let value = self.pick(ODD_VALUES)?;
+                    self.tok(value)?;
+                }
+                13 => {
+                    self.glued("(")?;
+                    self.keyed_name()?;
+                    self.glued(",")?;
+                    self.keyed_name()?;
+                    self.glued(")")?;
+                    self.tok("=")?;
+                    self.glued("(")?;
+                    self.placeholder()?;
+                    self.glued(",")?;
+                    self.expr(1, true)?;
+                    self.glued(")")?;
+                }
+                14 => {
+                    self.column()?;
+                    self.tok("=")?;
+                    self.expr(1, true)?;
+                }
+                _ => {
+                    self.keyed_name()?;
+                    self.glued("[1]")?;
+                    self.tok("=")?;
+                    self.expr(1, true)?;
+                }
+            }
+        }
+        if self.one_in(24)? {
+            self.kw("FROM")?;
+            self.name()?;
+        }
+        self.keyed_where()
+    }
+
+    /// `DELETE FROM <table> WHERE <conditions>`.
+    fn keyed_delete(&mut self) -> Result<()> {
+        self.kw("DELETE")?;
+        if !self.one_in(32)? {
+            self.kw("FROM")?;
+        }
+        self.keyed_table()?;
+        if self.one_in(24)? {
+            self.kw("USING")?;
+            self.name()?;
+        }
+        self.keyed_where()
+    }
+
+    /// A name of a keyed statement: the INSERT grammar's, the keyed
+    /// forms' own, and now and then one of the rewrite's.
+    fn keyed_name(&mut self) -> Result<()> {
+        match self.u.int_in_range(0..=15)? {
+            0..=7 => self.name(),
+            8..=13 => {
+                let name = self.pick(KEYED_NAMES)?;
+                self.tok(name)
+            }
+            14 => {
+                let name = self.pick(REWRITE_NAMES)?;
+                self.tok(name)
+            }
+            _ => self.placeholder_or_name(),
+        }
+    }
+
+    /// Rarely a placeholder where a name belongs, else a plain name.
+    fn placeholder_or_name(&mut self) -> Result<()> {
+        if self.one_in(4)? {
+            self.placeholder()
+        } else {
+            self.tok("id")
+        }
+    }
+
+    /// A column, sometimes qualified (by one or two names).
+    fn column(&mut self) -> Result<()> {
+        match self.u.int_in_range(0..=7)? {
+            0..=4 => self.keyed_name(),
+            5 | 6 => {
+                self.keyed_name()?;
+                self.glued(".")?;
+                self.keyed_name()
+            }
+            _ => {
+                self.keyed_name()?;
+                self.glued(".")?;
+                self.keyed_name()?;
+                self.glued(".")?;
+                self.keyed_name()
+            }
+        }
+    }
+
+    /// One item of a read's select list: mostly what the rewrite covers
+    /// (stars, columns, aliases, casts, literals, arithmetic), now and then
+    /// any expression (calls, subqueries, placeholders).
+    fn select_item(&mut self) -> Result<()> {
+        match self.u.int_in_range(0..=15)? {
+            0..=2 => self.tok("*"),
+            3..=5 => self.column(),
+            6 => {
+                self.keyed_name()?;
+                self.glued(".*")
+            }
+            7 => {
+                self.column()?;
+                if self.u.arbitrary::<bool>()? {
+                    self.kw("AS")?;
+                }
+                self.keyed_name()
+            }
+            8 => {
+                let literal = self.pick(&["1", "0.5", "-1", "NULL", "TRUE", "1e3"])?;
+                self.tok(literal)
+            }
+            9 => self.string(),
+            10 => {
+                self.column()?;
+                self.glued("::")?;
+                let ty = self.pick(&["text", "int", "int[]", "\"MyType\"", "pg_catalog.int8"])?;
+                self.out.push_str(ty);
+                Ok(())
+            }
+            11 | 12 => {
+                self.column()?;
+                let op = self.pick(&["+", "-", "*", "/", "%", "||", "^", "->>"])?;
+                self.tok(op)?;
+                if self.u.arbitrary::<bool>()? {
+                    self.column()
+                } else {
+                    self.tok("2")
+                }
+            }
+            13 => {
+                self.tok("-")?;
+                self.column()
+            }
+            14 => {
+                self.column()?;
+                self.glued("[1]")
+            }
+            _ => {
+                let params = self.one_in(4)?;
+                self.expr(1, params)
+            }
+        }
+    }
+
+    /// The table of a keyed statement: `[schema.]name [[AS] alias]`, now
+    /// and then with `ONLY`, a join, a second table or a sample.
+    fn keyed_table(&mut self) -> Result<()> {
+        if self.one_in(24)? {
+            self.kw("ONLY")?;
+        }
+        if self.one_in(4)? {
+            self.keyed_name()?;
+            self.glued(".")?;
+        }
+        self.keyed_name()?;
+        match self.u.int_in_range(0..=15)? {
+            0..=3 => {
+                self.kw("AS")?;
+                self.keyed_name()?;
+            }
+            4..=6 => self.keyed_name()?,
+            7 => {
+                let other = self.pick(&[
+                    ", u",
+                    "JOIN u ON true",
+                    "LEFT JOIN u USING (id)",
+                    "TABLESAMPLE SYSTEM (1)",
+                    "*",
+                    "NATURAL JOIN u",
+                ])?;
+                self.tok(other)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `WHERE <condition> [AND <condition> ...]` (now and then no WHERE at
+    /// all, or another connective).
+    fn keyed_where(&mut self) -> Result<()> {
+        if self.one_in(32)? {
+            return Ok(());
+        }
+        self.kw("WHERE")?;
+        let conditions = self.u.int_in_range(1..=3)?;
+        for i in 0..conditions {
+            if i > 0 {
+                if self.one_in(16)? {
+                    let connective = self.pick(&["OR", "AND NOT", ","])?;
+                    self.kw(connective)?;
+                } else {
+                    self.kw("AND")?;
+                }
+            }
+            self.keyed_condition()?;
+        }
+        Ok(())
+    }
+
+    /// One condition: mostly `column = $n` either way round, now and then
+    /// a form the rewrite does not cover.
+    fn keyed_condition(&mut self) -> Result<()> {
+        match self.u.int_in_range(0..=15)? {
+            0..=9 => {
+                self.column()?;
+                self.tok("=")?;
+                self.placeholder()
+            }
+            10 | 11 => {
+                self.placeholder()?;
+                self.tok("=")?;
+                self.column()
+            }
+            12 => {
+                self.glued("(")?;
+                self.column()?;
+                self.tok("=")?;
+                self.placeholder()?;
+                self.glued(")")
+            }
+            13 => {
+                self.column()?;
+                let op = self.pick(&["<>", "<", "IS NOT DISTINCT FROM", "LIKE", "= ANY", "IN"])?;
+                self.tok(op)?;
+                self.glued("(")?;
+                self.placeholder()?;
+                self.glued(")")
+            }
+            14 => {
+                self.column()?;
+                self.tok("=")?;
+                self.expr(1, true)
+            }
+            _ => {
+                self.column()?;
+                self.tok("=")?;
+                self.placeholder()?;
+                let after = self.pick(&["::int", "+ 1", "[1]", " IS NULL", ".x"])?;
+                self.glued(after)
+            }
+        }
     }
 
     /// `( e1, ..., en )`.

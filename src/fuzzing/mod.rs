@@ -1,18 +1,21 @@
 //! Hooks for the fuzz targets in `fuzz/` (cargo feature `fuzzing`): every
 //! path a SQL text takes through the pool that needs no server — the
-//! statement-kind reader, the classifier, the `explain` text and the n-row
-//! renderer — plus an independent check of what the renderer produced
-//! ([`check_render`]), which the classifier's own tests run on their
-//! fixtures and on the inputs the fuzzers found.
+//! statement-kind reader, the classifier, the `explain` text, the n-row
+//! renderer and the many-caller rewrite of keyed reads, updates and
+//! deletes — plus independent checks of what the renderers produced
+//! ([`check_render`], [`check_keyed`]), which the classifier's own tests run
+//! on their fixtures and on the inputs the fuzzers found.
 //!
 //! Not a stable API: only `fuzz/` and the crate's own tests use it.
 
+mod keyed;
 mod oracle;
 
 use std::sync::Arc;
 
+pub use self::keyed::{array_parameters, check_keyed};
 pub use self::oracle::{EXTRA_RETURNING, check_render};
-use crate::classify::{self, Classified, InsertShape};
+use crate::classify::{self, Classified, Form, InsertShape, KeyedShape};
 use crate::explain::Explain;
 
 /// The SQL dialect a text is classified for.
@@ -77,6 +80,65 @@ impl Shape {
     }
 }
 
+/// A text the classifier found to be a keyed read, update or delete.
+#[derive(Clone, Debug)]
+pub struct Keyed(Arc<KeyedShape>);
+
+impl Keyed {
+    /// The statement for many callers, as the PostgreSQL backend renders it
+    /// (`arrays`: one array parameter per parameter of the caller's text,
+    /// as written in the rewrite, e.g. `$1::pg_catalog."int8"[]`).
+    pub fn render(&self, arrays: &[String]) -> String {
+        self.0.render(arrays)
+    }
+
+    /// What the statement does: `reads`, `updates` or `deletes`.
+    pub fn kind(&self) -> &'static str {
+        self.0.kind.plural()
+    }
+
+    /// Bind parameters one caller's statement takes (the highest `$n`).
+    pub fn params_per_row(&self) -> usize {
+        self.0.params_per_row
+    }
+
+    /// The key columns (normalised) and the 0-based parameter each is
+    /// compared with, in the order written.
+    pub fn keys(&self) -> &[(String, usize)] {
+        &self.0.keys
+    }
+
+    /// An update's assigned columns (normalised), in the order written.
+    pub fn assigned(&self) -> &[String] {
+        &self.0.assigned
+    }
+
+    /// The functions an update's assignments call (normalised, schema
+    /// dropped).
+    pub fn calls(&self) -> &[String] {
+        &self.0.calls
+    }
+
+    /// Everything the classifier read from the text except how it renders,
+    /// for messages.
+    pub fn summary(&self) -> String {
+        let s = &self.0;
+        format!(
+            "{:?} table={:?} keys={:?} params={} items={:?} assigned={:?} calls={:?}",
+            s.kind, s.table, s.keys, s.params_per_row, s.items, s.assigned, s.calls
+        )
+    }
+}
+
+/// Classifies `sql` as the pool does (uncached): its keyed form when it is
+/// a keyed read, update or delete.
+pub fn classify_keyed(dialect: Dialect, sql: &str) -> Option<Keyed> {
+    match classify::classify(dialect.inner(), sql) {
+        Classified::Batchable(Form::Keyed(shape)) => Some(Keyed(shape)),
+        _ => None,
+    }
+}
+
 /// Classifies `sql` as the pool does (uncached): its shape when batchable.
 pub fn classify(dialect: Dialect, sql: &str) -> Option<Shape> {
     classify::classify(dialect.inner(), sql)
@@ -95,13 +157,19 @@ pub fn explain(dialect: Dialect, sql: &str) -> String {
 }
 
 /// Runs `sql` through every text-only path of the pool: the statement-kind
-/// reader, the classifier and its `explain` text, and for a batchable text
-/// the renderer at a few sizes, with and without an appended RETURNING.
-/// Returns whether the text is batchable. Must never panic.
+/// reader, the classifier and its `explain` text, for a keyed text its
+/// many-caller rewrite, and for a batchable INSERT the renderer at a few
+/// sizes, with and without an appended RETURNING. Returns whether the text
+/// is a batchable INSERT. Must never panic.
 pub fn exercise(dialect: Dialect, sql: &str) -> bool {
     let kind = classify::statement_kind(dialect.inner(), sql);
     std::hint::black_box(format!("{kind:?}"));
     std::hint::black_box(explain(dialect, sql));
+    if let Some(keyed) = classify_keyed(dialect, sql) {
+        std::hint::black_box(keyed.summary());
+        std::hint::black_box(keyed.render(&array_parameters(keyed.params_per_row())));
+        return false;
+    }
     let Some(shape) = classify(dialect, sql) else {
         return false;
     };

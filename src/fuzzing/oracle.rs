@@ -99,7 +99,7 @@ pub fn check_render(dialect: Dialect, sql: &str, sizes: &[usize]) -> Result<bool
 
 /// The tokens of `text` for `dialect`, spaces, tabs and newlines dropped
 /// (comments kept: the renderer copies them).
-fn tokens(dialect: Dialect, text: &str) -> Result<Vec<Token>, String> {
+pub(super) fn tokens(dialect: Dialect, text: &str) -> Result<Vec<Token>, String> {
     let all = match dialect {
         Dialect::Postgres => Tokenizer::new(&PostgreSqlDialect {}, text)
             .with_unescape(false)
@@ -142,12 +142,12 @@ fn statement_tokens(dialect: Dialect, sql: &str) -> Result<Vec<Token>, String> {
 }
 
 /// Whether `token` is a comment.
-fn is_comment(token: &Token) -> bool {
+pub(super) fn is_comment(token: &Token) -> bool {
     matches!(token, Token::Whitespace(_))
 }
 
 /// The parameter number of a PostgreSQL placeholder `$k` (k in 1..=65535).
-fn pg_number(text: &str) -> Option<usize> {
+pub(super) fn pg_number(text: &str) -> Option<usize> {
     let digits = text.strip_prefix('$')?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -157,7 +157,7 @@ fn pg_number(text: &str) -> Option<usize> {
 
 /// Parameters one row takes, from the placeholders of the statement:
 /// PostgreSQL `$1..$P` each used (P returned), MySQL `?` only (their count).
-fn placeholder_count(dialect: Dialect, statement: &[Token]) -> Result<usize, String> {
+pub(super) fn placeholder_count(dialect: Dialect, statement: &[Token]) -> Result<usize, String> {
     let found: Vec<&str> = statement
         .iter()
         .filter_map(|t| match t {
@@ -199,7 +199,7 @@ fn has_returning_word(statement: &[Token]) -> bool {
 }
 
 /// Whether `token` is the unquoted word `word` (ASCII case-insensitive).
-fn is_word(token: &Token, word: &str) -> bool {
+pub(super) fn is_word(token: &Token, word: &str) -> bool {
     matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
 }
 

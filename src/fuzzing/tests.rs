@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{Dialect, check_render, exercise};
+use super::{Dialect, check_keyed, check_render, exercise};
 
 /// Every seed file: name and text.
 fn seeds() -> Vec<(String, String)> {
@@ -42,4 +42,22 @@ fn render_check_holds_on_the_seed_corpus() {
     // also read as the other dialect).
     assert!(batchable[0] >= 17, "postgres batchable: {}", batchable[0]);
     assert!(batchable[1] >= 13, "mysql batchable: {}", batchable[1]);
+}
+
+/// The keyed check holds on every seed, in both dialects; the keyed seeds
+/// of each kind are coalesced on PostgreSQL (and never on MySQL).
+#[test]
+fn keyed_check_holds_on_the_seed_corpus() {
+    let mut keyed = 0;
+    for (name, text) in &seeds() {
+        for dialect in Dialect::ALL {
+            match check_keyed(dialect, text) {
+                Ok(Some(_)) => keyed += 1,
+                Ok(None) => {}
+                Err(why) => panic!("{name}: {dialect:?}: {why}"),
+            }
+        }
+    }
+    // 11 seeds are keyed reads, updates and deletes.
+    assert!(keyed >= 11, "keyed: {keyed}");
 }

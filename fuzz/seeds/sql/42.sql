@@ -1,0 +1,1 @@
+SELECT * FROM kv WHERE id = $1

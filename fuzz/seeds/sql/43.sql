@@ -1,0 +1,1 @@
+SELECT k.v AS value, "Id", n::text, 'x' FROM s.t AS k WHERE $2 = "Id" AND k.b = $1;

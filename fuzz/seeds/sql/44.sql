@@ -1,0 +1,1 @@
+select a, b c, 1 + a * 2, a || 'x', t.* from t where id = $1 /* tail */

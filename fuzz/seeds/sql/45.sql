@@ -1,0 +1,1 @@
+UPDATE counters SET hits = hits + $1, note = $3 WHERE id = $2

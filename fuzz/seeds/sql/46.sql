@@ -1,0 +1,1 @@
+UPDATE t SET v = lower(v) || $1::text, w = now() WHERE a = $2 AND b = $3

@@ -1,0 +1,2 @@
+update "T" x set "V" = $1 -- set it
+ where x."K" = $2 ;

@@ -1,0 +1,1 @@
+DELETE FROM s."Sess" AS d WHERE d.k = $1 AND $2 = d.j

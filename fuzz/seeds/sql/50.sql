@@ -1,0 +1,1 @@
+UPDATE t SET v = $q$ $1 '' $q$ || E'\'$2' WHERE id = $1

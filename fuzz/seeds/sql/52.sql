@@ -1,0 +1,1 @@
+UPDATE t SET v = CASE WHEN v > $2 THEN $2 ELSE v END WHERE id = $1

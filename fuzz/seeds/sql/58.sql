@@ -1,0 +1,1 @@
+UPDATE t SET v = (SELECT max(v) FROM t) WHERE id = $1

@@ -1,0 +1,1 @@
+UPDATE t SET v = $1 WHERE id = $2 RETURNING v

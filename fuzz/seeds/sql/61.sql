@@ -1,0 +1,1 @@
+SELECT "batchpool keys".* FROM t WHERE id = $1

@@ -1,0 +1,1 @@
+UPDATE ONLY t SET v = $1 WHERE id = $2

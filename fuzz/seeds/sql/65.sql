@@ -1,0 +1,1 @@
+DELETE FROM t USING u WHERE t.id = $1

@@ -1,0 +1,1 @@
+SELECT $2::int, id FROM t WHERE id = $1

@@ -1,0 +1,1 @@
+UPDATE t SET v = DEFAULT WHERE id = $1
