@@ -56,6 +56,8 @@ mod mysql_bulk;
 #[cfg(feature = "mysql")]
 mod mysql_coalesce;
 #[cfg(feature = "mysql")]
+mod mysql_keyed;
+#[cfg(feature = "mysql")]
 mod mysql_read_only;
 #[cfg(feature = "mysql")]
 mod mysql_transactions;

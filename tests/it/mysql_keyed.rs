@@ -1,0 +1,1102 @@
+//! Keyed reads on MariaDB: concurrent callers' point reads
+//! `SELECT <list> FROM t WHERE key = ? [AND ...]` of one text, coalesced
+//! into one `UNION ALL` statement whose branches are the callers' own
+//! statements, each caller getting exactly what its own statement gets run
+//! alone: its rows (none, one or several), its count, its error. Keyed
+//! `UPDATE` and `DELETE` run on their own on MariaDB. Each test compares
+//! the pool's answers with the plain driver's (a mysql_async connection on
+//! the server itself running the same statement, on the same or a twin
+//! table), value by value and column name by column name, or with a result
+//! computed from the calls, then checks what the pool coalesced
+//! (`Pool::explain`, `Pool::stats`). The PostgreSQL side is `pg_keyed.rs`.
+
+use batchpool::mysql::Pool;
+use batchpool::{BatchConfig, NotCoalesced, Stats};
+use futures_util::future::join_all;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Params, Row, Value};
+
+use crate::common::backend::{My, TestBackend};
+
+/// A fresh database in which `ddl` ran (on the server itself, any number
+/// of statements): a pool of 4 connections with `config`, the plain
+/// driver's connection, and the database's URL.
+async fn setup(ddl: &str, config: BatchConfig) -> (Pool, Conn, String) {
+    let url = My::fresh_db().await;
+    let mut admin = My::admin(&url).await;
+    admin
+        .query_drop(ddl)
+        .await
+        .unwrap_or_else(|e| panic!("{ddl}: {e}"));
+    (My::pool(&url, config, 4), admin, url)
+}
+
+/// `INSERT INTO table VALUES <rows>;` (each row a parenthesized tuple).
+fn insert(table: &str, rows: impl IntoIterator<Item = String>) -> String {
+    let rows: Vec<String> = rows.into_iter().collect();
+    format!("INSERT INTO {table} VALUES {};", rows.join(", "))
+}
+
+/// `values` as mysql_async parameters (`Params::Empty` for none).
+fn positional(values: &[Value]) -> Params {
+    if values.is_empty() {
+        Params::Empty
+    } else {
+        Params::Positional(values.to_vec())
+    }
+}
+
+/// An integer parameter, or NULL.
+fn int(key: Option<i64>) -> Value {
+    key.map_or(Value::NULL, Value::Int)
+}
+
+/// A row as (column name, value) pairs, each value as mysql_async decoded
+/// it (`Int(7)`, `Bytes("abc")`, `NULL`...), so that a value of another
+/// type or another spelling differs.
+type Shown = Vec<(String, String)>;
+
+/// `value` in full, with its type (`Value`'s own `Debug` shortens strings
+/// longer than 8 bytes).
+fn shown(value: &Value) -> String {
+    match value {
+        Value::NULL => "NULL".to_owned(),
+        Value::Bytes(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => format!("Bytes({text:?})"),
+            Err(_) => format!("Bytes({bytes:?})"),
+        },
+        other => format!("{other:?}"),
+    }
+}
+
+/// `row` as [`Shown`].
+fn show(row: &Row) -> Shown {
+    row.columns_ref()
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let value = row.as_ref(i).expect("a value not taken");
+            (c.name_str().into_owned(), shown(value))
+        })
+        .collect()
+}
+
+/// `rows` as [`Shown`], sorted (what a statement without `ORDER BY`
+/// returns is a multiset).
+fn show_all(rows: &[Row]) -> Vec<Shown> {
+    let mut shown: Vec<Shown> = rows.iter().map(show).collect();
+    shown.sort();
+    shown
+}
+
+/// Which method of the pool a caller runs its statement with.
+#[derive(Clone, Copy, Debug)]
+enum Call {
+    /// `query`.
+    Query,
+    /// `query_opt`.
+    Opt,
+    /// `query_one`.
+    One,
+    /// `execute`.
+    Execute,
+}
+
+/// The four methods, for callers to take turns with.
+const CALLS: [Call; 4] = [Call::Query, Call::Opt, Call::One, Call::Execute];
+
+/// What a caller got.
+#[derive(Debug, PartialEq)]
+enum Got {
+    /// `query`: the rows, sorted.
+    Rows(Vec<Shown>),
+    /// `query_opt`: the row, if any.
+    Opt(Option<Shown>),
+    /// `query_one`: the row.
+    One(Shown),
+    /// `execute`: the count (of a read, the rows it returned).
+    Count(u64),
+    /// `query_one` or `query_opt`: not a number of rows the method takes.
+    RowCount,
+    /// A server error's number (another error's message).
+    Failed(String),
+}
+
+/// What a failed call of the pool got.
+fn failed(e: &batchpool::Error) -> Got {
+    if e.is_row_count() {
+        Got::RowCount
+    } else {
+        Got::Failed(
+            e.as_mysql_error()
+                .map_or_else(|| e.to_string(), |m| m.code.to_string()),
+        )
+    }
+}
+
+/// `sql` run by a caller of `pool` with `how`.
+async fn call(pool: &Pool, how: Call, sql: &str, params: &[Value]) -> Got {
+    let params = positional(params);
+    match how {
+        Call::Query => match pool.query(sql, params).await {
+            Ok(rows) => Got::Rows(show_all(&rows)),
+            Err(e) => failed(&e),
+        },
+        Call::Opt => match pool.query_opt(sql, params).await {
+            Ok(row) => Got::Opt(row.as_ref().map(show)),
+            Err(e) => failed(&e),
+        },
+        Call::One => match pool.query_one(sql, params).await {
+            Ok(row) => Got::One(show(&row)),
+            Err(e) => failed(&e),
+        },
+        Call::Execute => match pool.execute(sql, params).await {
+            Ok(out) => Got::Count(out.rows_affected()),
+            Err(e) => failed(&e),
+        },
+    }
+}
+
+/// What the plain driver gives for `sql` run alone (a prepared statement,
+/// as the pool runs a statement with parameters), as [`call`] shows it.
+async fn plain(conn: &mut Conn, how: Call, sql: &str, params: &[Value]) -> Got {
+    let rows: Vec<Row> = match conn.exec(sql, positional(params)).await {
+        Ok(rows) => rows,
+        Err(mysql_async::Error::Server(e)) => return Got::Failed(e.code.to_string()),
+        Err(e) => return Got::Failed(e.to_string()),
+    };
+    match how {
+        Call::Query => Got::Rows(show_all(&rows)),
+        Call::Opt => match rows.len() {
+            0 => Got::Opt(None),
+            1 => Got::Opt(Some(show(&rows[0]))),
+            _ => Got::RowCount,
+        },
+        Call::One => match rows.len() {
+            1 => Got::One(show(&rows[0])),
+            _ => Got::RowCount,
+        },
+        // A read counts the rows it returned; a write the rows it changed.
+        Call::Execute if rows.is_empty() => Got::Count(conn.affected_rows()),
+        Call::Execute => Got::Count(rows.len() as u64),
+    }
+}
+
+/// The rows of `sql` (run on the server itself, text protocol), sorted.
+async fn select(conn: &mut Conn, sql: &str) -> Vec<Shown> {
+    let rows: Vec<Row> = conn
+        .query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    show_all(&rows)
+}
+
+/// Fails unless `pool` coalesces `sql`.
+async fn assert_coalesced(pool: &Pool, sql: &str) {
+    let explain = pool.explain(sql).await.unwrap();
+    assert!(explain.is_coalesced(), "{sql}: {explain}");
+}
+
+/// Fails if `pool` coalesces `sql`; prints why it does not.
+async fn assert_alone(pool: &Pool, sql: &str) {
+    let explain = pool.explain(sql).await.unwrap();
+    println!("{sql}: {explain}");
+    assert!(!explain.is_coalesced(), "{sql} is coalesced");
+}
+
+/// Fails unless `pool` runs the keyed write `sql` on its own because
+/// keyed writes are coalesced on PostgreSQL only.
+async fn assert_postgres_only(pool: &Pool, sql: &str) {
+    let explain = pool.explain(sql).await.unwrap();
+    match explain.reason() {
+        Some(NotCoalesced::KeyedForm(why)) if why.contains("PostgreSQL") => {}
+        _ => panic!("{sql}: {explain}, not a keyed form coalesced on PostgreSQL only"),
+    }
+}
+
+/// Prints whether `pool` coalesces `sql`.
+async fn print_explain(pool: &Pool, sql: &str) {
+    println!("{sql}: {}", pool.explain(sql).await.unwrap());
+}
+
+/// Fails unless the `calls` calls made between `before` and `after` were
+/// nearly all coalesced (at least 80% counted in `rows`: a few, such as
+/// NULL keys, may run on their own), in well under half as many
+/// statements.
+fn assert_burst_coalesced(what: &str, before: &Stats, after: &Stats, calls: usize) {
+    let calls = calls as u64;
+    let rows = after.rows - before.rows;
+    let statements = after.statements - before.statements;
+    let alone = after.passthrough - before.passthrough;
+    assert!(
+        rows * 5 >= calls * 4 && statements >= 1 && statements * 2 < calls,
+        "{what}: of {calls} calls {rows} were coalesced, in {statements} statements, and \
+         {alone} statements ran on their own"
+    );
+}
+
+/// Runs every `(sql, how, params)` of `calls` at once through `pool`, then
+/// each one by one through the plain driver, and fails unless every caller
+/// got what the plain driver gets. The answers, in order.
+async fn differential(
+    pool: &Pool,
+    admin: &mut Conn,
+    calls: &[(String, Call, Vec<Value>)],
+) -> Vec<Got> {
+    let got = join_all(
+        calls
+            .iter()
+            .map(|(sql, how, params)| async move { call(pool, *how, sql, params).await }),
+    )
+    .await;
+    for ((sql, how, params), got) in calls.iter().zip(&got) {
+        let expected = plain(admin, *how, sql, params).await;
+        assert_eq!(*got, expected, "{sql} with {params:?} by {how:?}");
+    }
+    got
+}
+
+/// 640 concurrent point reads of five texts (`*`, `t.*`, columns in
+/// another order, aliases, literals, arithmetic, a table alias) through
+/// the four methods, keys present, missing, NULL and repeated within the
+/// burst (some rows with a NULL column): each caller gets exactly the
+/// values and column names the plain driver gets for its statement, and
+/// the burst is coalesced. Then one `execute_many` of a read over 120 keys:
+/// each row's count is the number of rows its key has, coalesced too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn point_reads_get_each_callers_own_rows() {
+    let (pool, mut admin, _) = setup(
+        &format!(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(20), n INT NOT NULL); {}",
+            insert(
+                "t",
+                (0..300).map(|i| {
+                    let v = if i % 7 == 0 {
+                        "NULL".to_owned()
+                    } else {
+                        format!("'v{i}'")
+                    };
+                    format!("({i}, {v}, {})", i * 3)
+                })
+            )
+        ),
+        BatchConfig::default(),
+    )
+    .await;
+    let texts = [
+        "SELECT * FROM t WHERE id = ?",
+        "SELECT v, id FROM t WHERE id = ?",
+        "SELECT v AS value, n * 2 + 1 AS m, 'lit' AS tag, 7 FROM t WHERE id = ?",
+        "SELECT x.id, x.n - x.id AS d FROM t x WHERE x.id = ?",
+        "SELECT t.*, -n AS neg FROM t WHERE t.id = ?",
+    ];
+    let calls: Vec<(String, Call, Vec<Value>)> = (0..640usize)
+        .map(|i| {
+            // Each kind of key in runs of 20 calls: every text by every
+            // method.
+            let key = match (i / 20) % 10 {
+                0 => None,
+                1 | 2 => Some(1000 + i as i64),
+                3 => Some((i % 8) as i64),
+                _ => Some((i as i64 * 7) % 300),
+            };
+            (texts[i % 5].to_owned(), CALLS[(i / 5) % 4], vec![int(key)])
+        })
+        .collect();
+    let before = pool.stats();
+    differential(&pool, &mut admin, &calls).await;
+    let after = pool.stats();
+
+    let many = "SELECT v, id FROM t WHERE id = ?";
+    let keys: Vec<i64> = (0..120)
+        .map(|i| if i % 6 == 5 { 5000 + i } else { (i * 11) % 300 })
+        .collect();
+    let before_many = pool.stats();
+    let results = pool
+        .execute_many(many, keys.iter().map(|k| (*k,)))
+        .await
+        .unwrap();
+    let after_many = pool.stats();
+    assert_eq!(results.len(), keys.len());
+    for (key, result) in keys.iter().zip(results) {
+        let got = result.map_or_else(|e| failed(&e), |out| Got::Count(out.rows_affected()));
+        let expected = plain(&mut admin, Call::Execute, many, &[Value::Int(*key)]).await;
+        assert_eq!(got, expected, "execute_many of {many}: key {key}");
+    }
+
+    for sql in texts {
+        assert_coalesced(&pool, sql).await;
+    }
+    assert_burst_coalesced("point reads", &before, &after, calls.len());
+    assert_burst_coalesced("execute_many of a read", &before_many, &after_many, 120);
+}
+
+/// A key parameter, bound as the type it is written in.
+#[derive(Clone, Copy, Debug)]
+enum Key {
+    /// A string (`Value::Bytes`).
+    Text(&'static str),
+    /// A signed integer.
+    Int(i64),
+    /// A double.
+    Float(f64),
+}
+
+impl Key {
+    /// The key as a parameter.
+    fn value(self) -> Value {
+        match self {
+            Key::Text(s) => Value::from(s),
+            Key::Int(i) => Value::Int(i),
+            Key::Float(f) => Value::Double(f),
+        }
+    }
+}
+
+/// A table whose key MariaDB compares otherwise than byte for byte, and the
+/// spellings callers look for its keys with.
+struct LooseKey {
+    /// The table's name.
+    name: &'static str,
+    /// The key column's type.
+    ty: &'static str,
+    /// The keys of its rows, as SQL string literals' contents.
+    rows: &'static [&'static str],
+    /// The keys callers look for: other spellings of the rows' keys, in
+    /// other types, and keys of no row.
+    spellings: &'static [Key],
+}
+
+/// Words spelled in other cases, with and without accents, with trailing
+/// and leading spaces, `ß` and `ss`: the key spellings of the text tables.
+const WORDS: &[Key] = &[
+    Key::Text("abc"),
+    Key::Text("ABC"),
+    Key::Text("aBc"),
+    Key::Text("àbc"),
+    Key::Text("ÀBC"),
+    Key::Text("abc "),
+    Key::Text("abc   "),
+    Key::Text(" abc"),
+    Key::Text("abc\t"),
+    Key::Text("ete"),
+    Key::Text("ÉTÉ"),
+    Key::Text("été"),
+    Key::Text("Été  "),
+    Key::Text("straße"),
+    Key::Text("STRASSE"),
+    Key::Text("strasse"),
+    Key::Text("x y"),
+    Key::Text("X Y  "),
+    Key::Text("xy"),
+    Key::Text("abd"),
+];
+
+/// The tables of `keys_equal_on_the_server_but_not_in_bytes`.
+const LOOSE_KEYS: [LooseKey; 7] = [
+    LooseKey {
+        name: "general_ci_keys",
+        ty: "VARCHAR(20) COLLATE utf8mb4_general_ci",
+        rows: &["abc", "Straße", "été", "x y"],
+        spellings: WORDS,
+    },
+    LooseKey {
+        name: "unicode_ci_keys",
+        ty: "VARCHAR(20) COLLATE utf8mb4_unicode_ci",
+        rows: &["abc", "Straße", "été", "x y"],
+        spellings: WORDS,
+    },
+    LooseKey {
+        name: "bin_keys",
+        ty: "VARCHAR(20) COLLATE utf8mb4_bin",
+        rows: &["abc", "ABC", "été"],
+        spellings: &[
+            Key::Text("abc"),
+            Key::Text("ABC"),
+            Key::Text("abc "),
+            Key::Text("ABC   "),
+            Key::Text("aBc"),
+            Key::Text("été"),
+            Key::Text("ete"),
+            Key::Text("été "),
+            Key::Text("Été"),
+        ],
+    },
+    LooseKey {
+        name: "nopad_bin_keys",
+        ty: "VARCHAR(20) COLLATE utf8mb4_nopad_bin",
+        rows: &["abc", "abc ", "x"],
+        spellings: &[
+            Key::Text("abc"),
+            Key::Text("abc "),
+            Key::Text("abc  "),
+            Key::Text("ABC"),
+            Key::Text("x"),
+            Key::Text("x "),
+        ],
+    },
+    LooseKey {
+        name: "integer_keys",
+        ty: "BIGINT",
+        rows: &["7", "70", "-3", "0"],
+        spellings: &[
+            Key::Text("7"),
+            Key::Text("7.0"),
+            Key::Text(" 7"),
+            Key::Text("7 "),
+            Key::Text("07"),
+            Key::Text("+7"),
+            Key::Text("7e0"),
+            Key::Text("7.5"),
+            Key::Text("70"),
+            Key::Text("-3"),
+            Key::Text("-3.0"),
+            Key::Text("-0"),
+            Key::Text("abc"),
+            Key::Int(7),
+            Key::Int(70),
+            Key::Float(7.0),
+            Key::Float(7.5),
+            Key::Float(-3.0),
+        ],
+    },
+    LooseKey {
+        name: "decimal_keys",
+        ty: "DECIMAL(10,3)",
+        rows: &["1.5", "10", "0.001"],
+        spellings: &[
+            Key::Text("1.5"),
+            Key::Text("1.50"),
+            Key::Text("1.500"),
+            Key::Text("1.5000"),
+            Key::Text("1.5001"),
+            Key::Text("10"),
+            Key::Text("10.0"),
+            Key::Text("10.000"),
+            Key::Text("1e1"),
+            Key::Text("0.001"),
+            Key::Text("0.0010"),
+            Key::Text(".001"),
+            Key::Text("2"),
+            Key::Int(10),
+            Key::Float(1.5),
+            Key::Float(0.001),
+        ],
+    },
+    LooseKey {
+        name: "fixed_char_keys",
+        ty: "CHAR(8)",
+        rows: &["ab", "Cd", "x y"],
+        spellings: &[
+            Key::Text("ab"),
+            Key::Text("ab "),
+            Key::Text("ab      "),
+            Key::Text("AB"),
+            Key::Text("Cd"),
+            Key::Text("cd"),
+            Key::Text("Cd  "),
+            Key::Text("x y"),
+            Key::Text("x y   "),
+            Key::Text("zz"),
+        ],
+    },
+];
+
+/// Keys MariaDB compares otherwise than byte for byte: case- and
+/// accent-insensitive collations (`utf8mb4_general_ci`,
+/// `utf8mb4_unicode_ci`, where `ß` is `ss`), PAD SPACE (trailing spaces
+/// ignored, also by `utf8mb4_bin`) against `utf8mb4_nopad_bin`, an
+/// integer key looked up with strings (`'7.0'`, `' 7'`, `'abc'`) and
+/// doubles, a DECIMAL key with other scales, a `CHAR(8)` key. Every
+/// spelling of every table eight times, through the four methods, all in
+/// one burst: each caller gets the row (and the key as stored) the plain
+/// driver gets for its own statement, and the burst is coalesced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_equal_on_the_server_but_not_in_bytes() {
+    let mut ddl = String::new();
+    for t in &LOOSE_KEYS {
+        ddl.push_str(&format!(
+            "CREATE TABLE {} (k {} PRIMARY KEY, v VARCHAR(20) NOT NULL); ",
+            t.name, t.ty
+        ));
+        ddl.push_str(&insert(
+            t.name,
+            t.rows
+                .iter()
+                .enumerate()
+                .map(|(i, k)| format!("('{k}', 'row{i}')")),
+        ));
+    }
+    let (pool, mut admin, _) = setup(&ddl, BatchConfig::default()).await;
+    let read = |t: &LooseKey| format!("SELECT k, v FROM {} WHERE k = ?", t.name);
+    let calls: Vec<(String, Call, Vec<Value>)> = (0..8)
+        .flat_map(|round| {
+            LOOSE_KEYS.iter().flat_map(move |t| {
+                t.spellings
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, key)| (read(t), CALLS[(round + i) % 4], vec![key.value()]))
+            })
+        })
+        .collect();
+    let before = pool.stats();
+    let got = differential(&pool, &mut admin, &calls).await;
+    let after = pool.stats();
+    // Some spelling found a row of each table.
+    for t in &LOOSE_KEYS {
+        let found = calls
+            .iter()
+            .zip(&got)
+            .filter(|((sql, ..), got)| *sql == read(t) && matches!(got, Got::One(_)))
+            .count();
+        assert!(found > 0, "{}: no caller found a row", t.name);
+    }
+    for t in &LOOSE_KEYS {
+        assert_coalesced(&pool, &read(t)).await;
+    }
+    assert_burst_coalesced("reads of loose keys", &before, &after, calls.len());
+}
+
+/// Non-unique keys, a table without any key (whose identical rows all come
+/// back), a two-column condition matching several rows, a view and a
+/// grouping view: concurrent callers through the four methods each get the
+/// multiset of rows the plain driver gets for their statement (`query_one`
+/// and `query_opt` the row-count error where several rows match), and the
+/// burst is coalesced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_unique_keys_and_views_get_all_their_rows() {
+    let (pool, mut admin, _) = setup(
+        &format!(
+            "CREATE TABLE nu (id BIGINT PRIMARY KEY, g BIGINT NOT NULL, n INT NOT NULL, KEY (g));
+             {}
+             CREATE TABLE heap (a INT, b VARCHAR(10));
+             INSERT INTO heap VALUES (1, 'x'), (1, 'x'), (1, 'y'), (2, 'z'), (NULL, 'n'),
+                 (3, NULL), (3, NULL);
+             CREATE VIEW nv AS SELECT id, g, n * 10 AS n10 FROM nu;
+             CREATE VIEW gv AS SELECT g, COUNT(*) AS c, SUM(n) AS s FROM nu GROUP BY g;",
+            insert(
+                "nu",
+                (0..120).map(|i| {
+                    let g = if i < 100 { i % 10 } else { i };
+                    format!("({i}, {g}, {})", i % 3)
+                })
+            )
+        ),
+        BatchConfig::default(),
+    )
+    .await;
+    // Each text with the parameter lists its callers use.
+    let groups: Vec<Vec<Value>> = [0, 3, 3, 9, 100, 119, 500]
+        .iter()
+        .map(|g| vec![Value::Int(*g)])
+        .chain([vec![Value::NULL]])
+        .collect();
+    let forms: Vec<(&str, Vec<Vec<Value>>)> = vec![
+        ("SELECT id, n FROM nu WHERE g = ?", groups.clone()),
+        (
+            "SELECT * FROM nu WHERE g = ? AND n = ?",
+            [(1, 0), (1, 2), (104, 2), (104, 0), (7, 7)]
+                .iter()
+                .map(|(g, n)| vec![Value::Int(*g), Value::Int(*n)])
+                .collect(),
+        ),
+        (
+            "SELECT b FROM heap WHERE a = ?",
+            [1, 2, 3, 4]
+                .iter()
+                .map(|a| vec![Value::Int(*a)])
+                .chain([vec![Value::NULL]])
+                .collect(),
+        ),
+        (
+            "SELECT h.* FROM heap h WHERE h.a = ? AND h.b = ?",
+            [(1, "x"), (1, "y"), (1, "X"), (2, "z"), (3, "q")]
+                .iter()
+                .map(|(a, b)| vec![Value::Int(*a), Value::from(*b)])
+                .collect(),
+        ),
+        ("SELECT id, n10 FROM nv WHERE g = ?", groups.clone()),
+        (
+            "SELECT * FROM nv WHERE id = ?",
+            [0, 55, 119, 120]
+                .iter()
+                .map(|id| vec![Value::Int(*id)])
+                .collect(),
+        ),
+        ("SELECT * FROM gv WHERE g = ?", groups.clone()),
+    ];
+    let calls: Vec<(String, Call, Vec<Value>)> = (0..4)
+        .flat_map(|round| {
+            forms.iter().flat_map(move |(sql, lists)| {
+                lists.iter().enumerate().map(move |(i, params)| {
+                    (sql.to_string(), CALLS[(round + i) % 4], params.clone())
+                })
+            })
+        })
+        .collect();
+    let before = pool.stats();
+    let got = differential(&pool, &mut admin, &calls).await;
+    let after = pool.stats();
+    let several = got
+        .iter()
+        .filter(|g| matches!(g, Got::Rows(rows) if rows.len() > 1))
+        .count();
+    assert!(several > 0, "some callers got several rows");
+    for (sql, _) in &forms {
+        assert_coalesced(&pool, sql).await;
+    }
+    assert_burst_coalesced(
+        "reads of non-unique keys and views",
+        &before,
+        &after,
+        calls.len(),
+    );
+}
+
+/// Select-list items that fail for some rows only: MariaDB raises 1690
+/// (`BIGINT UNSIGNED value is out of range`) for `u - 100` where `u` is
+/// below 100, and for a signed product that overflows, whatever the SQL
+/// mode (`1 DIV 0` and `v / 0` give NULL in a SELECT, not an error). Under
+/// concurrency, the callers whose row fails get 1690, a caller of a
+/// non-unique key gets it when any of its rows fails, callers of keys of
+/// no row get no rows, and all others their rows: each what the plain
+/// driver gets. The texts are coalesced and the failures stay with their
+/// callers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_row_errors_stay_with_their_callers() {
+    let (pool, mut admin, _) = setup(
+        &format!(
+            "CREATE TABLE e (id BIGINT PRIMARY KEY, g INT NOT NULL, u BIGINT UNSIGNED NOT NULL,
+                             v BIGINT NOT NULL, KEY (g));
+             {}",
+            insert(
+                "e",
+                (0..200).map(|i| format!("({i}, {}, {}, {})", i % 20, i * 3, i % 7 - 3))
+            )
+        ),
+        BatchConfig::default(),
+    )
+    .await;
+    let texts = [
+        // Fails where id < 34.
+        "SELECT id, u - 100 AS rest FROM e WHERE id = ?",
+        // Fails where v is 2, 3 or -3 (-2 * 2^62 = -2^63 fits).
+        "SELECT id, v * 4611686018427387904 AS big FROM e WHERE id = ?",
+        // Fails where a row of the group has id < 10: the groups g < 10.
+        "SELECT g, id, u - 30 AS rest FROM e WHERE g = ?",
+    ];
+    let calls: Vec<(String, Call, Vec<Value>)> = (0..420usize)
+        .map(|i| {
+            let text = i % 3;
+            let key = match (text, i % 13) {
+                (_, 0) => 7000 + i as i64,
+                (2, _) => (i % 22) as i64,
+                _ => ((i * 7) % 200) as i64,
+            };
+            (
+                texts[text].to_owned(),
+                CALLS[(i / 3) % 4],
+                vec![Value::Int(key)],
+            )
+        })
+        .collect();
+    let before = pool.stats();
+    let got = differential(&pool, &mut admin, &calls).await;
+    let after = pool.stats();
+    let errors = got
+        .iter()
+        .filter(|g| matches!(g, Got::Failed(code) if code == "1690"))
+        .count();
+    let answered = got
+        .iter()
+        .filter(|g| !matches!(g, Got::Failed(_) | Got::RowCount))
+        .count();
+    assert!(
+        errors >= 50 && answered >= 200,
+        "{errors} callers got 1690 and {answered} their rows or counts"
+    );
+    for sql in texts {
+        assert_coalesced(&pool, sql).await;
+    }
+    let rows = after.rows - before.rows;
+    assert!(
+        rows * 5 >= calls.len() as u64 * 4,
+        "of {} calls {rows} were coalesced",
+        calls.len()
+    );
+}
+
+/// 64 tasks, each ten times: update its own row (run on its own) and read
+/// it back, insert a new row (a coalesced INSERT) and read that, and every
+/// fifth round delete it (run on its own) and read it again: every read
+/// sees what its task was just told was written, and the table ends as
+/// computed. Reads and inserts are coalesced; keyed updates and deletes
+/// are not, on MariaDB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_read_their_own_writes() {
+    let (pool, mut admin, _) = setup(
+        &format!(
+            "CREATE TABLE rw (id BIGINT PRIMARY KEY, v BIGINT NOT NULL); {}",
+            insert("rw", (0..64).map(|i| format!("({i}, 0)")))
+        ),
+        BatchConfig::default(),
+    )
+    .await;
+    const UPDATE: &str = "UPDATE rw SET v = ? WHERE id = ?";
+    const READ: &str = "SELECT v FROM rw WHERE id = ?";
+    const INSERT: &str = "INSERT INTO rw (id, v) VALUES (?, ?)";
+    const READ_ROW: &str = "SELECT id, v FROM rw WHERE id = ?";
+    const DELETE: &str = "DELETE FROM rw WHERE id = ?";
+    let before = pool.stats();
+    let tasks: Vec<_> = (0..64i64)
+        .map(|task| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let read_row = |id: i64| {
+                    let pool = pool.clone();
+                    async move {
+                        let row = pool.query_opt(READ_ROW, (id,)).await.unwrap();
+                        row.map(|r| (r.get::<i64, _>(0).unwrap(), r.get::<i64, _>(1).unwrap()))
+                    }
+                };
+                for round in 0..10i64 {
+                    let v = task * 1000 + round + 1;
+                    let out = pool.execute(UPDATE, (v, task)).await.unwrap();
+                    assert_eq!(out.rows_affected(), 1, "task {task} round {round}");
+                    let seen: i64 = pool.query_one(READ, (task,)).await.unwrap().get(0).unwrap();
+                    assert_eq!(seen, v, "task {task} round {round}: its own update");
+                    let id = 10_000 + task * 100 + round;
+                    let out = pool.execute(INSERT, (id, v)).await.unwrap();
+                    assert_eq!(out.rows_affected(), 1, "insert of {id}");
+                    assert_eq!(read_row(id).await, Some((id, v)), "the row it inserted");
+                    if round % 5 == 4 {
+                        let out = pool.execute(DELETE, (id,)).await.unwrap();
+                        assert_eq!(out.rows_affected(), 1, "delete of {id}");
+                        assert_eq!(read_row(id).await, None, "the row it deleted");
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in join_all(tasks).await {
+        task.unwrap();
+    }
+    let after = pool.stats();
+    let stored: Vec<(i64, i64)> = admin
+        .query("SELECT id, v FROM rw ORDER BY id")
+        .await
+        .unwrap();
+    let mut expected: Vec<(i64, i64)> = (0..64).map(|t| (t, t * 1000 + 10)).collect();
+    for task in 0..64 {
+        for round in (0..10).filter(|r| r % 5 != 4) {
+            expected.push((10_000 + task * 100 + round, task * 1000 + round + 1));
+        }
+    }
+    expected.sort();
+    assert_eq!(stored, expected);
+    for sql in [INSERT, READ, READ_ROW] {
+        assert_coalesced(&pool, sql).await;
+    }
+    for sql in [UPDATE, DELETE] {
+        assert_postgres_only(&pool, sql).await;
+    }
+    // The reads and inserts (the updates and deletes ran on their own).
+    assert_burst_coalesced("reads after writes", &before, &after, 64 * (10 * 3 + 2));
+}
+
+/// The tables of `other_forms_run_on_their_own`, prefixed with `p`: each
+/// test database has them twice, `pool_…` for the pool and `plain_…` for
+/// the plain driver.
+fn other_forms_ddl(p: &str) -> String {
+    format!(
+        "CREATE TABLE {p}t (id BIGINT PRIMARY KEY, n BIGINT NOT NULL, v VARCHAR(20)); {}
+         CREATE TABLE {p}nu (id BIGINT PRIMARY KEY, g BIGINT NOT NULL, n BIGINT NOT NULL,
+                             KEY (g)); {}",
+        insert(
+            &format!("{p}t"),
+            (0..100).map(|i| format!("({i}, {}, 'v{i}')", i * 10))
+        ),
+        insert(
+            &format!("{p}nu"),
+            (0..100).map(|i| format!("({i}, {}, {i})", i % 10))
+        ),
+    )
+}
+
+/// The tables [`other_forms_ddl`] makes.
+const OTHER_FORMS_TABLES: [&str; 2] = ["t", "nu"];
+
+/// Forms outside the point read run on their own (`Pool::explain` says
+/// so) and their callers get what the plain driver gives on twin tables:
+/// `ORDER BY`, `LIMIT`, `FOR UPDATE`, `LOCK IN SHARE MODE`, function calls
+/// in the select list, a subquery, `IN (?, ?)`, `OR`, a range, `GROUP BY`.
+/// Keyed UPDATE and DELETE run on their own on MariaDB (a keyed form
+/// coalesced on PostgreSQL only), each caller's count what the plain driver
+/// counts one by one, and the tables end up the same. A pool with
+/// `reads(false)` runs reads on their own (and still coalesces INSERTs);
+/// nothing is coalesced inside `Pool::begin` transactions or on a
+/// `Pool::get` connection. The plain point read of the same table is
+/// coalesced. `DISTINCT` and a key written `? = id` may go either way:
+/// their results are compared, whether they are coalesced is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_forms_run_on_their_own() {
+    let (pool, mut admin, url) = setup(
+        &format!("{}{}", other_forms_ddl("pool_"), other_forms_ddl("plain_")),
+        BatchConfig::default(),
+    )
+    .await;
+    let point = |k: i64| vec![k];
+    let keys = [0i64, 5, 5, 42, 99, 500];
+    // (SQL with `{p}` for the prefix, how it is called, parameter lists).
+    let reads: Vec<(&str, Call, Vec<Vec<i64>>)> = vec![
+        (
+            "SELECT id, v FROM {p}t WHERE id = ? ORDER BY id",
+            Call::Query,
+            keys.map(point).to_vec(),
+        ),
+        (
+            "SELECT id, v FROM {p}t WHERE id = ? LIMIT 1",
+            Call::Opt,
+            keys.map(point).to_vec(),
+        ),
+        (
+            "SELECT id, v FROM {p}t WHERE id = ? FOR UPDATE",
+            Call::Query,
+            keys.map(point).to_vec(),
+        ),
+        (
+            "SELECT id, n FROM {p}t WHERE id = ? LOCK IN SHARE MODE",
+            Call::Opt,
+            keys.map(point).to_vec(),
+        ),
+        (
+            "SELECT id, UPPER(v) AS up, CONCAT(v, '!') AS loud FROM {p}t WHERE id = ?",
+            Call::One,
+            keys.map(point).to_vec(),
+        ),
+        (
+            "SELECT id, (SELECT COUNT(*) FROM {p}t) AS total FROM {p}t WHERE id = ?",
+            Call::Query,
+            keys.map(point).to_vec(),
+        ),
+        (
+            "SELECT id, v FROM {p}t WHERE id IN (?, ?)",
+            Call::Query,
+            vec![vec![1, 2], vec![2, 2], vec![3, 300], vec![400, 401]],
+        ),
+        (
+            "SELECT id, v FROM {p}t WHERE id = ? OR id = ?",
+            Call::Execute,
+            vec![vec![1, 2], vec![2, 1], vec![3, 300], vec![400, 401]],
+        ),
+        (
+            "SELECT id, n FROM {p}t WHERE id > ?",
+            Call::Query,
+            vec![vec![95], vec![99], vec![500]],
+        ),
+        (
+            "SELECT g, COUNT(*) AS c, SUM(n) AS s FROM {p}nu WHERE g = ? GROUP BY g",
+            Call::Opt,
+            vec![vec![3], vec![3], vec![11]],
+        ),
+    ];
+    let either: Vec<(&str, Call, Vec<Vec<i64>>)> = vec![
+        (
+            "SELECT DISTINCT g FROM {p}nu WHERE g = ?",
+            Call::Query,
+            vec![vec![3], vec![4], vec![11]],
+        ),
+        (
+            "SELECT id, v FROM {p}t WHERE ? = id",
+            Call::Opt,
+            keys.map(point).to_vec(),
+        ),
+    ];
+    // Disjoint rows for each statement, so that the counts do not depend
+    // on the order the callers run in (an increment always changes its
+    // row).
+    let writes: Vec<(&str, Call, Vec<Vec<i64>>)> = vec![
+        (
+            "UPDATE {p}t SET n = n + ? WHERE id = ?",
+            Call::Execute,
+            (0..40)
+                .map(|i| vec![i % 4 + 1, if i % 7 == 6 { 1000 + i } else { i % 10 }])
+                .collect(),
+        ),
+        (
+            "DELETE FROM {p}t WHERE id = ?",
+            Call::Execute,
+            (50..60).chain([2000, 2001]).map(point).collect(),
+        ),
+        (
+            "UPDATE {p}nu SET n = n + ? WHERE g = ?",
+            Call::Execute,
+            (0..20).map(|i| vec![i % 3 + 1, i % 6]).collect(),
+        ),
+        (
+            "DELETE FROM {p}nu WHERE g = ? AND n = ?",
+            Call::Execute,
+            vec![
+                vec![7, 7],
+                vec![7, 17],
+                vec![8, 8],
+                vec![9, 10],
+                vec![12, 12],
+            ],
+        ),
+    ];
+    let with = |sql: &str, p: &str| sql.replace("{p}", p);
+    let params = |row: &[i64]| -> Vec<Value> { row.iter().map(|k| Value::Int(*k)).collect() };
+    // Every read, then every write, all at once through the pool; one by
+    // one through the plain driver.
+    for forms in [&reads, &either, &writes] {
+        let calls: Vec<(String, Call, &Vec<i64>)> = forms
+            .iter()
+            .flat_map(|(sql, how, rows)| {
+                rows.iter().map(move |row| (with(sql, "pool_"), *how, row))
+            })
+            .collect();
+        let got = join_all(calls.iter().map(|(sql, how, row)| {
+            let pool = &pool;
+            async move { call(pool, *how, sql, &params(row)).await }
+        }))
+        .await;
+        for ((sql, how, row), got) in calls.iter().zip(got) {
+            let theirs = sql.replace("pool_", "plain_");
+            let expected = plain(&mut admin, *how, &theirs, &params(row)).await;
+            assert_eq!(got, expected, "{sql} with {row:?} by {how:?}");
+        }
+    }
+    for name in OTHER_FORMS_TABLES {
+        let ours = select(&mut admin, &format!("SELECT * FROM pool_{name}")).await;
+        let theirs = select(&mut admin, &format!("SELECT * FROM plain_{name}")).await;
+        assert_eq!(ours, theirs, "pool_{name}");
+    }
+    for (sql, ..) in &reads {
+        assert_alone(&pool, &with(sql, "pool_")).await;
+    }
+    for (sql, ..) in &either {
+        print_explain(&pool, &with(sql, "pool_")).await;
+    }
+    for (sql, ..) in &writes {
+        assert_postgres_only(&pool, &with(sql, "pool_")).await;
+    }
+
+    // Inside transactions and on a lent connection nothing is coalesced:
+    // eight transactions at once, each reading its row, raising it, reading
+    // it again and committing.
+    let read = "SELECT id, n, v FROM pool_t WHERE id = ?";
+    let update = "UPDATE pool_t SET n = n + ? WHERE id = ?";
+    let before = pool.stats();
+    let txs = (10..18i64).map(|id| {
+        let pool = pool.clone();
+        async move {
+            let mut tx = pool.begin();
+            let row = tx.query_one(read, (id,)).await.unwrap();
+            let n: i64 = row.get(1).unwrap();
+            let out = tx.execute(update, (5, id)).await.unwrap();
+            assert_eq!(out.rows_affected(), 1);
+            let again: i64 = tx.query_one(read, (id,)).await.unwrap().get(1).unwrap();
+            assert_eq!(again, n + 5, "row {id}: the transaction's own update");
+            assert!(tx.query_opt(read, (700 + id,)).await.unwrap().is_none());
+            tx.commit().await.unwrap();
+            (id, n + 5)
+        }
+    });
+    let committed = join_all(txs).await;
+    {
+        let mut conn = pool.get().await.unwrap();
+        let rows: Vec<Row> = conn.exec(read, (2,)).await.unwrap();
+        assert_eq!(rows.len(), 1);
+    }
+    let after = pool.stats();
+    assert_eq!(
+        (after.rows, after.statements),
+        (before.rows, before.statements),
+        "nothing coalesced in a transaction or on a lent connection"
+    );
+    for (id, n) in committed {
+        let stored: Option<i64> = admin
+            .exec_first("SELECT n FROM pool_t WHERE id = ?", (id,))
+            .await
+            .unwrap();
+        assert_eq!(stored, Some(n), "row {id} after its transaction");
+    }
+
+    // Reads turned off: run on their own, with the same answers; INSERTs
+    // are still coalesced.
+    let off = My::pool(&url, BatchConfig::default().reads(false), 4);
+    let explain = off.explain(read).await.unwrap();
+    assert!(
+        matches!(explain.reason(), Some(NotCoalesced::KindDisabled(_))),
+        "{read} with reads(false): {explain}"
+    );
+    let keys: Vec<i64> = (0..40)
+        .map(|i| if i % 9 == 0 { 900 + i } else { i })
+        .collect();
+    let got = join_all(keys.iter().map(|k| {
+        let off = &off;
+        async move { call(off, CALLS[*k as usize % 4], read, &[Value::Int(*k)]).await }
+    }))
+    .await;
+    for (k, got) in keys.iter().zip(got) {
+        let how = CALLS[*k as usize % 4];
+        let expected = plain(&mut admin, how, read, &[Value::Int(*k)]).await;
+        assert_eq!(
+            got, expected,
+            "{read} with {k} by {how:?} with reads(false)"
+        );
+    }
+    let stats = off.stats();
+    assert_eq!(stats.rows, 0, "reads(false): {stats:?}");
+    assert!(stats.passthrough >= 40, "reads(false): {stats:?}");
+    assert_coalesced(&off, "INSERT INTO pool_t (id, n, v) VALUES (?, ?, ?)").await;
+
+    // The plain point read of the same table is coalesced.
+    assert_coalesced(&pool, read).await;
+    assert_coalesced(&pool, "SELECT id, g, n FROM pool_nu WHERE g = ?").await;
+}
+
+/// Point reads by a two-column condition written in either order
+/// (`a = ? AND b = ?`, `b = ? AND a = ?`), concurrent with reads of the
+/// same keys by a one-column text, keys whose `a` exists with another `b`,
+/// keys of no row, repeated keys: each caller gets what the plain driver
+/// gets for its statement, and the burst is coalesced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn composite_keys_in_any_order() {
+    let (pool, mut admin, _) = setup(
+        &format!(
+            "CREATE TABLE ck (a BIGINT, b VARCHAR(10), v BIGINT NOT NULL, PRIMARY KEY (a, b)); {}",
+            insert(
+                "ck",
+                (0..20).flat_map(|a| ["x", "y", "z"].map(|b| format!("({a}, '{b}', {})", a * 100)))
+            )
+        ),
+        BatchConfig::default(),
+    )
+    .await;
+    let texts = [
+        "SELECT a, b, v FROM ck WHERE a = ? AND b = ?",
+        "SELECT v, b, a FROM ck WHERE b = ? AND a = ?",
+    ];
+    let bs = ["x", "y", "z", "w", "X"];
+    let calls: Vec<(String, Call, Vec<Value>)> = (0..300usize)
+        .map(|i| {
+            let (a, b) = (Value::Int((i % 25) as i64), Value::from(bs[(i / 25) % 5]));
+            let text = i % 3;
+            let (sql, params) = match text {
+                0 => (texts[0], vec![a, b]),
+                1 => (texts[1], vec![b, a]),
+                _ => ("SELECT * FROM ck WHERE a = ?", vec![a]),
+            };
+            (sql.to_owned(), CALLS[(i / 3) % 4], params)
+        })
+        .collect();
+    let before = pool.stats();
+    differential(&pool, &mut admin, &calls).await;
+    let after = pool.stats();
+    for sql in texts.into_iter().chain(["SELECT * FROM ck WHERE a = ?"]) {
+        assert_coalesced(&pool, sql).await;
+    }
+    assert_burst_coalesced("composite key reads", &before, &after, calls.len());
+}
