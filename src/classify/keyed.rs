@@ -208,6 +208,9 @@ const NOT_NAMES: &[&str] = &[
 /// subquery, a clause, or a form the rewrite does not keep.
 const NOT_IN_EXPRESSIONS: &[&str] = &[
     "SELECT",
+    "TABLE",
+    "VALUES",
+    "LATERAL",
     "DISTINCT",
     "ALL",
     "FROM",
@@ -233,7 +236,8 @@ const NOT_IN_EXPRESSIONS: &[&str] = &[
     "FETCH",
 ];
 
-/// Recognises a keyed statement in already-lexed `sql` (PostgreSQL only).
+/// Recognises a keyed statement in already-lexed `sql` (on MySQL reads
+/// only).
 /// `Err(None)`: not a SELECT, UPDATE or DELETE at all; `Err(Some(what))`:
 /// one whose form the rewrite does not cover.
 pub(super) fn recognise(
@@ -269,12 +273,13 @@ pub(super) fn recognise(
         }
         sig.pop();
     }
+    // Also `U&"batchpool\0020..."`, whose escapes the tokenizer keeps.
     let quoted_ours = lexemes.iter().any(|l| {
         matches!(&l.token, Token::Word(w) if w.quote_style.is_some()
-            && w.value.to_ascii_lowercase().starts_with("batchpool "))
+            && w.value.to_ascii_lowercase().starts_with("batchpool"))
     });
     if quoted_ours {
-        return Err(Some("a quoted name starting with \"batchpool \""));
+        return Err(Some("a quoted name starting with \"batchpool\""));
     }
     let p = Cursor {
         dialect,

@@ -121,6 +121,10 @@ fn other_forms_say_what_is_not_covered() {
         "SELECT \"batchpool keys\".* FROM t WHERE id = $1",
         "UPDATE t SET v = $1 WHERE id = $2 RETURNING v",
         "UPDATE t SET v = (SELECT max(v) FROM u) WHERE id = $1",
+        "UPDATE t SET v = (TABLE u) WHERE id = $1",
+        "UPDATE t SET v = coalesce((TABLE u), 0) WHERE id = $1",
+        "UPDATE t SET v = (VALUES (1)) WHERE id = $1",
+        "UPDATE t SET v = U&\"batchpool\\0020ord\" WHERE id = $1",
         "UPDATE t SET v = DEFAULT WHERE id = $1",
         "UPDATE t SET v = u.v FROM u WHERE t.id = $1",
         "UPDATE t SET (a, b) = ($1, $2) WHERE id = $3",
@@ -141,11 +145,33 @@ fn other_forms_say_what_is_not_covered() {
 }
 
 #[test]
-fn mysql_keyed_statements_run_on_their_own() {
-    match classify(Dialect::MySql, "SELECT * FROM t WHERE id = ?") {
-        Classified::Other(NotCoalesced::KeyedForm(why)) => {
-            assert!(why.contains("PostgreSQL only"), "{why}");
+fn mysql_reads_become_the_callers_statements_joined_by_union_all() {
+    let shape = match classify(
+        Dialect::MySql,
+        "SELECT * FROM `t` AS k WHERE `id` = ? AND b = ?",
+    ) {
+        Classified::Batchable(Form::Keyed(shape)) => shape,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(shape.keys, vec![("id".to_owned(), 0), ("b".to_owned(), 1)]);
+    assert_eq!(
+        shape.render_union(2),
+        "SELECT 1 AS `batchpool ord`, k.* FROM `t` AS k WHERE `id` = ? AND b = ?\n UNION ALL \
+         SELECT 2 AS `batchpool ord`, k.* FROM `t` AS k WHERE `id` = ? AND b = ?\nORDER BY 1"
+    );
+    for sql in [
+        "UPDATE t SET v = ? WHERE id = ?",
+        "DELETE FROM t WHERE id = ?",
+    ] {
+        match classify(Dialect::MySql, sql) {
+            Classified::Other(NotCoalesced::KeyedForm(why)) => {
+                assert!(why.contains("PostgreSQL only"), "{why}");
+            }
+            other => panic!("{sql}: {other:?}"),
         }
+    }
+    match classify(Dialect::MySql, "SELECT * FROM t WHERE id = ? LIMIT 1") {
+        Classified::Other(NotCoalesced::KeyedForm(_)) => {}
         other => panic!("{other:?}"),
     }
 }

@@ -60,6 +60,59 @@ pub fn array_parameters(params: usize) -> Vec<String> {
         .collect()
 }
 
+/// MySQL's keyed read: a read, no INSERT shape too, one statement that
+/// quotes no name of the rewrite's, its `?` the shape's parameters, and a
+/// many-caller text of `n` branches holding `n` times as many `?`, `n`
+/// numbered branch columns and `n - 1` `UNION ALL`s, every token of the
+/// caller's text after its `SELECT` in each branch.
+fn check_union(sql: &str, shape: &Keyed) -> Result<&'static str, String> {
+    let dialect = Dialect::MySql;
+    let context = |why: String| format!("{why}\n  shape: {}", shape.summary());
+    if shape.kind() != "reads" {
+        return Err(context("a keyed write for MySQL".to_owned()));
+    }
+    if classify(dialect, sql).is_some() {
+        return Err("both an INSERT shape and a keyed one".to_owned());
+    }
+    let all = tokens(dialect, sql)?;
+    let statement = one_statement(&all).map_err(context)?;
+    if let Some(name) = quoted_ours(sql)? {
+        return Err(context(format!("the text quotes the name {name:?}")));
+    }
+    let params = placeholder_count(dialect, statement).map_err(context)?;
+    if params != shape.params_per_row() {
+        return Err(context(format!(
+            "the text has {params} parameters, the shape says {}",
+            shape.params_per_row()
+        )));
+    }
+    for n in [1, 2, 3] {
+        let text = shape.render_union(n);
+        let rendered = tokens(dialect, &text)?;
+        let count = |t: &Token| rendered.iter().filter(|r| *r == t).count();
+        let placeholders = rendered
+            .iter()
+            .filter(|t| matches!(t, Token::Placeholder(_)))
+            .count();
+        if placeholders != n * params {
+            return Err(context(format!(
+                "{text:?} has {placeholders} placeholders, not {}",
+                n * params
+            )));
+        }
+        let ord = rendered
+            .iter()
+            .filter(|t| matches!(t, Token::Word(w) if w.value == "batchpool ord"))
+            .count();
+        let unions = rendered.iter().filter(|t| is_word(t, "UNION")).count();
+        let own_unions = all.iter().filter(|t| is_word(t, "UNION")).count();
+        if ord != n || unions != n - 1 + n * own_unions || count(&Token::SemiColon) != 0 {
+            return Err(context(format!("{text:?} is not {n} numbered branches")));
+        }
+    }
+    Ok("reads")
+}
+
 /// What a keyed statement does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -74,13 +127,14 @@ enum Kind {
 /// Checks the keyed rewrite of `sql`: `Ok(None)` when the text is not a
 /// keyed statement for `dialect`, its kind (`reads`, `updates`, `deletes`)
 /// when it is and every check of the module docs held, else what failed.
-/// For MySQL every keyed shape is a failure.
+/// For MySQL a keyed shape must be a read whose many-caller text is the
+/// caller's statement once per caller ([`check_union`]).
 pub fn check_keyed(dialect: Dialect, sql: &str) -> Result<Option<&'static str>, String> {
     let Some(shape) = classify_keyed(dialect, sql) else {
         return Ok(None);
     };
     if dialect == Dialect::MySql {
-        return Err(format!("a keyed shape for MySQL: {}", shape.summary()));
+        return check_union(sql, &shape).map(Some);
     }
     if classify(dialect, sql).is_some() {
         return Err("both an INSERT shape and a keyed one".to_owned());

@@ -92,6 +92,12 @@ impl Keyed {
         self.0.render(arrays)
     }
 
+    /// A MySQL read for `n` callers (the callers' statements joined by
+    /// `UNION ALL`).
+    pub fn render_union(&self, n: usize) -> String {
+        self.0.render_union(n)
+    }
+
     /// What the statement does: `reads`, `updates` or `deletes`.
     pub fn kind(&self) -> &'static str {
         self.0.kind.plural()
