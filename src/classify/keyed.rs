@@ -130,9 +130,10 @@ impl KeyedShape {
 
 impl KeyedShape {
     /// A read for `n` callers as one statement of the caller's statement
-    /// `n` times (MySQL), each numbered by a first column, in caller order:
+    /// `n` times (MySQL), each numbered by a first column:
     /// `SELECT 1 AS `batchpool ord`, <list> FROM t WHERE ... UNION ALL
-    /// SELECT 2, ... ORDER BY 1`, every placeholder a `?` of its own.
+    /// SELECT 2, ...`, every placeholder a `?` of its own. The rows are
+    /// told apart by that number, whatever order they come in (no sort).
     pub(crate) fn render_union(&self, n: usize) -> String {
         let list = pieces_with(&self.list, &mut |_, out| out.push('?'));
         let cond = pieces_with(&self.cond, &mut |_, out| out.push('?'));
@@ -146,7 +147,6 @@ impl KeyedShape {
                 "SELECT {i} AS `batchpool ord`, {list} FROM {table} WHERE {cond}\n"
             ));
         }
-        out.push_str("ORDER BY 1");
         out
     }
 }

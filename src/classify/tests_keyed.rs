@@ -157,7 +157,7 @@ fn mysql_reads_become_the_callers_statements_joined_by_union_all() {
     assert_eq!(
         shape.render_union(2),
         "SELECT 1 AS `batchpool ord`, k.* FROM `t` AS k WHERE `id` = ? AND b = ?\n UNION ALL \
-         SELECT 2 AS `batchpool ord`, k.* FROM `t` AS k WHERE `id` = ? AND b = ?\nORDER BY 1"
+         SELECT 2 AS `batchpool ord`, k.* FROM `t` AS k WHERE `id` = ? AND b = ?\n"
     );
     for sql in [
         "UPDATE t SET v = ? WHERE id = ?",

@@ -1,7 +1,7 @@
 //! Keyed reads on MySQL / MariaDB: many callers' `SELECT <list> FROM t
 //! WHERE k = ? [AND ...]` of one text as one statement of the callers'
-//! own statements joined by `UNION ALL`, each numbered by a first column,
-//! in caller order (see [`KeyedShape::render_union`]).
+//! own statements joined by `UNION ALL`, each numbered by a first column
+//! (see [`KeyedShape::render_union`]).
 //!
 //! Each branch is the caller's own statement with its own parameters: its
 //! conditions are compared as the caller's statement compares them (the
