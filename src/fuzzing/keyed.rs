@@ -1,5 +1,6 @@
 //! An independent check of the many-caller rewrite of keyed reads, updates
-//! and deletes (PostgreSQL), by tokens and by sqlparser's parser.
+//! and deletes (PostgreSQL; MariaDB's reads: [`check_keyed`]), by tokens
+//! and by sqlparser's parser.
 //!
 //! The rewrite is built from slices of the caller's text that the
 //! classifier located: the select list or the SET clause, the table and its
@@ -60,6 +61,34 @@ pub fn array_parameters(params: usize) -> Vec<String> {
         .collect()
 }
 
+/// What every keyed text must be first: no INSERT shape too, one
+/// statement that quotes no name of the rewrite's, its placeholders the
+/// shape's parameters. The text's tokens, how many of them are the
+/// statement's, and its parameters.
+fn first_checks(
+    dialect: Dialect,
+    sql: &str,
+    shape: &Keyed,
+) -> Result<(Vec<Token>, usize, usize), String> {
+    let context = |why: String| format!("{why}\n  shape: {}", shape.summary());
+    if classify(dialect, sql).is_some() {
+        return Err("both an INSERT shape and a keyed one".to_owned());
+    }
+    let all = tokens(dialect, sql)?;
+    let len = one_statement(&all).map_err(context)?.len();
+    if let Some(name) = quoted_ours(sql)? {
+        return Err(context(format!("the text quotes the name {name:?}")));
+    }
+    let params = placeholder_count(dialect, &all[..len]).map_err(context)?;
+    if params != shape.params_per_row() {
+        return Err(context(format!(
+            "the text has {params} parameters, the shape says {}",
+            shape.params_per_row()
+        )));
+    }
+    Ok((all, len, params))
+}
+
 /// MySQL's keyed read: a read, no INSERT shape too, one statement that
 /// quotes no name of the rewrite's, its `?` the shape's parameters, and a
 /// many-caller text of `n` branches holding `n` times as many `?`, `n`
@@ -71,21 +100,7 @@ fn check_union(sql: &str, shape: &Keyed) -> Result<&'static str, String> {
     if shape.kind() != "reads" {
         return Err(context("a keyed write for MySQL".to_owned()));
     }
-    if classify(dialect, sql).is_some() {
-        return Err("both an INSERT shape and a keyed one".to_owned());
-    }
-    let all = tokens(dialect, sql)?;
-    let statement = one_statement(&all).map_err(context)?;
-    if let Some(name) = quoted_ours(sql)? {
-        return Err(context(format!("the text quotes the name {name:?}")));
-    }
-    let params = placeholder_count(dialect, statement).map_err(context)?;
-    if params != shape.params_per_row() {
-        return Err(context(format!(
-            "the text has {params} parameters, the shape says {}",
-            shape.params_per_row()
-        )));
-    }
+    let (all, _, params) = first_checks(dialect, sql, shape)?;
     for n in [1, 2, 3] {
         let text = shape.render_union(n);
         let rendered = tokens(dialect, &text)?;
@@ -136,9 +151,6 @@ pub fn check_keyed(dialect: Dialect, sql: &str) -> Result<Option<&'static str>, 
     if dialect == Dialect::MySql {
         return check_union(sql, &shape).map(Some);
     }
-    if classify(dialect, sql).is_some() {
-        return Err("both an INSERT shape and a keyed one".to_owned());
-    }
     let kind = match shape.kind() {
         "reads" => Kind::Read,
         "updates" => Kind::Update,
@@ -146,19 +158,8 @@ pub fn check_keyed(dialect: Dialect, sql: &str) -> Result<Option<&'static str>, 
         other => return Err(format!("an unknown kind {other:?}")),
     };
     let context = |why: String| format!("{why}\n  shape: {}", shape.summary());
-
-    let all = tokens(dialect, sql)?;
-    let statement = one_statement(&all).map_err(context)?;
-    if let Some(name) = quoted_ours(sql)? {
-        return Err(context(format!("the text quotes the name {name:?}")));
-    }
-    let params = placeholder_count(dialect, statement).map_err(context)?;
-    if params != shape.params_per_row() {
-        return Err(context(format!(
-            "the text has {params} parameters, the shape says {}",
-            shape.params_per_row()
-        )));
-    }
+    let (all, len, params) = first_checks(dialect, sql, &shape)?;
+    let statement = &all[..len];
     let form = Form::of(statement, kind).map_err(context)?;
     form.check(&shape).map_err(context)?;
 
