@@ -50,6 +50,7 @@ use super::manager::{ClientWrapper, Prepared};
 use super::quote_ident;
 use super::table::REPEATABLE;
 use super::unnamed::Described;
+use super::unnest::binary_array;
 use crate::backend::batch::{ChunkError, ChunkResult};
 use crate::classify::{Item, KeyedKind, KeyedShape};
 use crate::error::Error;
@@ -581,30 +582,10 @@ impl PgKeyed {
     /// One array parameter per parameter of the caller's statement, its
     /// elements the rows' encoded values in `order`.
     fn arrays(&self, rows: &[PgRow], order: &[usize]) -> Vec<bytes::Bytes> {
-        use bytes::BufMut;
         (0..self.types.len())
             .map(|p| {
-                let size: usize = rows
-                    .iter()
-                    .map(|r| 4 + r.param(p).map_or(0, <[u8]>::len))
-                    .sum();
-                let mut buf = bytes::BytesMut::with_capacity(20 + size);
-                let has_null = rows.iter().any(|r| r.param(p).is_none());
-                buf.put_i32(1); // dimensions
-                buf.put_i32(i32::from(has_null));
-                buf.put_u32(self.types[p].oid());
-                buf.put_i32(rows.len() as i32);
-                buf.put_i32(1); // lower bound
-                for &i in order {
-                    match rows[i].param(p) {
-                        Some(bytes) => {
-                            buf.put_i32(bytes.len() as i32);
-                            buf.put_slice(bytes);
-                        }
-                        None => buf.put_i32(-1),
-                    }
-                }
-                buf.freeze()
+                let values = || order.iter().map(|&i| rows[i].param(p));
+                binary_array(self.types[p].oid(), values)
             })
             .collect()
     }

@@ -112,30 +112,42 @@ impl PgUnnest {
             .iter()
             .zip(&self.types)
             .map(|(&p, (array, element))| {
-                let size: usize = rows
-                    .iter()
-                    .map(|r| 4 + r.param(p).map_or(0, <[u8]>::len))
-                    .sum();
-                let mut buf = BytesMut::with_capacity(20 + size);
-                let has_null = rows.iter().any(|r| r.param(p).is_none());
-                buf.put_i32(1); // dimensions
-                buf.put_i32(i32::from(has_null));
-                buf.put_u32(element.oid());
-                buf.put_i32(rows.len() as i32);
-                buf.put_i32(1); // lower bound
-                for row in rows {
-                    match row.param(p) {
-                        Some(bytes) => {
-                            buf.put_i32(bytes.len() as i32);
-                            buf.put_slice(bytes);
-                        }
-                        None => buf.put_i32(-1),
-                    }
-                }
-                (buf.freeze(), array.clone())
+                let values = || rows.iter().map(|r| r.param(p));
+                (binary_array(element.oid(), values), array.clone())
             })
             .collect()
     }
+}
+
+/// A one-dimensional array of the element type `element` in the binary
+/// array format, its elements the encoded `values` as they are (`None`
+/// for NULL). `values` is walked twice (sizes, then bytes).
+pub(crate) fn binary_array<'a, I>(element: u32, values: impl Fn() -> I) -> Bytes
+where
+    I: Iterator<Item = Option<&'a [u8]>>,
+{
+    let (mut size, mut count, mut has_null) = (0usize, 0usize, false);
+    for value in values() {
+        size += 4 + value.map_or(0, <[u8]>::len);
+        count += 1;
+        has_null |= value.is_none();
+    }
+    let mut buf = BytesMut::with_capacity(20 + size);
+    buf.put_i32(1); // dimensions
+    buf.put_i32(i32::from(has_null));
+    buf.put_u32(element);
+    buf.put_i32(count as i32);
+    buf.put_i32(1); // lower bound
+    for value in values() {
+        match value {
+            Some(bytes) => {
+                buf.put_i32(bytes.len() as i32);
+                buf.put_slice(bytes);
+            }
+            None => buf.put_i32(-1),
+        }
+    }
+    buf.freeze()
 }
 
 #[cfg(test)]
