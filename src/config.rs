@@ -46,13 +46,25 @@ pub struct BatchConfig {
     pub queue_full: QueueFull,
     /// Distinct SQL texts whose classification is cached. Default 1024.
     pub cache_capacity: usize,
-    /// Most flushes running at once in the pool (`None`, the default: one
-    /// per connection, i.e. the pool's `max_size`). Natural batching sends a
-    /// batch whenever a connection is free; on a server that is CPU- or
-    /// commit-bound, fewer concurrent flushes make larger batches and more
-    /// rows per second, at the cost of a little queueing. Pass-through
-    /// statements are not counted.
+    /// Most flushes running at once in the pool, fixed. `None` (the
+    /// default): as many as the pool has connections (`max_size`), fewer
+    /// while [`adapt_in_flight`](BatchConfig::adapt_in_flight) finds that
+    /// fewer carry more rows per second. Natural batching sends what is
+    /// queued whenever a flush can start, so this number decides how many
+    /// rows each statement carries; on a server that is CPU- or
+    /// commit-bound, fewer concurrent flushes make larger statements and
+    /// more rows per second, at the cost of a little queueing. A number set
+    /// here is kept as it is. Pass-through statements are not counted.
     pub max_in_flight: Option<usize>,
+    /// With `max_in_flight` unset, let the number of flushes in flight
+    /// adapt to what the server answers (default `true`). It starts at the
+    /// pool's `max_size`, and only while it holds flushes back does it try
+    /// half as many and (below the pool's size) twice as many, for a
+    /// measuring window each, keeping a trial when it carried clearly more
+    /// rows per second (a hill climb, tried again every few seconds).
+    /// The limit in force is [`Stats::flush_limit`](crate::Stats::flush_limit).
+    /// `false`: one flush per connection, always.
+    pub adapt_in_flight: bool,
     /// `false` turns coalescing off: every statement runs on its own (useful
     /// for comparison runs). Default `true`.
     pub enabled: bool,
@@ -90,6 +102,7 @@ impl Default for BatchConfig {
             queue_full: QueueFull::Wait,
             cache_capacity: 1024,
             max_in_flight: None,
+            adapt_in_flight: true,
             enabled: true,
             relearn_after: Duration::from_secs(1),
             pipeline: true,
@@ -132,6 +145,8 @@ impl BatchConfig {
         cache_capacity: (usize),
         /// Sets [`max_in_flight`](BatchConfig::max_in_flight).
         max_in_flight: Some(usize),
+        /// Sets [`adapt_in_flight`](BatchConfig::adapt_in_flight).
+        adapt_in_flight: (bool),
         /// Sets [`enabled`](BatchConfig::enabled).
         enabled: (bool),
         /// Sets [`relearn_after`](BatchConfig::relearn_after).

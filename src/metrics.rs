@@ -32,6 +32,7 @@
 //! | `batchpool_learn_checks_total` | counter | `learn_checks` |
 //! | `batchpool_queued_rows` | gauge | `queued`: rows queued now |
 //! | `batchpool_flushes_in_flight` | gauge | `in_flight`: flushes running now |
+//! | `batchpool_flush_limit` | gauge | `flush_limit`: flushes allowed to run at once now |
 //! | `batchpool_queue_wait_seconds` | histogram | one value per queued row: its time in the queue (sum: `queue_wait_total`) |
 //! | `batchpool_statement_rows` | histogram | one value per statement counted in `statements`: its rows |
 //! | `batchpool_statement_duration_seconds` | histogram | one value per round trip: a statement, or a pipelined pair timed together (count: `statements - pipelined_statements`) |
@@ -71,6 +72,7 @@ pub(crate) struct Exported {
     pub(crate) learn_checks: Counter,
     pub(crate) queued: Gauge,
     pub(crate) in_flight: Gauge,
+    pub(crate) flush_limit: Gauge,
     pub(crate) queue_wait: Histogram,
     pub(crate) statement_rows: Histogram,
     pub(crate) statement_duration: Histogram,
@@ -109,6 +111,7 @@ impl Exported {
             learn_checks: counter("batchpool_learn_checks_total"),
             queued: ::metrics::gauge!("batchpool_queued_rows", labels.clone()),
             in_flight: ::metrics::gauge!("batchpool_flushes_in_flight", labels.clone()),
+            flush_limit: ::metrics::gauge!("batchpool_flush_limit", labels.clone()),
             queue_wait: ::metrics::histogram!("batchpool_queue_wait_seconds", labels.clone()),
             statement_rows: ::metrics::histogram!("batchpool_statement_rows", labels.clone()),
             statement_duration: ::metrics::histogram!(
@@ -187,6 +190,11 @@ fn describe() {
         "batchpool_flushes_in_flight",
         Unit::Count,
         "Flushes running now"
+    );
+    describe_gauge!(
+        "batchpool_flush_limit",
+        Unit::Count,
+        "Flushes allowed to run at once now (fixed, or adapting to the server)"
     );
     describe_histogram!(
         "batchpool_queue_wait_seconds",

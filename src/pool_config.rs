@@ -118,6 +118,8 @@ pub struct PoolConfig {
     pub batch_cache_capacity: Option<usize>,
     /// [`BatchConfig::max_in_flight`].
     pub batch_max_in_flight: Option<usize>,
+    /// [`BatchConfig::adapt_in_flight`].
+    pub batch_adapt_in_flight: Option<bool>,
     /// [`BatchConfig::enabled`].
     pub batch_enabled: Option<bool>,
     /// [`BatchConfig::relearn_after`].
@@ -238,6 +240,7 @@ impl PoolConfig {
             batch_reads => reads,
             batch_updates => updates,
             batch_deletes => deletes,
+            batch_adapt_in_flight => adapt_in_flight,
         }
         if let Some(d) = self.batch_max_delay {
             b.max_delay = Some(d);

@@ -261,6 +261,17 @@ impl Counters {
         }
     }
 
+    /// Reports the flush limit now in force (see [`Stats::flush_limit`]),
+    /// to the `metrics` gauge; `Stats` reads it from the engine.
+    pub(crate) fn flush_limit_observer(&self) -> impl Fn(usize) + Send + Sync + 'static {
+        #[cfg(feature = "metrics")]
+        let gauge = self.exported.flush_limit.clone();
+        move |_limit| {
+            #[cfg(feature = "metrics")]
+            gauge.set(_limit as f64);
+        }
+    }
+
     pub(crate) fn snapshot(&self) -> Stats {
         let rows = self.rows.load(Relaxed);
         Stats {
@@ -282,6 +293,7 @@ impl Counters {
             queue_wait_max: Duration::from_micros(self.queue_wait_max_us.load(Relaxed)),
             queued: self.queued.load(Relaxed),
             in_flight: self.in_flight.load(Relaxed),
+            flush_limit: 0,
             learns: self.learns.load(Relaxed),
             learn_checks: self.learn_checks.load(Relaxed),
         }
@@ -345,6 +357,9 @@ pub struct Stats {
     pub queued: u64,
     /// Flushes running right now.
     pub in_flight: u64,
+    /// Flushes allowed to run at once now: `BatchConfig::max_in_flight`, or
+    /// where it adapts (`BatchConfig::adapt_in_flight`), its value now.
+    pub flush_limit: u64,
     /// Batchable statement texts learned from the server: its catalog read
     /// and the text prepared (a text's first use, a change of its table, a
     /// statement failed because its table changed under it).

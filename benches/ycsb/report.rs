@@ -117,6 +117,9 @@ pub struct Batching {
     /// Statements run as they are (not coalesced): the run phase's reads
     /// and updates today.
     pub passthrough: u64,
+    /// Flushes allowed at once when the load ended (`Stats::flush_limit`:
+    /// `max_in_flight`, or where the limit adapts, its value then).
+    pub flush_limit: u64,
 }
 
 impl Batching {
@@ -140,6 +143,7 @@ impl Batching {
             split_statements: s.split_statements,
             rows_failed: s.rows_failed,
             passthrough: s.passthrough,
+            flush_limit: s.flush_limit,
         }
     }
 }
@@ -167,6 +171,7 @@ impl Batching {
             split_statements: total(|b| b.split_statements),
             rows_failed: total(|b| b.rows_failed),
             passthrough: total(|b| b.passthrough),
+            flush_limit: parts.iter().map(|b| b.flush_limit).max().unwrap_or(0),
             rows,
             rows_per_batch: per(rows, batches),
             rows_per_statement: per(rows, statements),
@@ -726,6 +731,16 @@ pub fn render_text(r: &Report) -> String {
                     m.mode.name(),
                     thousands(b.bulk_statements as f64),
                     thousands(b.statements as f64)
+                );
+            }
+        }
+        for m in &r.results {
+            if let Some(b) = m.batching.as_ref().filter(|b| b.flush_limit > 0) {
+                let _ = writeln!(
+                    out,
+                    "  {}: {} flushes allowed at once at the end",
+                    m.mode.name(),
+                    b.flush_limit
                 );
             }
         }

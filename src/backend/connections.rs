@@ -52,6 +52,9 @@ pub(crate) trait Connections: Send + Sync + Sized + 'static {
 
     /// Takes a connection out of the pool for good and closes it.
     fn discard(conn: Self::Conn);
+
+    /// The most connections the pool opens.
+    fn max_size(&self) -> usize;
 }
 
 /// A connection taken from the pool. Dropped while a request on it is
@@ -374,6 +377,10 @@ where
 
     fn statement_limit(conn: &Self::Conn) -> Option<Duration> {
         Wire::statement_limit(&**conn)
+    }
+
+    fn max_size(&self) -> usize {
+        self.status().max_size
     }
 
     fn discard(conn: Self::Conn) {

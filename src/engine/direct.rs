@@ -29,9 +29,8 @@ pub(super) async fn inline<B: Backend>(
     row: B::Row,
     deadline: Option<Instant>,
 ) -> Result<Result<B::Output, Error>, B::Row> {
-    let slot = match engine.try_flush_slot() {
-        Ok(slot) => slot,
-        Err(()) => return Err(row),
+    let Some(mut slot) = engine.try_flush_slot() else {
+        return Err(row);
     };
     // A free slot may mean opening a connection, which has its own limit
     // (`create_timeout`): the row's deadline bounds it.
@@ -73,6 +72,7 @@ pub(super) async fn inline<B: Backend>(
         )
         .await;
         drop(conn);
+        slot.carried(1);
         drop(slot);
         drop(in_flight);
         no_outcome.0 = None;
@@ -123,7 +123,11 @@ pub(super) async fn direct<B: Backend>(
             }
         },
     };
-    let _slot = slot;
+    let Some(mut slot) = slot else {
+        let _ = reply.send(Err(Error::pool_closed()));
+        return;
+    };
+    slot.carried(rows.len());
     let mut conn = match engine.backend.connections().checkout(deadline).await {
         Ok(conn) => conn,
         Err(e) => {

@@ -7,11 +7,11 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
 use super::execute::{InFlight, Pipeline, Rows, execute_rows};
+use super::limit::Slot;
 use super::queue::{Reply, ShapeQueue, Taken};
 use super::{Backend, Connections, Engine, Work};
 use crate::backend::Lease;
@@ -32,7 +32,7 @@ pub(super) async fn flusher<B: Backend>(
     _work: Work,
 ) {
     let mut reason;
-    let (_slot, conn, mut taken) = loop {
+    let (mut slot, conn, mut taken) = loop {
         reason = FlushReason::Natural;
         if let Some(delay) = engine.config.max_delay {
             reason = wait_for_deadline(&engine, &q, delay).await;
@@ -55,6 +55,7 @@ pub(super) async fn flusher<B: Backend>(
         }
     };
     engine.release(taken.rows.len() + taken.cancelled);
+    slot.carried(taken.rows.len());
     engine.counters.cancelled(taken.cancelled);
     engine.expired(std::mem::take(&mut taken.expired));
     if taken.rows.is_empty() {
@@ -109,7 +110,7 @@ pub(super) async fn flusher<B: Backend>(
     }
 }
 
-/// A flush slot (`max_in_flight`) and a connection for a flusher. While it
+/// A flush slot (see [`FlushLimit`](super::limit::FlushLimit)) and a connection for a flusher. While it
 /// waits, every row of the queue whose deadline passes fails unsent with a
 /// wait timeout: the wait is bounded for every queued row, not just for the
 /// rows one flusher would take. `None` when the flusher is no longer needed
@@ -117,23 +118,20 @@ pub(super) async fn flusher<B: Backend>(
 async fn acquire<B: Backend>(
     engine: &Engine<B>,
     q: &ShapeQueue<B>,
-) -> Option<(
-    Option<OwnedSemaphorePermit>,
-    Result<Lease<B::Connections>, Error>,
-)> {
+) -> Option<(Slot, Result<Lease<B::Connections>, Error>)> {
     let get = async {
-        let slot = engine.flush_slot().await;
+        let slot = engine.flush_slot().await?;
         // Waits in deadpool's queue as long as it takes: the rows' own
         // deadlines are enforced below, without losing this place.
         let conn = engine.backend.connections().checkout(None).await;
-        (slot, conn)
+        Some((slot, conn))
     };
     tokio::pin!(get);
     loop {
         let expiry = q.next_expiry();
         tokio::select! {
             biased;
-            got = &mut get => return Some(got),
+            got = &mut get => return got,
             () = sleep_until(expiry) => {
                 let (expired, surplus) = q.expire(Instant::now());
                 engine.expired(expired);

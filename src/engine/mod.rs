@@ -17,6 +17,7 @@ mod direct;
 mod execute;
 mod flush;
 mod isolate;
+mod limit;
 pub(crate) mod queue;
 mod route;
 #[cfg(test)]
@@ -30,6 +31,7 @@ use lru::LruCache;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
+use self::limit::{FlushLimit, Slot};
 use self::queue::{Pending, ShapeQueue};
 pub(crate) use self::route::Route;
 use self::route::Routes;
@@ -62,8 +64,8 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) tracker: Arc<Tracker>,
     /// Wakes timed flushers at close.
     closing: Notify,
-    /// Flush slots when `max_in_flight` is set.
-    flush_slots: Option<Arc<Semaphore>>,
+    /// Flush slots: `max_in_flight`, or a number that adapts.
+    flush_limit: Arc<FlushLimit>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -75,7 +77,12 @@ impl<B: Backend> Engine<B> {
     ) -> Result<Arc<Self>, Error> {
         config.validate()?;
         let cache = NonZeroUsize::new(config.cache_capacity).unwrap_or(NonZeroUsize::MIN);
-        let flush_slots = config.max_in_flight.map(|n| Arc::new(Semaphore::new(n)));
+        let flush_limit = Arc::new(FlushLimit::new(
+            config.max_in_flight,
+            config.adapt_in_flight,
+            backend.connections().max_size(),
+            Box::new(counters.flush_limit_observer()),
+        ));
         Ok(Arc::new(Engine {
             backend,
             permits: Arc::new(Semaphore::new(
@@ -88,13 +95,15 @@ impl<B: Backend> Engine<B> {
             counters,
             tracker: Arc::default(),
             closing: Notify::new(),
-            flush_slots,
+            flush_limit,
         }))
     }
 
     /// Batching counters.
     pub(crate) fn stats(&self) -> Stats {
-        self.counters.snapshot()
+        let mut stats = self.counters.snapshot();
+        stats.flush_limit = self.flush_limit.current() as u64;
+        stats
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -305,17 +314,14 @@ impl<B: Backend> Engine<B> {
         self.config.pipeline && self.backend.pipelines(shape, None, None)
     }
 
-    /// Waits for a flush slot (`max_in_flight`); `None` when unlimited.
-    pub(crate) async fn flush_slot(&self) -> Option<OwnedSemaphorePermit> {
-        self.flush_slots.clone()?.acquire_owned().await.ok()
+    /// Waits for a flush slot (see [`FlushLimit`]).
+    pub(crate) async fn flush_slot(&self) -> Option<Slot> {
+        self.flush_limit.acquire().await
     }
 
-    /// A flush slot if one is free right now (`Ok(None)` when unlimited).
-    pub(crate) fn try_flush_slot(&self) -> Result<Option<OwnedSemaphorePermit>, ()> {
-        match &self.flush_slots {
-            None => Ok(None),
-            Some(slots) => slots.clone().try_acquire_owned().map(Some).map_err(|_| ()),
-        }
+    /// A flush slot if one is free right now.
+    pub(crate) fn try_flush_slot(&self) -> Option<Slot> {
+        self.flush_limit.try_acquire()
     }
 
     /// Fails rows taken out of the queue because their wait for a

@@ -21,6 +21,7 @@ three! {
         two_hundred_concurrent_callers_are_coalesced,
         returning_gives_each_caller_its_own_row,
         max_in_flight_bounds_concurrent_flushes,
+        the_adaptive_flush_limit_stays_within_the_pool,
     ],
     (flavor = "multi_thread", worker_threads = 2) => [
         duplicate_key_fails_only_its_caller,
@@ -443,6 +444,45 @@ async fn max_in_flight_bounds_concurrent_flushes<B: TestBackend>() {
     );
     let stats = B::stats(&pool);
     assert!(stats.rows_per_batch() > 1.0, "{stats:?}");
+    assert_eq!(stats.flush_limit, 1, "a limit set is kept");
+}
+
+/// With no `max_in_flight`, the number of flushes in flight adapts, but
+/// stays between 1 and the pool's size, and every flush in flight holds a
+/// slot of it; every caller still gets its own outcome.
+async fn the_adaptive_flush_limit_stays_within_the_pool<B: TestBackend>() {
+    let pool = table_with::<B>(
+        BatchConfig::default(),
+        4,
+        "CREATE TABLE afl (k INT PRIMARY KEY)",
+    )
+    .await;
+    assert_eq!(
+        B::stats(&pool).flush_limit,
+        4,
+        "it starts at the pool's size"
+    );
+    let over = |s: &batchpool::Stats| {
+        let out_of_range = !(1..=4).contains(&s.flush_limit);
+        u64::from(out_of_range) + s.in_flight.saturating_sub(4)
+    };
+    let sampler = max_stat::<B>(&pool, 600, std::time::Duration::from_millis(1), over);
+    let sql = B::sql("INSERT INTO afl (k) VALUES (?)");
+    for round in 0..3 {
+        let base = round * 400;
+        let results =
+            gated_callers::<B, _>(&pool, &sql, 400, |k| ((), vals![(base + k) as i32])).await;
+        for (_, r) in results {
+            assert_eq!(r.unwrap().rows_affected(), 1);
+        }
+    }
+    assert_eq!(count::<B>(&pool, "afl").await, 1200);
+    assert_eq!(
+        sampler.await.unwrap(),
+        0,
+        "a limit or a flush count out of range"
+    );
+    common::backend::all_returned::<B>(&pool).await;
 }
 
 /// The rewritten statement for n rows executes and inserts exactly n rows,

@@ -485,6 +485,10 @@ impl Connections for Mem {
         // Closed: counted by its drop (still marked busy).
         drop(conn);
     }
+
+    fn max_size(&self) -> usize {
+        self.size
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -657,9 +661,7 @@ impl H {
         assert_eq!((st.queued, st.in_flight), (0, 0), "{st:?}");
         assert!(self.queue_is_idle(), "queue not idle");
         assert_eq!(self.e.permits.available_permits(), cap, "queue slot leaked");
-        if let (Some(slots), Some(limit)) = (&self.e.flush_slots, self.e.config.max_in_flight) {
-            assert_eq!(slots.available_permits(), limit, "flush slot leaked");
-        }
+        assert!(self.e.flush_limit.all_free(), "flush slot leaked");
         if self.e.is_closed() {
             return;
         }
