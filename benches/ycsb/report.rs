@@ -1224,34 +1224,98 @@ pub fn write_json(r: &Report, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Bars of rows/s per mode.
+/// Bars of rows/s per write path, batchpool's mode and the plain driver's
+/// peer of it side by side in two colours: the explicit batches
+/// (`batchrewrite`, `rewrite-peer`), the concurrent single-row callers
+/// (`coalesce`, `coalesce-peer`), then the plain driver's references
+/// (`nobatch`, `batch`, and the bulk mode: `copy` or `load-data`), in the
+/// peer's colour. Modes that did not run are left out.
 pub fn plot_modes(r: &Report, path: &Path) -> Result<()> {
-    let bars: Vec<(String, f64)> = r
-        .results
-        .iter()
-        .map(|m| (m.mode.name().to_string(), m.rows_per_sec))
-        .collect();
+    use plotters::style::Color;
+    let groups = [
+        (
+            format!(
+                "execute_many, {} rows",
+                thousands(r.options.batch_size as f64)
+            ),
+            vec![Mode::Batchrewrite, Mode::RewritePeer],
+        ),
+        (
+            format!("{} tasks, one row each", r.options.tasks),
+            vec![Mode::Coalesce, Mode::CoalescePeer],
+        ),
+        (
+            "plain driver alone".to_string(),
+            vec![Mode::Nobatch, Mode::Batch, Mode::Copy, Mode::LoadData],
+        ),
+    ];
+    let mut bars = Vec::new();
+    let mut sizes = Vec::new();
+    let mut captions = Vec::new();
+    for (caption, modes) in groups {
+        let before = bars.len();
+        for mode in modes {
+            if let Some(m) = r.results.iter().find(|m| m.mode == mode) {
+                let color = if matches!(mode, Mode::Batchrewrite | Mode::Coalesce) {
+                    BATCHPOOL_COLOR
+                } else {
+                    PEER_COLOR
+                };
+                bars.push((mode.name().to_string(), m.rows_per_sec, color.mix(0.85)));
+            }
+        }
+        if bars.len() > before {
+            sizes.push(bars.len() - before);
+            captions.push(caption);
+        }
+    }
     let title = format!(
-        "YCSB load, {} records, {} — rows/s by mode",
+        "YCSB load, {} records, {} — rows/s{}",
         thousands(r.options.records as f64),
-        r.server.database
+        r.server.database,
+        if r.options.repeat > 1 {
+            format!(", median of {}", r.options.repeat)
+        } else {
+            String::new()
+        }
     );
-    plot_bars(path, &title, "mode", &bars)
+    let legend = [
+        ("batchpool", BATCHPOOL_COLOR.mix(0.85)),
+        ("plain driver (the peer)", PEER_COLOR.mix(0.85)),
+    ];
+    let x_desc = "write path: batchpool and the same work on the plain driver";
+    draw_bars(
+        path,
+        &title,
+        x_desc,
+        "rows/s",
+        &bars,
+        &Layout {
+            groups: &sizes,
+            captions: &captions,
+            legend: &legend,
+        },
+    )
 }
+
+/// batchpool's colour in the charts (blue).
+const BATCHPOOL_COLOR: plotters::style::RGBColor = plotters::style::RGBColor(31, 119, 180);
+/// The plain driver's colour in the charts (red): the peers and references.
+const PEER_COLOR: plotters::style::RGBColor = plotters::style::RGBColor(214, 39, 40);
 
 /// The run phase as bars of ops/s: per workload batchpool (`coalesce`,
 /// blue) and the plain pool (`coalesce-peer`, red, as in the tasks sweep's
 /// chart) side by side.
 pub fn plot_run(r: &Report, path: &Path) -> Result<()> {
-    use plotters::style::{Color, RGBColor};
+    use plotters::style::Color;
     if r.run_phase.is_empty() {
         return Err(fail("no run phase to plot"));
     }
     let mut bars = Vec::new();
     for w in &r.run_phase {
         for (side, short, color) in [
-            (&w.coalesce, "coalesce", RGBColor(31, 119, 180)),
-            (&w.peer, "peer", RGBColor(214, 39, 40)),
+            (&w.coalesce, "coalesce", BATCHPOOL_COLOR),
+            (&w.peer, "peer", PEER_COLOR),
         ] {
             bars.push((
                 format!("{}: {short}", w.workload.name().to_uppercase()),
@@ -1273,7 +1337,18 @@ pub fn plot_run(r: &Report, path: &Path) -> Result<()> {
         }
     );
     let x_desc = "workload: coalesce = batchpool, peer = the plain pool";
-    draw_bars(path, &title, x_desc, "ops/s", &bars, 2)
+    let groups = vec![2; r.run_phase.len()];
+    draw_bars(
+        path,
+        &title,
+        x_desc,
+        "ops/s",
+        &bars,
+        &Layout {
+            groups: &groups,
+            ..Layout::default()
+        },
+    )
 }
 
 /// One labelled line with a dot at each point, on a chart of `f64` pairs.
@@ -1487,29 +1562,65 @@ pub fn plot_bars(path: &Path, title: &str, x_desc: &str, bars: &[(String, f64)])
         .iter()
         .map(|(label, v)| (label.clone(), *v, BLUE.mix(0.7)))
         .collect();
-    draw_bars(path, title, x_desc, "rows/s", &bars, 1)
+    let groups = vec![1; bars.len()];
+    draw_bars(
+        path,
+        title,
+        x_desc,
+        "rows/s",
+        &bars,
+        &Layout {
+            groups: &groups,
+            ..Layout::default()
+        },
+    )
+}
+
+/// How [`draw_bars`] arranges its bars.
+#[derive(Default)]
+struct Layout<'a> {
+    /// Sizes of the groups of consecutive bars (adding up to the bars):
+    /// the bars of a group stand next to each other.
+    groups: &'a [usize],
+    /// One caption per group, written above it (none: no captions).
+    captions: &'a [String],
+    /// Legend entries, colour swatches with their names (none: no legend).
+    legend: &'a [(&'a str, plotters::style::RGBAColor)],
 }
 
 /// An SVG bar chart, one labelled bar per entry in its colour, its value
-/// written on top; the bars in groups of `group`, the bars of a group
-/// next to each other.
+/// written on top; the bars in groups (`layout.groups`), the bars of a
+/// group next to each other, each group's caption above it and a legend in
+/// the upper left corner when given.
 fn draw_bars(
     path: &Path,
     title: &str,
     x_desc: &str,
     y_desc: &str,
     bars: &[(String, f64, plotters::style::RGBAColor)],
-    group: usize,
+    layout: &Layout<'_>,
 ) -> Result<()> {
     use plotters::prelude::*;
     use plotters::style::text_anchor::{HPos, Pos, VPos};
     if bars.is_empty() {
         return Err(fail("nothing to plot"));
     }
+    // Each bar's place in its group: (index in the group, group size), and
+    // each group's first bar.
+    let mut place = Vec::with_capacity(bars.len());
+    let mut starts = Vec::with_capacity(layout.groups.len());
+    for &g in layout.groups {
+        starts.push(place.len());
+        place.extend((0..g).map(|k| (k, g)));
+    }
+    place.resize(bars.len(), (0, 1));
     let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
         let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
         root.fill(&WHITE)?;
-        let top = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1.0) * 1.15;
+        let highest = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1.0);
+        // Room above the bars for the captions and the legend.
+        let roomy = !layout.captions.is_empty() || !layout.legend.is_empty();
+        let top = highest * if roomy { 1.35 } else { 1.15 };
         let n = bars.len();
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 22))
@@ -1537,10 +1648,10 @@ fn draw_bars(
                 ],
                 color.filled(),
             );
-            let (left, right) = match (group, i % group.max(1)) {
-                (0 | 1, _) => (12, 12),
-                (_, 0) => (28, 1),
-                (g, k) if k == g - 1 => (1, 28),
+            let (left, right) = match place[i] {
+                (_, 0 | 1) => (12, 12),
+                (0, _) => (28, 1),
+                (k, g) if k == g - 1 => (1, 28),
                 _ => (1, 1),
             };
             bar.set_margin(0, 0, left, right);
@@ -1556,6 +1667,46 @@ fn draw_bars(
                     .pos(Pos::new(HPos::Center, VPos::Bottom)),
             )
         }))?;
+        // A group's caption above its highest bar's value, centred on the
+        // group: on the middle bar, or between the two middle ones.
+        chart.draw_series(layout.captions.iter().zip(&starts).zip(layout.groups).map(
+            |((caption, &start), &size)| {
+                let high = bars[start..start + size]
+                    .iter()
+                    .map(|b| b.1)
+                    .fold(0.0, f64::max);
+                let x = if size % 2 == 0 {
+                    SegmentValue::Exact(start + size / 2)
+                } else {
+                    SegmentValue::CenterOf(start + size / 2)
+                };
+                Text::new(
+                    caption.clone(),
+                    (x, high + top * 0.09),
+                    ("sans-serif", 15)
+                        .into_font()
+                        .color(&BLACK.mix(0.75))
+                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                )
+            },
+        ))?;
+        if !layout.legend.is_empty() {
+            for &(name, color) in layout.legend {
+                chart
+                    .draw_series(std::iter::empty::<Rectangle<(SegmentValue<usize>, f64)>>())?
+                    .label(name)
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 6), (x + 16, y + 6)], color.filled())
+                    });
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .label_font(("sans-serif", 15))
+                .background_style(WHITE.mix(0.9))
+                .border_style(BLACK)
+                .draw()?;
+        }
         root.present()?;
         Ok(())
     };
