@@ -1648,12 +1648,7 @@ fn draw_bars(
                 ],
                 color.filled(),
             );
-            let (left, right) = match place[i] {
-                (_, 0 | 1) => (12, 12),
-                (0, _) => (28, 1),
-                (k, g) if k == g - 1 => (1, 28),
-                _ => (1, 1),
-            };
+            let (left, right) = bar_margins(place[i]);
             bar.set_margin(0, 0, left, right);
             bar
         }))?;
@@ -1711,4 +1706,24 @@ fn draw_bars(
         Ok(())
     };
     draw().map_err(|e| fail(format!("cannot draw {}: {e}", path.display())))
+}
+
+/// The left and right margins, in pixels, of the `k`-th bar of a group of
+/// `g` in [`draw_bars`]: the bars of a group equally wide and a small gap
+/// apart, wider gaps between groups (a lone bar: a narrower bar).
+fn bar_margins((k, g): (usize, usize)) -> (u32, u32) {
+    if g <= 1 {
+        return (12, 12);
+    }
+    let gap = if g == 2 { 2.0 } else { 8.0 };
+    // A group's outer margin, no more than its bars' margins can carry.
+    let pad = if g == 2 {
+        28.0
+    } else {
+        f64::min(28.0, (g - 1) as f64 * gap / (g - 2) as f64)
+    };
+    let per_bar = (2.0 * pad + (g - 1) as f64 * gap) / g as f64;
+    let left = pad + k as f64 * (gap - per_bar);
+    let px = |v: f64| v.round().max(0.0) as u32;
+    (px(left), px(per_bar - left))
 }
