@@ -59,6 +59,9 @@ struct Args {
     /// Comma-separated: postgres, mariadb.
     #[arg(long, default_value = "postgres,mariadb")]
     targets: String,
+    /// Passed by `cargo bench` to every harness = false bench; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 /// Runs the load: every caller inserts with `insert(i)` (`i`: its row
