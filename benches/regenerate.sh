@@ -647,7 +647,7 @@ main() {
     echo "load:     $(cut -d' ' -f1-3 /proc/loadavg) at the end, after $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s" >>"$OUT/machine.txt"
     summarize "${selected[@]}" | tee "$OUT/summary.md"
     echo "results: $OUT (summary.md, machine.txt, one .txt/.log/.cmd per command, .json of ycsb_load)" >&2
-    [[ -f $OUT/main-postgresql.svg ]] && echo "README chart: cp $OUT/main-postgresql.svg docs/ycsb.svg" >&2
+    [[ -f $OUT/main-postgresql.svg ]] && echo "README chart: cp $OUT/main-postgresql.svg $ROOT/docs/ycsb.svg" >&2
     if ((${#FAILED[@]})); then
         echo "failed: ${FAILED[*]}" >&2
         return 1
