@@ -61,7 +61,8 @@ pub struct BatchConfig {
     /// pool's `max_size`, and only while it holds flushes back does it try
     /// half as many and (below the pool's size) twice as many, for a
     /// measuring window each, keeping a trial when it carried clearly more
-    /// rows per second (a hill climb, tried again every few seconds).
+    /// rows per second in two windows running (a hill climb, tried again
+    /// every few seconds).
     /// The limit in force is [`Stats::flush_limit`](crate::Stats::flush_limit).
     /// `false`: one flush per connection, always.
     pub adapt_in_flight: bool,

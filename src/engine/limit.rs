@@ -14,9 +14,10 @@
 //! move: it measures the rows per second answered over a window at the
 //! current limit, then tries half of it (and, where there is room, twice
 //! it) for a window each, and keeps a trial only when it carried
-//! clearly more rows per second ([`BETTER`]). Trials go on in the direction
-//! that helped, and are made again every [`EXPLOIT_WINDOWS`] windows so the
-//! limit follows the server. A window that held nobody back raises the
+//! clearly more rows per second ([`BETTER`]) in two windows running.
+//! Trials go on in the direction that helped, and are made again every
+//! [`EXPLOIT_WINDOWS`] windows so the limit follows the server. Flushes
+//! that already carry [`LARGE_FLUSH`] rows or more are not halved. A window that held nobody back raises the
 //! limit one step back towards the pool's size: a lone caller never waits
 //! for a slot while a connection is free.
 
@@ -31,13 +32,17 @@ use crate::sync::lock;
 /// A trial limit is kept when it carried this much more (relative) rows per
 /// second than the limit before it: run-to-run noise of one window is
 /// below it.
-const BETTER: f64 = 0.08;
+const BETTER: f64 = 0.1;
 /// A measuring window lasts at least this long, and at least
 /// [`WINDOW_FLUSH_TIMES`] × the mean time a flush held its slot ...
 const MIN_WINDOW: Duration = Duration::from_millis(100);
 const WINDOW_FLUSH_TIMES: u32 = 16;
 /// ... and takes at least this many flushes (and 8 × the limit).
 const MIN_FLUSHES: u32 = 32;
+/// Flushes carrying this many rows on average are not halved: their
+/// commit is shared so widely that larger ones gain next to nothing, and
+/// fewer of them in flight leave the server's parallelism unused.
+const LARGE_FLUSH: u64 = 64;
 /// Windows at the kept limit between two rounds of trials.
 const EXPLOIT_WINDOWS: u32 = 25;
 
@@ -220,6 +225,10 @@ enum Phase {
         base: f64,
         down: bool,
         other: bool,
+        /// The rows per second of the trial's first window, when it beat
+        /// `base`: a second window must beat it too (one lucky window
+        /// does not move the limit).
+        first: Option<f64>,
     },
 }
 
@@ -304,8 +313,11 @@ impl Climb {
         }
         let rate = self.window.rows as f64 / elapsed.as_secs_f64();
         let held_back = std::mem::take(&mut self.held_back);
+        // Statements that already carry many rows share their commit so
+        // widely that halving the flushes saves next to nothing.
+        let small = self.window.rows < LARGE_FLUSH * u64::from(flushes);
         self.window = Window::new(now);
-        let to = self.decide(rate, held_back);
+        let to = self.decide(rate, held_back, small);
         (to != self.limit).then(|| {
             let from = std::mem::replace(&mut self.limit, to);
             // Let the flushes sent under the old limit end first.
@@ -316,7 +328,7 @@ impl Climb {
 
     /// The limit for the next window, given the rows per second of the one
     /// that ended and whether it held any flush back.
-    fn decide(&mut self, rate: f64, held_back: bool) -> usize {
+    fn decide(&mut self, rate: f64, held_back: bool, small: bool) -> usize {
         let limit = self.limit;
         match self.phase {
             Phase::Keep(left) => {
@@ -330,17 +342,33 @@ impl Climb {
                     self.phase = Phase::Keep(left - 1);
                     return limit;
                 }
-                self.trial(limit, rate, limit > 1, limit < self.max)
+                self.trial(limit, rate, small && limit > 1, limit < self.max)
             }
             Phase::Trial {
                 kept,
                 base,
                 down,
                 other,
+                first,
             } => {
                 if rate > base * (1.0 + BETTER) {
+                    let Some(first) = first else {
+                        self.phase = Phase::Trial {
+                            kept,
+                            base,
+                            down,
+                            other,
+                            first: Some(rate),
+                        };
+                        return limit;
+                    };
+                    let rate = rate.min(first);
                     // Kept; go on the same way.
-                    let further = if down { limit > 1 } else { limit < self.max };
+                    let further = if down {
+                        small && limit > 1
+                    } else {
+                        limit < self.max
+                    };
                     if further {
                         return self.trial(limit, rate, down, false);
                     }
@@ -381,6 +409,7 @@ impl Climb {
             base,
             down,
             other,
+            first: None,
         };
         to
     }
@@ -465,6 +494,13 @@ mod tests {
         let seen = drive(8, |_| 50_000.0, 20_000);
         let at_max = seen.iter().filter(|&&l| l == 8).count();
         assert!(at_max * 10 >= seen.len() * 9, "{at_max} of {}", seen.len());
+    }
+
+    #[test]
+    fn large_flushes_are_not_halved() {
+        // Fewer flushes would be faster, but each already carries 125 rows.
+        let seen = drive(8, |l| 1_000_000.0 / l as f64, 5_000);
+        assert!(seen.iter().all(|&l| l == 8), "{seen:?}");
     }
 
     #[test]
