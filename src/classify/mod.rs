@@ -84,6 +84,11 @@ pub(crate) enum Form {
 }
 
 impl Form {
+    /// Whether this is a single-row INSERT.
+    pub(crate) fn is_insert(&self) -> bool {
+        matches!(self, Form::Insert(_))
+    }
+
     /// The table as written.
     pub(crate) fn table(&self) -> &str {
         match self {

@@ -29,7 +29,7 @@ pub(super) async fn inline<B: Backend>(
     row: B::Row,
     deadline: Option<Instant>,
 ) -> Result<Result<B::Output, Error>, B::Row> {
-    let Some(mut slot) = engine.try_flush_slot() else {
+    let Some(mut slot) = engine.try_flush_slot(q) else {
         return Err(row);
     };
     // A free slot may mean opening a connection, which has its own limit
@@ -112,7 +112,7 @@ pub(super) async fn direct<B: Backend>(
     caller: Option<tracing::Span>,
     reply: tokio::sync::oneshot::Sender<ManyResult<B>>,
 ) {
-    let slot = engine.flush_slot();
+    let slot = engine.flush_slot(&q);
     let slot = match deadline {
         None => slot.await,
         Some(d) => match tokio::time::timeout_at(d, slot).await {

@@ -120,7 +120,7 @@ async fn acquire<B: Backend>(
     q: &ShapeQueue<B>,
 ) -> Option<(Slot, Result<Lease<B::Connections>, Error>)> {
     let get = async {
-        let slot = engine.flush_slot().await?;
+        let slot = engine.flush_slot(q).await?;
         // Waits in deadpool's queue as long as it takes: the rows' own
         // deadlines are enforced below, without losing this place.
         let conn = engine.backend.connections().checkout(None).await;

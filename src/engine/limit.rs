@@ -20,6 +20,10 @@
 //! that already carry [`LARGE_FLUSH`] rows or more are not halved. A window that held nobody back raises the
 //! limit one step back towards the pool's size: a lone caller never waits
 //! for a slot while a connection is free.
+//!
+//! Only INSERT flushes drive the climb; keyed reads, updates and deletes
+//! hold slots of the same limit but are not measured (in YCSB's mixed
+//! workloads the climb on their flushes cost more than it found).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -65,6 +69,8 @@ pub(crate) struct Slot {
     permit: Option<OwnedSemaphorePermit>,
     rows: u64,
     since: Instant,
+    /// Whether this flush's rows and time count in the climb's windows.
+    measured: bool,
 }
 
 impl Slot {
@@ -89,6 +95,9 @@ impl Drop for Slot {
                 permit.forget();
             } else {
                 drop(permit);
+            }
+            if !self.measured {
+                return;
             }
             let now = Instant::now();
             climb.completed(self.rows, now.saturating_duration_since(self.since), now)
@@ -135,22 +144,24 @@ impl FlushLimit {
 
     /// A slot, waiting for one as long as it takes (`None` once the engine
     /// is gone).
-    pub(crate) async fn acquire(self: &Arc<Self>) -> Option<Slot> {
-        if let Some(slot) = self.try_acquire() {
+    /// `measured`: the flush counts in the adaptive limit's windows.
+    pub(crate) async fn acquire(self: &Arc<Self>, measured: bool) -> Option<Slot> {
+        if let Some(slot) = self.try_acquire(measured) {
             return Some(slot);
         }
-        self.held_back();
         let permit = self.slots.clone().acquire_owned().await.ok()?;
-        Some(self.slot(permit))
+        Some(self.slot(permit, measured))
     }
 
     /// A slot if one is free right now. A miss counts as a flush held
     /// back.
-    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<Slot> {
+    pub(crate) fn try_acquire(self: &Arc<Self>, measured: bool) -> Option<Slot> {
         match self.slots.clone().try_acquire_owned() {
-            Ok(permit) => Some(self.slot(permit)),
+            Ok(permit) => Some(self.slot(permit, measured)),
             Err(_) => {
-                self.held_back();
+                if measured {
+                    self.held_back();
+                }
                 None
             }
         }
@@ -162,12 +173,13 @@ impl FlushLimit {
         self.slots.available_permits() == self.current()
     }
 
-    fn slot(self: &Arc<Self>, permit: OwnedSemaphorePermit) -> Slot {
+    fn slot(self: &Arc<Self>, permit: OwnedSemaphorePermit, measured: bool) -> Slot {
         Slot {
             limit: self.clone(),
             permit: Some(permit),
             rows: 0,
             since: Instant::now(),
+            measured,
         }
     }
 
@@ -439,11 +451,11 @@ mod tests {
     #[test]
     fn a_lower_limit_retires_slots_as_they_come_back() {
         let limit = Arc::new(FlushLimit::new(None, true, 8, Box::new(|_| {})));
-        let held: Vec<_> = (0..6).map(|_| limit.try_acquire().unwrap()).collect();
+        let held: Vec<_> = (0..6).map(|_| limit.try_acquire(true).unwrap()).collect();
         lock(limit.adapt.as_ref().unwrap()).limit = 2;
         limit.apply(8, 2);
         // The two free slots are retired now, four of the six held later.
-        assert!(limit.try_acquire().is_none());
+        assert!(limit.try_acquire(true).is_none());
         drop(held);
         assert_eq!(limit.slots.available_permits(), 2);
         assert!(limit.all_free());
@@ -457,7 +469,7 @@ mod tests {
         let limit = Arc::new(FlushLimit::new(Some(3), true, 8, Box::new(|_| {})));
         assert_eq!(limit.current(), 3);
         for _ in 0..10_000 {
-            let mut slot = limit.try_acquire().unwrap();
+            let mut slot = limit.try_acquire(true).unwrap();
             slot.carried(100);
         }
         assert_eq!(limit.current(), 3);

@@ -314,14 +314,15 @@ impl<B: Backend> Engine<B> {
         self.config.pipeline && self.backend.pipelines(shape, None, None)
     }
 
-    /// Waits for a flush slot (see [`FlushLimit`]).
-    pub(crate) async fn flush_slot(&self) -> Option<Slot> {
-        self.flush_limit.acquire().await
+    /// Waits for a flush slot for rows of `q` (see [`FlushLimit`]; INSERT
+    /// flushes are what the adaptive limit measures).
+    pub(crate) async fn flush_slot(&self, q: &ShapeQueue<B>) -> Option<Slot> {
+        self.flush_limit.acquire(q.form().is_insert()).await
     }
 
-    /// A flush slot if one is free right now.
-    pub(crate) fn try_flush_slot(&self) -> Option<Slot> {
-        self.flush_limit.try_acquire()
+    /// A flush slot for rows of `q` if one is free right now.
+    pub(crate) fn try_flush_slot(&self, q: &ShapeQueue<B>) -> Option<Slot> {
+        self.flush_limit.try_acquire(q.form().is_insert())
     }
 
     /// Fails rows taken out of the queue because their wait for a
