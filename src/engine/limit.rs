@@ -36,7 +36,7 @@ use crate::sync::lock;
 /// A trial limit is kept when it carried this much more (relative) rows per
 /// second than the limit before it: run-to-run noise of one window is
 /// below it.
-const BETTER: f64 = 0.1;
+const BETTER: f64 = 0.15;
 /// A measuring window lasts at least this long, and at least
 /// [`WINDOW_FLUSH_TIMES`] × the mean time a flush held its slot ...
 const MIN_WINDOW: Duration = Duration::from_millis(100);
