@@ -89,7 +89,7 @@ pub struct BatchConfig {
     /// [AND ...]` (PostgreSQL). Default `true`.
     pub updates: bool,
     /// Coalesce keyed deletes, `DELETE FROM t WHERE k = $1 [AND ...]`
-    /// (PostgreSQL). Default `true`.
+    /// (both backends). Default `true`.
     pub deletes: bool,
 }
 

@@ -83,6 +83,13 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         65535
     }
 
+    /// Bind parameters each row of `shape` adds to a multi-row statement,
+    /// when not the count of its own text (a rewrite that binds a caller's
+    /// parameters more than once).
+    fn bound_params(_shape: &Self::Shape) -> Option<usize> {
+        None
+    }
+
     /// Most encoded parameter bytes one statement may carry (server packet
     /// limit); `usize::MAX` when the protocol has none.
     fn max_statement_bytes(&self) -> usize;

@@ -151,6 +151,57 @@ impl KeyedShape {
     }
 }
 
+/// Callers one mask column of [`KeyedShape::render_or`] numbers (bits 0
+/// to 62 of a signed 64-bit integer).
+pub(crate) const MASK_BITS: usize = 63;
+
+impl KeyedShape {
+    /// A read or delete for `n` callers on a base table (MySQL) as one
+    /// statement whose WHERE clause is the callers' conditions joined by
+    /// `OR`, each row carrying which callers' conditions it meets:
+    /// `SELECT IF((c1), 1, 0) | IF((c2), 2, 0) ... AS `batchpool mask 1`,
+    /// <list> FROM t WHERE (c1) OR (c2) ...`, or `DELETE FROM t WHERE (c1)
+    /// OR (c2) ... RETURNING <the masks>`, one mask column per
+    /// [`MASK_BITS`] callers. Each condition is the caller's own, evaluated
+    /// by the server on the row, so a row belongs to every caller whose
+    /// statement would have read or deleted it. A read's placeholders are
+    /// every caller's parameters for the masks, then every caller's again
+    /// for the WHERE clause; a delete's the other way round.
+    pub(crate) fn render_or(&self, n: usize) -> String {
+        let n = n.max(1);
+        let list = pieces_with(&self.list, &mut |_, out| out.push('?'));
+        let cond = pieces_with(&self.cond, &mut |_, out| out.push('?'));
+        let table = &self.table_ref;
+        let mut masks = String::with_capacity(n * (cond.len() + 24));
+        for (column, from) in (0..n).step_by(MASK_BITS).enumerate() {
+            if column > 0 {
+                masks.push_str(", ");
+            }
+            for caller in from..n.min(from + MASK_BITS) {
+                if caller > from {
+                    masks.push_str(" | ");
+                }
+                let bit = 1u64 << (caller - from);
+                masks.push_str(&format!("IF(({cond}), {bit}, 0)"));
+            }
+            masks.push_str(&format!(" AS `batchpool mask {}`", column + 1));
+        }
+        let mut any = String::with_capacity(n * (cond.len() + 6));
+        for caller in 0..n {
+            if caller > 0 {
+                any.push_str(" OR ");
+            }
+            any.push_str(&format!("({cond})"));
+        }
+        match self.kind {
+            KeyedKind::Delete => format!("DELETE FROM {table} WHERE {any} RETURNING {masks}"),
+            KeyedKind::Read | KeyedKind::Update => {
+                format!("SELECT {masks}, {list} FROM {table} WHERE {any}")
+            }
+        }
+    }
+}
+
 /// The text of `pieces`, each placeholder written by `param`.
 fn pieces_with(pieces: &[Piece], param: &mut dyn FnMut(usize, &mut String)) -> String {
     let mut out = String::new();
@@ -236,8 +287,11 @@ const NOT_IN_EXPRESSIONS: &[&str] = &[
     "FETCH",
 ];
 
+/// Why a keyed update on MySQL runs on its own.
+pub(crate) const UPDATES_ON_POSTGRES: &str = "keyed updates are coalesced on PostgreSQL only";
+
 /// Recognises a keyed statement in already-lexed `sql` (on MySQL reads
-/// only).
+/// and deletes).
 /// `Err(None)`: not a SELECT, UPDATE or DELETE at all; `Err(Some(what))`:
 /// one whose form the rewrite does not cover.
 pub(super) fn recognise(
@@ -258,10 +312,8 @@ pub(super) fn recognise(
         Some(t) if is_kw(t, "DELETE") => KeyedKind::Delete,
         _ => return Err(None),
     };
-    if dialect == Dialect::MySql && kind != KeyedKind::Read {
-        return Err(Some(
-            "keyed updates and deletes are coalesced on PostgreSQL only",
-        ));
+    if dialect == Dialect::MySql && kind == KeyedKind::Update {
+        return Err(Some(UPDATES_ON_POSTGRES));
     }
     // One statement: a `;` may only end it.
     if let Some(semi) = lexemes

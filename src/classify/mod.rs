@@ -37,10 +37,15 @@ mod tests_keyed;
 use std::sync::Arc;
 
 #[cfg_attr(
+    not(feature = "mysql"),
+    allow(unused_imports, reason = "only MySQL reads the callers' masks")
+)]
+pub(crate) use self::keyed::MASK_BITS;
+#[cfg_attr(
     not(feature = "postgres"),
     allow(unused_imports, reason = "only PostgreSQL reads the select list")
 )]
-pub(crate) use self::keyed::{Item, KeyedKind, KeyedShape};
+pub(crate) use self::keyed::{Item, KeyedKind, KeyedShape, UPDATES_ON_POSTGRES};
 pub(crate) use self::kind::{StatementKind, statement_kind};
 use crate::explain::NotCoalesced;
 

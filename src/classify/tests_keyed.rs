@@ -1,6 +1,6 @@
 //! Tests of the keyed read, update and delete recogniser and its rewrite.
 
-use super::{Classified, Dialect, Form, Item, KeyedKind, KeyedShape, classify};
+use super::{Classified, Dialect, Form, Item, KeyedKind, KeyedShape, MASK_BITS, classify};
 use crate::explain::NotCoalesced;
 
 /// Classify for PostgreSQL and require a keyed shape.
@@ -159,19 +159,62 @@ fn mysql_reads_become_the_callers_statements_joined_by_union_all() {
         "SELECT 1 AS `batchpool ord`, k.* FROM `t` AS k WHERE `id` = ? AND b = ?\n UNION ALL \
          SELECT 2 AS `batchpool ord`, k.* FROM `t` AS k WHERE `id` = ? AND b = ?\n"
     );
-    for sql in [
-        "UPDATE t SET v = ? WHERE id = ?",
-        "DELETE FROM t WHERE id = ?",
-    ] {
-        match classify(Dialect::MySql, sql) {
-            Classified::Other(NotCoalesced::KeyedForm(why)) => {
-                assert!(why.contains("PostgreSQL only"), "{why}");
-            }
-            other => panic!("{sql}: {other:?}"),
+    match classify(Dialect::MySql, "UPDATE t SET v = ? WHERE id = ?") {
+        Classified::Other(NotCoalesced::KeyedForm(why)) => {
+            assert!(why.contains("PostgreSQL only"), "{why}");
         }
+        other => panic!("{other:?}"),
     }
     match classify(Dialect::MySql, "SELECT * FROM t WHERE id = ? LIMIT 1") {
         Classified::Other(NotCoalesced::KeyedForm(_)) => {}
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn mysql_reads_on_a_base_table_become_the_callers_conditions_joined_by_or() {
+    let shape = match classify(
+        Dialect::MySql,
+        "SELECT *, b + 1 FROM `t` AS k WHERE `id` = ? AND b = ?",
+    ) {
+        Classified::Batchable(Form::Keyed(shape)) => shape,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        shape.render_or(2),
+        "SELECT IF((`id` = ? AND b = ?), 1, 0) | IF((`id` = ? AND b = ?), 2, 0) \
+         AS `batchpool mask 1`, k.*, b + 1 FROM `t` AS k \
+         WHERE (`id` = ? AND b = ?) OR (`id` = ? AND b = ?)"
+    );
+    // One mask column per 63 callers, each numbering its callers from bit 0.
+    let text = shape.render_or(MASK_BITS + 2);
+    assert!(text.contains("AS `batchpool mask 1`, IF("), "{text}");
+    assert!(text.contains("AS `batchpool mask 2`, k.*"), "{text}");
+    assert!(!text.contains("batchpool mask 3"), "{text}");
+    assert!(text.contains(&format!("{}, 0) AS `batchpool mask 1`", 1u64 << 62)));
+    assert!(text.contains("IF((`id` = ? AND b = ?), 2, 0) AS `batchpool mask 2`"));
+    assert_eq!(text.matches('?').count(), 2 * 2 * (MASK_BITS + 2));
+    assert_eq!(text.matches(" OR ").count(), MASK_BITS + 1);
+}
+
+#[test]
+fn mysql_deletes_become_the_callers_conditions_joined_by_or() {
+    let shape = match classify(Dialect::MySql, "DELETE FROM `t` WHERE `id` = ? AND b = ?") {
+        Classified::Batchable(Form::Keyed(shape)) => shape,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(shape.kind, KeyedKind::Delete);
+    assert_eq!(
+        shape.render_or(2),
+        "DELETE FROM `t` WHERE (`id` = ? AND b = ?) OR (`id` = ? AND b = ?) \
+         RETURNING IF((`id` = ? AND b = ?), 1, 0) | IF((`id` = ? AND b = ?), 2, 0) \
+         AS `batchpool mask 1`"
+    );
+    let text = shape.render_or(MASK_BITS + 1);
+    assert!(
+        text.ends_with(
+            "AS `batchpool mask 1`, IF((`id` = ? AND b = ?), 1, 0) AS `batchpool mask 2`"
+        ),
+        "{text}"
+    );
 }

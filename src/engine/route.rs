@@ -265,9 +265,7 @@ impl<B: Backend> Engine<B> {
             _ if !self.config.enabled => pass(NotCoalesced::Disabled),
             Classified::Other(reason) => pass(reason),
             Classified::Batchable(Form::Keyed(keyed)) if !B::coalesces_keyed(keyed.kind) => {
-                pass(NotCoalesced::KeyedForm(
-                    "keyed updates and deletes are coalesced on PostgreSQL only",
-                ))
+                pass(NotCoalesced::KeyedForm(classify::UPDATES_ON_POSTGRES))
             }
             Classified::Batchable(Form::Keyed(keyed)) if !self.config.coalesces(keyed.kind) => {
                 pass(NotCoalesced::KindDisabled(keyed.kind.plural()))
@@ -311,7 +309,9 @@ impl<B: Backend> Engine<B> {
                         Route::Pass(Arc::new(reason))
                     }
                     Ok(shape) => {
-                        let ppr = form.params_per_row().max(1);
+                        let ppr = B::bound_params(&shape)
+                            .unwrap_or_else(|| form.params_per_row())
+                            .max(1);
                         let cap_rows = self
                             .config
                             .max_rows

@@ -97,10 +97,11 @@ fn first_checks(
 fn check_union(sql: &str, shape: &Keyed) -> Result<&'static str, String> {
     let dialect = Dialect::MySql;
     let context = |why: String| format!("{why}\n  shape: {}", shape.summary());
-    if shape.kind() != "reads" {
-        return Err(context("a keyed write for MySQL".to_owned()));
+    let (all, len, params) = first_checks(dialect, sql, shape)?;
+    check_or(&all[..len], shape, params).map_err(context)?;
+    if shape.kind() == "deletes" {
+        return Ok("deletes");
     }
-    let (all, _, params) = first_checks(dialect, sql, shape)?;
     for n in [1, 2, 3] {
         let text = shape.render_union(n);
         let rendered = tokens(dialect, &text)?;
@@ -128,6 +129,190 @@ fn check_union(sql: &str, shape: &Keyed) -> Result<&'static str, String> {
     Ok("reads")
 }
 
+/// Callers numbered by one mask column of MySQL's `OR` statements.
+const MASK_BITS: usize = 63;
+
+/// The rendered tokens of one of MySQL's `OR` statements, read from the
+/// front, each compared with what it must be.
+struct Expect<'a> {
+    rendered: Vec<&'a Token>,
+    pos: usize,
+}
+
+impl Expect<'_> {
+    /// Whether the next token is `want` (consumed either way).
+    fn next(&mut self, want: &Token) -> bool {
+        let ok = self.rendered.get(self.pos).is_some_and(|t| *t == want);
+        self.pos += 1;
+        ok
+    }
+
+    /// Whether the next tokens are `want`.
+    fn all<'t>(&mut self, want: impl IntoIterator<Item = &'t Token>) -> bool {
+        let mut ok = true;
+        for t in want {
+            ok &= self.next(t);
+        }
+        ok
+    }
+
+    /// The mask columns for `n` callers: one per [`MASK_BITS`] callers of
+    /// `IF((<cond>), 2^i, 0)` joined by `|`, each named `batchpool mask k`,
+    /// joined by `,`.
+    fn masks(&mut self, cond: &[&Token], n: usize) -> Result<(), String> {
+        let word = |w: &str| Token::make_word(w, None);
+        let number = |v: u64| Token::Number(v.to_string(), false);
+        for (column, from) in (0..n).step_by(MASK_BITS).enumerate() {
+            if column > 0 && !self.next(&Token::Comma) {
+                return Err(format!("no `,` before mask column {}", column + 1));
+            }
+            for caller in from..n.min(from + MASK_BITS) {
+                let ok = (caller == from || self.next(&Token::Pipe))
+                    & self.all(&[word("IF"), Token::LParen, Token::LParen])
+                    & self.all(cond.iter().copied())
+                    & self.all(&[
+                        Token::RParen,
+                        Token::Comma,
+                        number(1 << (caller - from)),
+                        Token::Comma,
+                        number(0),
+                        Token::RParen,
+                    ]);
+                if !ok {
+                    return Err(format!("caller {caller}'s mask term"));
+                }
+            }
+            let name = Token::make_word(&format!("batchpool mask {}", column + 1), Some('`'));
+            if !self.all(&[word("AS"), name]) {
+                return Err(format!("mask column {}'s name", column + 1));
+            }
+        }
+        Ok(())
+    }
+
+    /// `WHERE (<cond>) OR (<cond>) ...`, once per caller.
+    fn any(&mut self, cond: &[&Token], n: usize) -> Result<(), String> {
+        if !self.next(&Token::make_word("WHERE", None)) {
+            return Err("no WHERE after the table".to_owned());
+        }
+        for caller in 0..n {
+            let ok = (caller == 0 || self.next(&Token::make_word("OR", None)))
+                & self.next(&Token::LParen)
+                & self.all(cond.iter().copied())
+                & self.next(&Token::RParen);
+            if !ok {
+                return Err(format!("caller {caller}'s condition"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The caller's tokens `own` (a lone `*` of a select list as
+    /// `<name>.*`).
+    fn own(&mut self, own: &[&Token]) -> Result<(), String> {
+        for (i, t) in own.iter().enumerate() {
+            let star = matches!(t, Token::Mul)
+                && (i == 0 || matches!(own[i - 1], Token::Comma))
+                && own
+                    .get(i + 1)
+                    .is_some_and(|t| matches!(t, Token::Comma) || is_word(t, "FROM"));
+            let qualified = !matches!(self.rendered.get(self.pos), Some(Token::Mul))
+                && matches!(self.rendered.get(self.pos + 1), Some(Token::Period))
+                && matches!(self.rendered.get(self.pos + 2), Some(Token::Mul));
+            if star && qualified {
+                self.pos += 3;
+            } else if !self.next(t) {
+                return Err(format!("the caller's `{t}`"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// MySQL's keyed read on a base table and keyed delete, for `n` of 2, 3,
+/// 64 and 127 callers (one, two and three mask columns), comments aside:
+///
+/// - a read: `SELECT`, the masks (see [`Expect::masks`]), `,`, the
+///   caller's tokens from its select list to its `WHERE` (a lone `*` of the
+///   list as `<name>.*`), then `WHERE (<conditions>) OR ...` once per
+///   caller;
+/// - a delete: `DELETE FROM`, the caller's tokens from its table to its
+///   `WHERE`, `WHERE (<conditions>) OR ...`, `RETURNING` and the masks;
+///
+/// the conditions being every token after the caller's `WHERE`, and `2 ×
+/// n` times the caller's placeholders. `statement` is the caller's text's
+/// tokens up to its `;`.
+fn check_or(statement: &[Token], shape: &Keyed, params: usize) -> Result<(), String> {
+    let own: Vec<&Token> = statement.iter().filter(|t| !is_comment(t)).collect();
+    let at = own
+        .iter()
+        .position(|t| is_word(t, "WHERE"))
+        .ok_or("a statement without WHERE")?;
+    let read = match shape.kind() {
+        "reads" => true,
+        "deletes" => false,
+        other => return Err(format!("keyed {other} for MySQL")),
+    };
+    let first = if read { "SELECT" } else { "DELETE" };
+    if !own.first().is_some_and(|t| is_word(t, first)) {
+        return Err(format!("{} that does not start with {first}", shape.kind()));
+    }
+    let cond = &own[at + 1..];
+    for n in [2, 3, 64, 127] {
+        let text = shape.render_or(n);
+        let all = tokens(Dialect::MySql, &text)?;
+        let placeholders = all
+            .iter()
+            .filter(|t| matches!(t, Token::Placeholder(_)))
+            .count();
+        let mut expect = Expect {
+            rendered: all.iter().filter(|t| !is_comment(t)).collect(),
+            pos: 0,
+        };
+        let checked = if read {
+            (expect.next(&Token::make_word("SELECT", None)))
+                .then_some(())
+                .ok_or_else(|| "no SELECT first".to_owned())
+                .and_then(|()| expect.masks(cond, n))
+                .and_then(|()| {
+                    expect
+                        .next(&Token::Comma)
+                        .then_some(())
+                        .ok_or_else(|| "no `,` after the masks".to_owned())
+                })
+                .and_then(|()| expect.own(&own[1..at]))
+                .and_then(|()| expect.any(cond, n))
+        } else {
+            (expect.all(&[
+                Token::make_word("DELETE", None),
+                Token::make_word("FROM", None),
+            ]))
+            .then_some(())
+            .ok_or_else(|| "no DELETE FROM first".to_owned())
+            .and_then(|()| expect.own(&own[2..at]))
+            .and_then(|()| expect.any(cond, n))
+            .and_then(|()| {
+                expect
+                    .next(&Token::make_word("RETURNING", None))
+                    .then_some(())
+                    .ok_or_else(|| "no RETURNING after the conditions".to_owned())
+            })
+            .and_then(|()| expect.masks(cond, n))
+        };
+        let checked = checked.and_then(|()| {
+            if placeholders != 2 * n * params {
+                Err(format!("{placeholders} placeholders"))
+            } else if expect.pos != expect.rendered.len() {
+                Err("tokens after the end".to_owned())
+            } else {
+                Ok(())
+            }
+        });
+        checked.map_err(|why| format!("{text:?} for {n} callers: {why}"))?;
+    }
+    Ok(())
+}
+
 /// What a keyed statement does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -143,7 +328,8 @@ enum Kind {
 /// keyed statement for `dialect`, its kind (`reads`, `updates`, `deletes`)
 /// when it is and every check of the module docs held, else what failed.
 /// For MySQL a keyed shape must be a read whose many-caller text is the
-/// caller's statement once per caller ([`check_union`]).
+/// caller's statement once per caller ([`check_union`]) and whose text
+/// for a base table is the callers' conditions joined by `OR` ([`check_or`]).
 pub fn check_keyed(dialect: Dialect, sql: &str) -> Result<Option<&'static str>, String> {
     let Some(shape) = classify_keyed(dialect, sql) else {
         return Ok(None);
@@ -883,6 +1069,28 @@ mod tests {
         ] {
             assert_eq!(check_keyed(Dialect::Postgres, sql), Ok(None), "{sql}");
         }
+        Ok(())
+    }
+
+    /// MySQL's reads, both many-caller texts, and its deletes: comments inside the
+    /// conditions, a lone `*` and a qualified one, an alias, a schema, a
+    /// literal and arithmetic in the list, composite keys.
+    #[test]
+    fn the_check_holds_on_mysql_reads() -> Result<(), String> {
+        for sql in [
+            "SELECT * FROM kv WHERE id = ?",
+            "select k.v AS value, `Id`, 'x', *, n + 1 FROM s.t AS k where ? = `Id` and k.b = ?;",
+            "SELECT t.*, 1 + a FROM s.t WHERE s.t.id = /* c */ ? AND t.b = ? -- c\n",
+        ] {
+            assert_eq!(check_keyed(Dialect::MySql, sql)?, Some("reads"), "{sql}");
+        }
+        for sql in [
+            "DELETE FROM kv WHERE id = ?",
+            "delete /* c */ from `s`.`T` where ? = `Id` and b = /* c */ ?;",
+        ] {
+            assert_eq!(check_keyed(Dialect::MySql, sql)?, Some("deletes"), "{sql}");
+        }
+        assert!(check_keyed(Dialect::MySql, "UPDATE t SET v = ? WHERE id = ?")?.is_none());
         Ok(())
     }
 

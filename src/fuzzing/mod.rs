@@ -98,6 +98,12 @@ impl Keyed {
         self.0.render_union(n)
     }
 
+    /// A MySQL read on a base table for `n` callers (the callers'
+    /// conditions joined by `OR`, each row with the mask of its callers).
+    pub fn render_or(&self, n: usize) -> String {
+        self.0.render_or(n)
+    }
+
     /// What the statement does: `reads`, `updates` or `deletes`.
     pub fn kind(&self) -> &'static str {
         self.0.kind.plural()

@@ -187,9 +187,9 @@ pub(crate) struct MyRow {
 /// Turns one caller's parameters into a row of `shape`, checking the
 /// count. Runs in the caller's task.
 pub(crate) fn encode(shape: &MyShape, params: Params) -> Result<MyRow, Error> {
-    let (per_row, text_per_row) = match shape {
-        MyShape::Insert(s) => (s.params, s.text_per_row),
-        MyShape::Keyed(k) => (k.params, k.text_per_row),
+    let (per_row, text_per_row, copies) = match shape {
+        MyShape::Insert(s) => (s.params, s.text_per_row, 1),
+        MyShape::Keyed(k) => (k.params, k.text_per_row, k.copies),
     };
     let values = match params {
         Params::Empty => Vec::new(),
@@ -214,6 +214,7 @@ pub(crate) fn encode(shape: &MyShape, params: Params) -> Result<MyRow, Error> {
         .fold(0usize, usize::saturating_add);
     let bytes = data
         .saturating_add(2 * values.len() + values.len().div_ceil(8))
+        .saturating_mul(copies)
         .saturating_add(text_per_row);
     Ok(MyRow { values, bytes })
 }
@@ -1051,7 +1052,7 @@ impl Backend for MySql {
     type Shape = MyShape;
 
     fn coalesces_keyed(kind: KeyedKind) -> bool {
-        kind == KeyedKind::Read
+        kind != KeyedKind::Update
     }
 
     fn same_shape(old: &MyShape, new: &MyShape) -> bool {
@@ -1072,6 +1073,13 @@ impl Backend for MySql {
 
     fn max_statement_bytes(&self) -> usize {
         self.row_limit().0
+    }
+
+    fn bound_params(shape: &MyShape) -> Option<usize> {
+        match shape {
+            MyShape::Keyed(k) => Some(k.params * k.copies),
+            MyShape::Insert(_) => None,
+        }
     }
 
     fn connections(&self) -> &deadpool::managed::Pool<Manager> {

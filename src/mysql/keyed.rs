@@ -1,19 +1,24 @@
 //! Keyed reads on MySQL / MariaDB: many callers' `SELECT <list> FROM t
-//! WHERE k = ? [AND ...]` of one text as one statement of the callers'
-//! own statements joined by `UNION ALL`, each numbered by a first column
-//! (see [`KeyedShape::render_union`]).
+//! WHERE k = ? [AND ...]` of one text as one statement.
 //!
-//! Each branch is the caller's own statement with its own parameters: its
-//! conditions are compared as the caller's statement compares them (the
-//! parameter's type and coercibility, the column's collation, `PAD SPACE`,
-//! a number compared with a string), whatever the table, its keys or a
-//! view behind it, so no table facts are needed. The branches run in one
-//! statement, on one snapshot taken after every caller in it began its
-//! call; each caller gets the rows of its number, without that column. A
-//! statement that fails for an error that may be one caller's runs again in
-//! smaller groups, as INSERTs do. Keyed updates and deletes run on their
-//! own on these servers: MySQL has no `UPDATE ... RETURNING` to tell each
-//! caller its count.
+//! - On a base table, the callers' conditions are joined by `OR`, and each
+//!   row carries a mask of the callers whose condition it meets, computed
+//!   by the server with that caller's own condition and values (see
+//!   [`KeyedShape::render_or`]). A row goes to every caller of its mask.
+//! - On anything else (a view, a name the catalog does not show), the
+//!   callers' own statements are joined by `UNION ALL`, each numbered by a
+//!   first column (see [`KeyedShape::render_union`]), as a view's rows need
+//!   not be the same when it is read twice.
+//!
+//! Either way the server compares each caller's conditions as the caller's
+//! statement compares them (the parameter's type and coercibility, the
+//! column's collation, `PAD SPACE`, a number compared with a string): the
+//! client compares no keys. The statement runs on one snapshot taken after
+//! every caller in it began its call; each caller gets its rows without the
+//! added columns. A statement that fails for an error that may be one
+//! caller's runs again in smaller groups, as INSERTs do. Keyed updates and
+//! deletes run on their own on these servers: MySQL has no `UPDATE ...
+//! RETURNING` to tell each caller its count.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,18 +30,50 @@ use super::batch::MyRow;
 use super::errors::{read_error, unsent_error};
 use super::{Client, Outcome};
 use crate::backend::batch::{ChunkError, ChunkResult};
-use crate::classify::KeyedShape;
+use crate::classify::{KeyedKind, KeyedShape, MASK_BITS};
 use crate::error::{Error, Kind};
 use crate::explain::NotCoalesced;
 use crate::sync::lock;
 
+/// How a keyed read's many-caller statement is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rendering {
+    /// The callers' conditions joined by `OR`, each row with its callers'
+    /// mask (a base table).
+    Or,
+    /// The callers' statements joined by `UNION ALL`, numbered.
+    Union,
+}
+
+impl Rendering {
+    /// The statement for `n` callers.
+    fn render(self, form: &KeyedShape, n: usize) -> String {
+        match self {
+            Rendering::Or => form.render_or(n),
+            Rendering::Union => form.render_union(n),
+        }
+    }
+
+    /// Times each caller's parameters are bound in the statement.
+    fn copies(self) -> usize {
+        match self {
+            Rendering::Or => 2,
+            Rendering::Union => 1,
+        }
+    }
+}
+
 /// A keyed read shape.
 pub(crate) struct MyKeyed {
     form: Arc<KeyedShape>,
+    rendering: Rendering,
     /// The caller's own text.
     sql: Box<str>,
     /// Placeholders of one caller's statement.
     pub(crate) params: usize,
+    /// Times each caller's parameters are bound in the many-caller
+    /// statement.
+    pub(crate) copies: usize,
     /// Text bytes each further caller adds.
     pub(crate) text_per_row: usize,
     /// Rendered texts by caller count.
@@ -65,38 +102,89 @@ impl MyKeyed {
                 form.params_per_row
             ))));
         }
-        let two = form.render_union(2);
+        let facts = super::table::table_facts(conn, &form.table).await?;
+        if form.kind == KeyedKind::Delete {
+            // One multi-row delete must be all or nothing (a failed one is
+            // run again in smaller groups), and must do per row only what
+            // the callers' own deletes would: no trigger, which could read
+            // what the statement's other rows changed.
+            let why = match &facts {
+                None => Some("the table is not a base table batchpool finds in information_schema"),
+                Some(f) if !f.transactional => Some("the table's engine is not transactional"),
+                Some(f) if f.triggers != 0 => Some("the table has triggers"),
+                Some(_) => None,
+            };
+            if let Some(why) = why {
+                return Ok(Err(NotCoalesced::Declined(format!("keyed deletes: {why}"))));
+            }
+            return Ok(Self::try_rendering(conn, &form, Rendering::Or)
+                .await?
+                .map(|()| Self::new(sql, form, Rendering::Or)));
+        }
+        // A view may give other rows when read again; a base table's rows
+        // are what they are on the statement's snapshot.
+        let base_table = facts.is_some();
+        let mut refused = None;
+        if base_table {
+            match Self::try_rendering(conn, &form, Rendering::Or).await? {
+                Ok(()) => return Ok(Ok(Self::new(sql, form, Rendering::Or))),
+                Err(why) => refused = Some(why),
+            }
+        }
+        match Self::try_rendering(conn, &form, Rendering::Union).await? {
+            Ok(()) => Ok(Ok(Self::new(sql, form, Rendering::Union))),
+            Err(why) => Ok(Err(refused.unwrap_or(why))),
+        }
+    }
+
+    /// Whether the server takes `rendering`'s two-caller statement with the
+    /// parameters it should count.
+    async fn try_rendering(
+        conn: &mut Client,
+        form: &KeyedShape,
+        rendering: Rendering,
+    ) -> Result<Result<(), NotCoalesced>, Error> {
+        let two = rendering.render(form, 2);
         match conn.prep(&two).await {
             Ok(stmt) => {
-                if usize::from(stmt.num_params()) != 2 * form.params_per_row {
+                if usize::from(stmt.num_params()) != 2 * rendering.copies() * form.params_per_row {
                     return Ok(Err(NotCoalesced::Declined(
                         "the server counts the coalesced form's parameters otherwise".into(),
                     )));
                 }
+                Ok(Ok(()))
             }
-            Err(mysql_async::Error::Server(e)) => {
-                return Ok(Err(NotCoalesced::Declined(format!(
-                    "the server refused the coalesced form: {e}"
-                ))));
-            }
+            Err(mysql_async::Error::Server(e)) => Ok(Err(NotCoalesced::Declined(format!(
+                "the server refused the coalesced form: {e}"
+            )))),
             Err(e) => {
                 conn.note_error(&e);
-                return Err(unsent_error(e));
+                Err(unsent_error(e))
             }
         }
-        let text_per_row = form.render_union(3).len().saturating_sub(two.len()).max(1);
-        Ok(Ok(MyKeyed {
+    }
+
+    /// The shape of `form` (the text `sql`), written as `rendering`.
+    fn new(sql: &str, form: Arc<KeyedShape>, rendering: Rendering) -> MyKeyed {
+        let text_per_row = rendering
+            .render(&form, 3)
+            .len()
+            .saturating_sub(rendering.render(&form, 2).len())
+            .max(1);
+        MyKeyed {
             params: form.params_per_row,
+            copies: rendering.copies(),
             text_per_row,
+            rendering,
             form,
             sql: sql.into(),
             texts: Mutex::new(HashMap::new()),
-        }))
+        }
     }
 
     /// Whether a re-learned shape is this one.
     pub(crate) fn same(&self, other: &MyKeyed) -> bool {
-        self.params == other.params && self.sql == other.sql
+        self.params == other.params && self.sql == other.sql && self.rendering == other.rendering
     }
 
     /// The statement text for `n` callers.
@@ -108,7 +196,7 @@ impl MyKeyed {
         Arc::clone(
             texts
                 .entry(n)
-                .or_insert_with(|| self.form.render_union(n).into()),
+                .or_insert_with(|| self.rendering.render(&self.form, n).into()),
         )
     }
 
@@ -126,22 +214,43 @@ impl MyKeyed {
         if conn.is_disconnected() {
             return Err(ChunkError::Statement(Error::closed_before_send()));
         }
-        if usize::from(stmt.num_params()) != n * self.params {
+        let bound = if n == 1 { 1 } else { self.copies };
+        if usize::from(stmt.num_params()) != n * self.params * bound {
             return Err(ChunkError::Statement(Error::new(
                 Kind::Params,
                 format!(
                     "the {n}-caller read takes {} parameters, not {}",
                     stmt.num_params(),
-                    n * self.params
+                    n * self.params * bound
                 ),
             )));
         }
-        let params: Vec<Value> = rows.iter().flat_map(|r| r.values.iter().cloned()).collect();
+        let mut params: Vec<Value> = Vec::with_capacity(n * self.params * bound);
+        for _ in 0..bound {
+            params.extend(rows.iter().flat_map(|r| r.values.iter().cloned()));
+        }
         let params = if params.is_empty() {
             Params::Empty
         } else {
             Params::Positional(params)
         };
+        if n == 1 && self.form.kind == KeyedKind::Delete {
+            return match conn.exec_drop(&stmt, params).await {
+                Ok(()) => Ok(vec![Outcome::new(
+                    conn.affected_rows(),
+                    true,
+                    conn.last_insert_id(),
+                    None,
+                )]),
+                Err(e) => {
+                    conn.note_error(&e);
+                    if super::errors::stale(&e) {
+                        let _ = conn.close(stmt).await;
+                    }
+                    Err(read_error(e))
+                }
+            };
+        }
         let returned: Vec<Row> = match conn.exec(&stmt, params).await {
             Ok(rows) => rows,
             Err(e) => {
@@ -155,24 +264,114 @@ impl MyKeyed {
         if n == 1 {
             return Ok(vec![Outcome::read(returned)]);
         }
-        let mut per_caller: Vec<Vec<Row>> = (0..n).map(|_| Vec::new()).collect();
-        let mut columns: Option<Arc<[mysql_async::Column]>> = None;
-        for row in returned {
-            let columns = columns.get_or_insert_with(|| row.columns_ref()[1..].into());
-            let mut values = row.unwrap();
-            let ord = match values.first() {
-                Some(Value::Int(i)) => usize::try_from(*i).ok(),
-                Some(Value::UInt(u)) => usize::try_from(*u).ok(),
-                _ => None,
-            };
-            let Some(caller) = ord.and_then(|o| o.checked_sub(1)).filter(|&c| c < n) else {
-                return Err(ChunkError::Row(Error::internal(
-                    "a coalesced read returned a row of no caller",
-                )));
-            };
-            values.remove(0);
-            per_caller[caller].push(mysql_common::row::new_row(values, Arc::clone(columns)));
+        if self.form.kind == KeyedKind::Delete {
+            let counts = deleted_by(&returned, n)
+                .map_err(|what| ChunkError::Statement(Error::internal(what)))?;
+            return Ok(counts
+                .into_iter()
+                .map(|count| Outcome::new(count, true, None, None))
+                .collect());
         }
+        let per_caller = match self.rendering {
+            Rendering::Union => by_number(returned, n),
+            Rendering::Or => by_mask(returned, n),
+        }
+        .map_err(|what| ChunkError::Row(Error::internal(what)))?;
         Ok(per_caller.into_iter().map(Outcome::read).collect())
     }
+}
+
+/// The value of a number column the statement added.
+fn number(value: &Value) -> Option<u64> {
+    match value {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        Value::UInt(u) => Some(*u),
+        _ => None,
+    }
+}
+
+/// `values` as a row of `columns` (the statement's own columns, without
+/// the ones it added).
+fn strip(mut values: Vec<Value>, added: usize, columns: &Arc<[mysql_async::Column]>) -> Row {
+    values.drain(..added);
+    mysql_common::row::new_row(values, Arc::clone(columns))
+}
+
+/// The rows of a `UNION ALL` read by their callers' numbers (1-based, the
+/// first column).
+fn by_number(returned: Vec<Row>, n: usize) -> Result<Vec<Vec<Row>>, &'static str> {
+    let mut per_caller: Vec<Vec<Row>> = (0..n).map(|_| Vec::new()).collect();
+    let mut columns: Option<Arc<[mysql_async::Column]>> = None;
+    for row in returned {
+        let columns = columns.get_or_insert_with(|| row.columns_ref()[1..].into());
+        let values = row.unwrap();
+        let caller = values
+            .first()
+            .and_then(number)
+            .and_then(|o| usize::try_from(o).ok())
+            .and_then(|o| o.checked_sub(1))
+            .filter(|&c| c < n)
+            .ok_or("a coalesced read returned a row of no caller")?;
+        per_caller[caller].push(strip(values, 1, columns));
+    }
+    Ok(per_caller)
+}
+
+/// The rows of an `OR` read given to every caller of their masks (one
+/// column per [`MASK_BITS`] callers, first).
+fn by_mask(returned: Vec<Row>, n: usize) -> Result<Vec<Vec<Row>>, &'static str> {
+    let masks = n.div_ceil(MASK_BITS);
+    let mut per_caller: Vec<Vec<Row>> = (0..n).map(|_| Vec::new()).collect();
+    let mut columns: Option<Arc<[mysql_async::Column]>> = None;
+    for row in returned {
+        let columns = columns.get_or_insert_with(|| row.columns_ref()[masks..].into());
+        let values = row.unwrap();
+        let mut callers = Vec::new();
+        for (column, value) in values.iter().take(masks).enumerate() {
+            let mask = number(value).ok_or("a coalesced read returned a row without its mask")?;
+            for bit in 0..MASK_BITS {
+                if mask & (1 << bit) != 0 {
+                    callers.push(column * MASK_BITS + bit);
+                }
+            }
+        }
+        if callers.is_empty() || callers.iter().any(|&c| c >= n) {
+            return Err("a coalesced read returned a row of no caller");
+        }
+        let row = strip(values, masks, columns);
+        let last = callers.len() - 1;
+        for &caller in &callers[..last] {
+            per_caller[caller].push(row.clone());
+        }
+        per_caller[callers[last]].push(row);
+    }
+    Ok(per_caller)
+}
+
+/// The callers' counts of a coalesced delete from its returned masks: each
+/// row deleted counts for the first caller (in the statement's order, which
+/// is the order of the calls) whose condition it meets. Callers' own
+/// deletes run in that order would have had these counts: the first
+/// deletes the row, the later ones find it gone.
+fn deleted_by(returned: &[Row], n: usize) -> Result<Vec<u64>, &'static str> {
+    let masks = n.div_ceil(MASK_BITS);
+    let mut counts = vec![0u64; n];
+    for row in returned {
+        let mut first = None;
+        for column in 0..masks {
+            let mask = row
+                .as_ref(column)
+                .and_then(number)
+                .ok_or("a coalesced delete returned a row without its mask")?;
+            if mask != 0 {
+                first = Some(column * MASK_BITS + mask.trailing_zeros() as usize);
+                break;
+            }
+        }
+        match first.filter(|&c| c < n) {
+            Some(caller) => counts[caller] += 1,
+            None => return Err("a coalesced delete returned a row of no caller"),
+        }
+    }
+    Ok(counts)
 }

@@ -1,9 +1,10 @@
-//! Keyed reads on MariaDB: concurrent callers' point reads
+//! Keyed reads and deletes on MariaDB: concurrent callers' point reads
 //! `SELECT <list> FROM t WHERE key = ? [AND ...]` of one text, coalesced
-//! into one `UNION ALL` statement whose branches are the callers' own
-//! statements, each caller getting exactly what its own statement gets run
-//! alone: its rows (none, one or several), its count, its error. Keyed
-//! `UPDATE` and `DELETE` run on their own on MariaDB. Each test compares
+//! into one statement of the callers' conditions joined by `OR` (a base
+//! table) or of their own statements joined by `UNION ALL` (a view), each
+//! caller getting exactly what its own statement gets run alone: its rows
+//! (none, one or several), its count, its error; the same for keyed
+//! `DELETE`s. Keyed `UPDATE`s run on their own on MariaDB. Each test compares
 //! the pool's answers with the plain driver's (a mysql_async connection on
 //! the server itself running the same statement, on the same or a twin
 //! table), value by value and column name by column name, or with a result
@@ -204,8 +205,8 @@ async fn assert_alone(pool: &Pool, sql: &str) {
     assert!(!explain.is_coalesced(), "{sql} is coalesced");
 }
 
-/// Fails unless `pool` runs the keyed write `sql` on its own because
-/// keyed writes are coalesced on PostgreSQL only.
+/// Fails unless `pool` runs the keyed update `sql` on its own because
+/// keyed updates are coalesced on PostgreSQL only.
 async fn assert_postgres_only(pool: &Pool, sql: &str) {
     let explain = pool.explain(sql).await.unwrap();
     match explain.reason() {
@@ -728,10 +729,9 @@ async fn per_row_errors_stay_with_their_callers() {
 
 /// 64 tasks, each ten times: update its own row (run on its own) and read
 /// it back, insert a new row (a coalesced INSERT) and read that, and every
-/// fifth round delete it (run on its own) and read it again: every read
-/// sees what its task was just told was written, and the table ends as
-/// computed. Reads and inserts are coalesced; keyed updates and deletes
-/// are not, on MariaDB.
+/// fifth round delete it and read it again: every read sees what its task
+/// was just told was written, and the table ends as computed. Reads,
+/// inserts and deletes are coalesced; keyed updates are not, on MariaDB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_read_their_own_writes() {
     let (pool, mut admin, _) = setup(
@@ -794,14 +794,12 @@ async fn callers_read_their_own_writes() {
     }
     expected.sort();
     assert_eq!(stored, expected);
-    for sql in [INSERT, READ, READ_ROW] {
+    for sql in [INSERT, READ, READ_ROW, DELETE] {
         assert_coalesced(&pool, sql).await;
     }
-    for sql in [UPDATE, DELETE] {
-        assert_postgres_only(&pool, sql).await;
-    }
-    // The reads and inserts (the updates and deletes ran on their own).
-    assert_burst_coalesced("reads after writes", &before, &after, 64 * (10 * 3 + 2));
+    assert_postgres_only(&pool, UPDATE).await;
+    // The reads, inserts and deletes (the updates ran on their own).
+    assert_burst_coalesced("reads after writes", &before, &after, 64 * (10 * 3 + 2 + 2));
 }
 
 /// The tables of `other_forms_run_on_their_own`, prefixed with `p`: each
@@ -830,9 +828,9 @@ const OTHER_FORMS_TABLES: [&str; 2] = ["t", "nu"];
 /// so) and their callers get what the plain driver gives on twin tables:
 /// `ORDER BY`, `LIMIT`, `FOR UPDATE`, `LOCK IN SHARE MODE`, function calls
 /// in the select list, a subquery, `IN (?, ?)`, `OR`, a range, `GROUP BY`.
-/// Keyed UPDATE and DELETE run on their own on MariaDB (a keyed form
-/// coalesced on PostgreSQL only), each caller's count what the plain driver
-/// counts one by one, and the tables end up the same. A pool with
+/// Keyed UPDATEs run on their own on MariaDB (a keyed form coalesced on
+/// PostgreSQL only) and keyed DELETEs are coalesced, each caller's count
+/// what the plain driver counts one by one, and the tables end up the same. A pool with
 /// `reads(false)` runs reads on their own (and still coalesces INSERTs);
 /// nothing is coalesced inside `Pool::begin` transactions or on a
 /// `Pool::get` connection. The plain point read of the same table is
@@ -979,7 +977,11 @@ async fn other_forms_run_on_their_own() {
         print_explain(&pool, &with(sql, "pool_")).await;
     }
     for (sql, ..) in &writes {
-        assert_postgres_only(&pool, &with(sql, "pool_")).await;
+        if sql.starts_with("UPDATE") {
+            assert_postgres_only(&pool, &with(sql, "pool_")).await;
+        } else {
+            assert_coalesced(&pool, &with(sql, "pool_")).await;
+        }
     }
 
     // Inside transactions and on a lent connection nothing is coalesced:
@@ -1099,4 +1101,200 @@ async fn composite_keys_in_any_order() {
         assert_coalesced(&pool, sql).await;
     }
     assert_burst_coalesced("composite key reads", &before, &after, calls.len());
+}
+
+/// `Select_range` of the session behind `pool`'s one connection.
+async fn range_scans(pool: &Pool) -> u64 {
+    let mut conn = pool.get().await.unwrap();
+    let row: Option<(String, String)> = conn
+        .query_first("SHOW SESSION STATUS LIKE 'Select_range'")
+        .await
+        .unwrap();
+    row.unwrap().1.parse().unwrap()
+}
+
+/// On a base table the callers' conditions go out joined by `OR`: the
+/// server reads their keys in one range scan (the session's `Select_range`
+/// counts it), and every caller gets its own row or none, also when several
+/// callers ask for one key. Through a view the callers' statements are
+/// joined by `UNION ALL`, each branch its own key lookup (no range scan),
+/// as a view's rows need not be the same when it is read twice. One
+/// connection, so every statement of the burst runs on the session read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn base_tables_are_read_in_one_scan_views_in_branches() {
+    let url = My::fresh_db().await;
+    let mut admin = My::admin(&url).await;
+    admin
+        .query_drop(format!(
+            "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(20) NOT NULL);
+             {}
+             CREATE VIEW kvv AS SELECT id, v FROM kv;",
+            insert("kv", (0..1000).map(|i| format!("({i}, 'v{i}')")))
+        ))
+        .await
+        .unwrap();
+    let pool = My::pool(&url, BatchConfig::default(), 1);
+    for (sql, range) in [
+        ("SELECT v FROM kv WHERE id = ?", true),
+        ("SELECT v FROM kvv WHERE id = ?", false),
+    ] {
+        assert_coalesced(&pool, sql).await;
+        let scans = range_scans(&pool).await;
+        let before = pool.stats();
+        let keys: Vec<i64> = (0..60).map(|i| (i * 37) % 1100).chain([5, 5, 5]).collect();
+        let calls: Vec<(String, Call, Vec<Value>)> = keys
+            .iter()
+            .map(|k| (sql.to_owned(), Call::Query, vec![Value::Int(*k)]))
+            .collect();
+        differential(&pool, &mut admin, &calls).await;
+        assert_burst_coalesced(sql, &before, &pool.stats(), calls.len());
+        let scanned = range_scans(&pool).await - scans;
+        if range {
+            assert!(scanned >= 1, "{sql}: no range scan");
+        } else {
+            assert_eq!(scanned, 0, "{sql}: a range scan");
+        }
+    }
+}
+
+/// Concurrent keyed deletes, several callers naming one row in ways the
+/// server finds equal and the bytes do not (`_ci` case, `PAD SPACE`
+/// trailing blanks, a number against a string key), missing keys and NULL:
+/// every row that existed is counted by exactly one of the callers that
+/// named it, every other caller counts 0, as their own deletes run one
+/// after another would; the rows are gone and no other row is. A referenced
+/// row's caller gets the foreign key's error (1451), as its own statement
+/// does, and the callers beside it their counts. Tables whose deletes could
+/// differ row by row run on their own (`explain` says why): a trigger, a
+/// non-transactional engine, a view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_count_each_row_for_one_caller() {
+    let (pool, mut admin, _) = setup(
+        &format!(
+            "CREATE TABLE d (k VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT) ENGINE=InnoDB;
+             {}
+             CREATE TABLE parent (id BIGINT PRIMARY KEY) ENGINE=InnoDB;
+             {}
+             CREATE TABLE child (id BIGINT PRIMARY KEY, p BIGINT NOT NULL,
+                 FOREIGN KEY (p) REFERENCES parent (id)) ENGINE=InnoDB;
+             INSERT INTO child VALUES (1, 3), (2, 7), (3, 7);
+             CREATE TABLE trig (id BIGINT PRIMARY KEY) ENGINE=InnoDB;
+             INSERT INTO trig VALUES (1), (2);
+             CREATE TABLE gone (id BIGINT);
+             CREATE TRIGGER trig_d AFTER DELETE ON trig FOR EACH ROW INSERT INTO gone VALUES (OLD.id);
+             CREATE TABLE aria (id BIGINT PRIMARY KEY) ENGINE=Aria;
+             INSERT INTO aria VALUES (1), (2);
+             CREATE VIEW dv AS SELECT k, n FROM d;",
+            insert("d", (0..200).map(|i| format!("('k{i}', {i})"))),
+            insert("parent", (0..20).map(|i| format!("({i})"))),
+        ),
+        BatchConfig::default(),
+    )
+    .await;
+    const DELETE: &str = "DELETE FROM d WHERE k = ?";
+    assert_coalesced(&pool, DELETE).await;
+
+    // Each row named by up to three callers in different spellings.
+    let mut calls: Vec<(usize, Value)> = Vec::new();
+    for i in 0..120usize {
+        let row = i % 60;
+        let spelled = match i / 60 {
+            0 => format!("k{row}"),
+            _ if row % 3 == 0 => format!("K{row}"),
+            _ if row % 3 == 1 => format!("k{row}  "),
+            _ => format!("k{row}"),
+        };
+        calls.push((row, Value::from(spelled)));
+    }
+    for missing in ["nope", "k9999"] {
+        calls.push((usize::MAX, Value::from(missing)));
+    }
+    calls.push((usize::MAX, Value::NULL));
+    calls.push((usize::MAX, Value::Int(5)));
+    let before = pool.stats();
+    let counts = join_all(calls.iter().map(|(_, key)| {
+        let pool = &pool;
+        async move {
+            pool.execute(DELETE, (key.clone(),))
+                .await
+                .unwrap_or_else(|e| panic!("{key:?}: {e}"))
+                .rows_affected()
+        }
+    }))
+    .await;
+    let after = pool.stats();
+    for row in 0..60usize {
+        let of_row: Vec<u64> = calls
+            .iter()
+            .zip(&counts)
+            .filter(|((r, _), _)| *r == row)
+            .map(|(_, c)| *c)
+            .collect();
+        assert_eq!(
+            of_row.iter().sum::<u64>(),
+            1,
+            "row k{row}: counts {of_row:?}"
+        );
+    }
+    for ((row, key), count) in calls.iter().zip(&counts) {
+        if *row == usize::MAX {
+            assert_eq!(*count, 0, "{key:?} deleted a row");
+        }
+    }
+    let left: Vec<String> = admin.query("SELECT k FROM d ORDER BY n").await.unwrap();
+    let expected: Vec<String> = (60..200).map(|i| format!("k{i}")).collect();
+    assert_eq!(left, expected);
+    assert_burst_coalesced("keyed deletes", &before, &after, calls.len());
+
+    // A referenced row's delete fails for its caller alone.
+    const PARENT: &str = "DELETE FROM parent WHERE id = ?";
+    assert_coalesced(&pool, PARENT).await;
+    let ids: Vec<i64> = (0..20).collect();
+    let got = join_all(ids.iter().map(|id| {
+        let pool = &pool;
+        async move { pool.execute(PARENT, (*id,)).await }
+    }))
+    .await;
+    for (id, got) in ids.iter().zip(got) {
+        match got {
+            Err(e) if *id == 3 || *id == 7 => {
+                assert_eq!(e.code(), Some("23000"), "parent {id}: {e}");
+                assert!(e.to_string().contains("1451"), "parent {id}: {e}");
+            }
+            Ok(out) if *id != 3 && *id != 7 => assert_eq!(out.rows_affected(), 1, "parent {id}"),
+            other => panic!("parent {id}: {other:?}"),
+        }
+    }
+    let left: Vec<i64> = admin
+        .query("SELECT id FROM parent ORDER BY id")
+        .await
+        .unwrap();
+    assert_eq!(left, vec![3, 7]);
+
+    // Run on their own, and still right.
+    for (sql, why) in [
+        ("DELETE FROM trig WHERE id = ?", "trigger"),
+        ("DELETE FROM aria WHERE id = ?", "transactional"),
+        ("DELETE FROM dv WHERE k = ?", "base table"),
+    ] {
+        let explain = pool.explain(sql).await.unwrap();
+        assert!(!explain.is_coalesced(), "{sql}: {explain}");
+        assert!(explain.to_string().contains(why), "{sql}: {explain}");
+    }
+    let got = join_all((1..=3i64).map(|id| {
+        let pool = &pool;
+        async move {
+            pool.execute("DELETE FROM trig WHERE id = ?", (id,))
+                .await
+                .unwrap()
+                .rows_affected()
+        }
+    }))
+    .await;
+    assert_eq!(got, vec![1, 1, 0]);
+    let logged: Vec<i64> = admin
+        .query("SELECT id FROM gone ORDER BY id")
+        .await
+        .unwrap();
+    assert_eq!(logged, vec![1, 2]);
 }

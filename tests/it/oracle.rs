@@ -94,8 +94,8 @@
 //! UPDATE OR DELETE` writing `(op, key)` to a log table: PostgreSQL then
 //! runs the writes on their own, and the logs are compared too. MariaDB's
 //! cases come from the same generator (without `ß`); there the reads are
-//! coalesced (each caller's own statement a branch of one `UNION ALL`) and
-//! the writes run on their own.
+//! coalesced (the callers' conditions joined by `OR`), the deletes too
+//! where no trigger writes a log, and the updates run on their own.
 //!
 //! Concurrent callers have no order, so a keyed burst is built so that what
 //! each caller may get does not depend on the order the server sees the

@@ -190,6 +190,8 @@ impl KCase {
                 (Flavor::Pg, Role::Read) => text.witness,
                 (Flavor::Pg, _) => !self.log && self.keys.iter().all(|k| k.byte_stable()),
                 (Flavor::My, Role::Read) => true,
+                // Not where a trigger writes the log.
+                (Flavor::My, Role::Delete) => !self.log,
                 (Flavor::My, _) => false,
             }
     }
