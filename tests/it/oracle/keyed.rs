@@ -110,6 +110,10 @@ pub struct KText {
     /// A read: the select list holds a column never NULL in a row (a key
     /// column, `*`, or the `NOT NULL` column `n`).
     pub witness: bool,
+    /// A write whose placeholders number the key parts first and its own
+    /// values after them (`SET n = n + {2} WHERE k1 = {1}`): its callers'
+    /// parameters are the key, then the values.
+    pub keys_first: bool,
 }
 
 /// One caller: which text, how it is called, its parameters (for `{1}`,
@@ -366,6 +370,7 @@ fn texts(r: &mut Rng, keys: &[KTy]) -> Vec<KText> {
         role: Role::Read,
         sql,
         witness,
+        keys_first: false,
     };
     out.push(if r.percent(50) {
         read(
@@ -418,6 +423,7 @@ fn texts(r: &mut Rng, keys: &[KTy]) -> Vec<KText> {
         role,
         sql,
         witness: false,
+        keys_first: false,
     };
     out.push(write(
         Role::Add,
@@ -427,14 +433,17 @@ fn texts(r: &mut Rng, keys: &[KTy]) -> Vec<KText> {
         ),
     ));
     if r.percent(50) {
-        out.push(write(
-            Role::Add,
-            format!(
-                "UPDATE {{t}} SET n = n + {{{}}} WHERE {}",
-                arity + 1,
-                conditions(keys, 1, "", swapped, false)
-            ),
-        ));
+        out.push(KText {
+            keys_first: true,
+            ..write(
+                Role::Add,
+                format!(
+                    "UPDATE {{t}} SET n = n + {{{}}} WHERE {}",
+                    arity + 1,
+                    conditions(keys, 1, "", swapped, false)
+                ),
+            )
+        });
     }
     if r.percent(40) {
         out.push(write(
@@ -570,8 +579,12 @@ pub fn generate_keyed(flavor: Flavor, seed: u64, spec: Option<KSpec>) -> KCase {
             } else {
                 How::Execute
             };
-            let mut params = write_values(r, role, spec.faults);
-            params.extend(key);
+            let values = write_values(r, role, spec.faults);
+            let params = if texts[text].keys_first {
+                key.into_iter().chain(values).collect()
+            } else {
+                values.into_iter().chain(key).collect()
+            };
             KCall {
                 text,
                 how,
