@@ -1,4 +1,5 @@
-//! Keyed statements under faults, against a real PostgreSQL: reads,
+//! Keyed statements under faults, against a real PostgreSQL (and MariaDB
+//! for the deletes, the keyed writes it coalesces): reads,
 //! updates and deletes of one row by its primary key
 //! (`SELECT hits FROM counters WHERE id = $1`,
 //! `UPDATE counters SET hits = hits + 1 WHERE id = $1`,
@@ -6,7 +7,8 @@
 //! `DELETE FROM doomed WHERE id = $1`) from many callers at once, while the
 //! server ends the pool's sessions and the network cuts its connections,
 //! callers are dropped, rows of hot keys deadlock, or a lock outlasts the
-//! session's `statement_timeout`. Every test runs as `pg::name`.
+//! session's `statement_timeout`. Every test runs as `pg::name`; the
+//! deletes' also as `my::name`.
 //!
 //! However the pool runs such statements (each on its own, or many
 //! callers' coalesced into one), every caller gets the outcome its own
@@ -32,6 +34,15 @@ use crate::common::proxy::Proxy;
 use batchpool::postgres::Pool;
 use batchpool::{BatchConfig, Error, Stats};
 use rand::Rng;
+
+#[cfg(feature = "mysql")]
+mod my {
+    crate::common::backend::tests_for!(
+        My,
+        (flavor = "multi_thread", worker_threads = 2),
+        deletes_under_kills_remove_exactly_what_they_report
+    );
+}
 
 mod pg {
     crate::common::backend::tests_for!(
@@ -236,9 +247,14 @@ async fn under_kills<B: TestBackend>(url: &str, sql: &str, keys: i32) -> Killed 
         let (ended, cuts) = (ended.clone(), cuts.clone());
         tokio::spawn(async move {
             let mut admin = B::admin(&url).await;
-            let others = "SELECT pid::text FROM pg_stat_activity \
-                          WHERE datname = current_database() AND pid <> pg_backend_pid() \
-                          AND backend_type = 'client backend'";
+            let others = if B::IS_PG {
+                "SELECT pid::text FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                 AND backend_type = 'client backend'"
+            } else {
+                "SELECT ID FROM information_schema.PROCESSLIST \
+                 WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND COMMAND <> 'Daemon'"
+            };
             ready.send(()).expect("the test waits");
             let mut round = 0u64;
             while !stop.load(Ordering::SeqCst) {
@@ -388,18 +404,19 @@ async fn increments_under_kills_are_applied_once_each<B: TestBackend<Pool = Pool
 /// Ok(0), which says another delete had taken it); a key gone was taken
 /// by a delete acknowledged or of unknown outcome, never by one that
 /// failed for sure alone; keys no one deleted are all there.
-async fn deletes_under_kills_remove_exactly_what_they_report<B: TestBackend<Pool = Pool>>() {
+async fn deletes_under_kills_remove_exactly_what_they_report<B: TestBackend>() {
     const ROWS: i32 = 2000;
     const TARGETED: i32 = 1200;
     let url = B::fresh_db().await;
     let mut admin = B::admin(&url).await;
+    let ids = if B::IS_PG {
+        format!("SELECT generate_series(0, {})", ROWS - 1)
+    } else {
+        format!("SELECT seq FROM seq_0_to_{}", ROWS - 1)
+    };
     B::admin_run(
         &mut admin,
-        &format!(
-            "CREATE TABLE doomed (id INT PRIMARY KEY); \
-             INSERT INTO doomed (id) SELECT generate_series(0, {})",
-            ROWS - 1
-        ),
+        &format!("CREATE TABLE doomed (id INT PRIMARY KEY); INSERT INTO doomed (id) {ids}"),
     )
     .await;
     drop(admin);
