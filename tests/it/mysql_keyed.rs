@@ -1298,3 +1298,89 @@ async fn deletes_count_each_row_for_one_caller() {
         .unwrap();
     assert_eq!(logged, vec![1, 2]);
 }
+
+/// More callers in one statement than one mask column numbers (63): 200
+/// reads and then 200 deletes queue behind the pool's one connection, held,
+/// so that they go out in statements of more than 63 callers on average.
+/// Each reader gets its own row (keys repeated, some missing), each row
+/// deleted is counted by one of its callers, and the rows no one named are
+/// left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_of_more_callers_than_one_mask_holds() {
+    let url = My::fresh_db().await;
+    let mut admin = My::admin(&url).await;
+    admin
+        .query_drop(format!(
+            "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(20) NOT NULL);
+             {}",
+            insert("kv", (0..1000).map(|i| format!("({i}, 'v{i}')")))
+        ))
+        .await
+        .unwrap();
+    let pool = My::pool(&url, BatchConfig::default(), 1);
+    const READ: &str = "SELECT id, v FROM kv WHERE id = ?";
+    const DELETE: &str = "DELETE FROM kv WHERE id = ?";
+    // Keys 0..180 with every tenth named twice, and 10 missing ones.
+    let keys: Vec<i64> = (0..180)
+        .chain((0..180).step_by(18))
+        .chain(5000..5010)
+        .collect();
+    assert_eq!(keys.len(), 200);
+    for sql in [READ, DELETE] {
+        assert_coalesced(&pool, sql).await;
+        let held = pool.get().await.unwrap();
+        let before = pool.stats();
+        let calls = keys.iter().map(|k| {
+            let pool = pool.clone();
+            let k = *k;
+            tokio::spawn(async move {
+                if sql == READ {
+                    let row = pool.query_opt(READ, (k,)).await.unwrap();
+                    u64::from(row.is_some_and(|r| {
+                        r.get::<i64, _>(0) == Some(k)
+                            && r.get::<String, _>(1) == Some(format!("v{k}"))
+                    }))
+                } else {
+                    pool.execute(DELETE, (k,)).await.unwrap().rows_affected()
+                }
+            })
+        });
+        let calls: Vec<_> = calls.collect();
+        while pool.stats().queued < keys.len() as u64 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        drop(held);
+        let mut got = Vec::new();
+        for call in calls {
+            got.push(call.await.unwrap());
+        }
+        let after = pool.stats();
+        let (rows, statements) = (
+            after.rows - before.rows,
+            after.statements - before.statements,
+        );
+        assert_eq!(rows, keys.len() as u64, "{sql}: every call coalesced");
+        assert!(
+            statements * 63 < rows,
+            "{sql}: {rows} rows in {statements} statements"
+        );
+        for (k, n) in keys.iter().zip(&got) {
+            if *k >= 5000 {
+                assert_eq!(*n, 0, "{sql}: key {k}");
+            }
+        }
+        for k in 0..180i64 {
+            let of_key: u64 = keys
+                .iter()
+                .zip(&got)
+                .filter(|(x, _)| **x == k)
+                .map(|(_, n)| n)
+                .sum();
+            let named = keys.iter().filter(|x| **x == k).count() as u64;
+            let expected = if sql == READ { named } else { 1 };
+            assert_eq!(of_key, expected, "{sql}: key {k}");
+        }
+    }
+    let left: Vec<i64> = admin.query("SELECT id FROM kv ORDER BY id").await.unwrap();
+    assert_eq!(left, (180..1000).collect::<Vec<i64>>());
+}
