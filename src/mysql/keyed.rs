@@ -265,8 +265,14 @@ impl MyKeyed {
             return Ok(vec![Outcome::read(returned)]);
         }
         if self.form.kind == KeyedKind::Delete {
-            let counts = deleted_by(&returned, n)
-                .map_err(|what| ChunkError::Statement(Error::internal(what)))?;
+            // The statement has run: a row it cannot give to a caller
+            // leaves every caller's count unknown, not failed.
+            let counts = deleted_by(&returned, n).map_err(|what| {
+                ChunkError::Statement(Error::new(
+                    Kind::OutcomeUnknown,
+                    format!("{what}: the delete ran, each caller's count is unknown"),
+                ))
+            })?;
             return Ok(counts
                 .into_iter()
                 .map(|count| Outcome::new(count, true, None, None))
@@ -374,4 +380,67 @@ fn deleted_by(returned: &[Row], n: usize) -> Result<Vec<u64>, &'static str> {
         }
     }
     Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use mysql_async::consts::ColumnType;
+    use mysql_async::{Column, Row, Value};
+
+    use super::{by_mask, deleted_by};
+
+    /// A returned row: `masks` mask columns, then one value column `v`.
+    fn row(masks: &[u64], v: i64) -> Row {
+        let mut columns: Vec<Column> = (0..masks.len())
+            .map(|i| {
+                Column::new(ColumnType::MYSQL_TYPE_LONGLONG)
+                    .with_name(format!("batchpool mask {}", i + 1).as_bytes())
+            })
+            .collect();
+        columns.push(Column::new(ColumnType::MYSQL_TYPE_LONGLONG).with_name(b"v"));
+        let mut values: Vec<Value> = masks.iter().map(|m| Value::UInt(*m)).collect();
+        values.push(Value::Int(v));
+        mysql_common::row::new_row(values, Arc::from(columns))
+    }
+
+    fn values(rows: &[Row]) -> Vec<i64> {
+        rows.iter().map(|r| r.get::<i64, _>(0).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_read_row_goes_to_every_caller_of_its_mask_without_the_masks() {
+        // Three callers: a row of callers 0 and 2, a row of caller 1.
+        let got = by_mask(vec![row(&[0b101], 10), row(&[0b010], 11)], 3).unwrap();
+        assert_eq!(
+            got.iter().map(|r| values(r)).collect::<Vec<_>>(),
+            vec![vec![10], vec![11], vec![10]]
+        );
+        assert_eq!(got[0][0].columns_ref().len(), 1);
+        assert_eq!(got[0][0].columns_ref()[0].name_str(), "v");
+        // 70 callers: two mask columns; bit 0 of the second is caller 63.
+        let got = by_mask(vec![row(&[1 << 62, 0b1], 12), row(&[0, 1 << 6], 13)], 70).unwrap();
+        assert_eq!(values(&got[62]), vec![12]);
+        assert_eq!(values(&got[63]), vec![12]);
+        assert_eq!(values(&got[69]), vec![13]);
+        assert_eq!(got.iter().map(Vec::len).sum::<usize>(), 3);
+        // A row of no caller, or of a caller past the statement's.
+        assert!(by_mask(vec![row(&[0], 1)], 3).is_err());
+        assert!(by_mask(vec![row(&[0b1000], 1)], 3).is_err());
+    }
+
+    #[test]
+    fn a_deleted_row_counts_for_its_first_caller_only() {
+        let rows = [row(&[0b110], 1), row(&[0b100], 2), row(&[0b111], 3)];
+        assert_eq!(deleted_by(&rows, 3).unwrap(), vec![1, 1, 1]);
+        let rows = [row(&[0, 0b11], 1), row(&[1 << 5, 1], 2)];
+        let counts = deleted_by(&rows, 65).unwrap();
+        assert_eq!(
+            (counts[5], counts[63], counts.iter().sum::<u64>()),
+            (1, 1, 2)
+        );
+        assert!(deleted_by(&[row(&[0], 1)], 3).is_err());
+        assert!(deleted_by(&[row(&[0b1000], 1)], 3).is_err());
+    }
 }
