@@ -189,7 +189,7 @@ pub(crate) struct MyRow {
 pub(crate) fn encode(shape: &MyShape, params: Params) -> Result<MyRow, Error> {
     let (per_row, text_per_row, copies) = match shape {
         MyShape::Insert(s) => (s.params, s.text_per_row, 1),
-        MyShape::Keyed(k) => (k.params, k.text_per_row, k.copies),
+        MyShape::Keyed(k) => (k.params, k.text_per_row, k.copies()),
     };
     let values = match params {
         Params::Empty => Vec::new(),
@@ -1014,7 +1014,7 @@ impl MyRow {
 pub(crate) enum MyShape {
     /// A single-row INSERT.
     Insert(MyInsert),
-    /// A keyed read.
+    /// A keyed read or delete.
     Keyed(MyKeyed),
 }
 
@@ -1077,7 +1077,7 @@ impl Backend for MySql {
 
     fn bound_params(shape: &MyShape) -> Option<usize> {
         match shape {
-            MyShape::Keyed(k) => Some(k.params * k.copies),
+            MyShape::Keyed(k) => Some(k.params * k.copies()),
             MyShape::Insert(_) => None,
         }
     }

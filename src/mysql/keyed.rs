@@ -1,14 +1,18 @@
-//! Keyed reads on MySQL / MariaDB: many callers' `SELECT <list> FROM t
-//! WHERE k = ? [AND ...]` of one text as one statement.
+//! Keyed reads and deletes on MySQL / MariaDB: many callers' `SELECT
+//! <list> FROM t WHERE k = ? [AND ...]` or `DELETE FROM t WHERE k = ? [AND
+//! ...]` of one text as one statement.
 //!
 //! - On a base table, the callers' conditions are joined by `OR`, and each
 //!   row carries a mask of the callers whose condition it meets, computed
 //!   by the server with that caller's own condition and values (see
 //!   [`KeyedShape::render_or`]). A row goes to every caller of its mask.
-//! - On anything else (a view, a name the catalog does not show), the
-//!   callers' own statements are joined by `UNION ALL`, each numbered by a
+//! - A read of anything else (a view, a name the catalog does not show)
+//!   joins the callers' own statements by `UNION ALL`, each numbered by a
 //!   first column (see [`KeyedShape::render_union`]), as a view's rows need
 //!   not be the same when it is read twice.
+//! - A delete, on a transactional base table without triggers only, joins
+//!   the conditions by `OR` and returns each deleted row's mask: the row
+//!   counts for the first caller of its mask (see [`deleted_by`]).
 //!
 //! Either way the server compares each caller's conditions as the caller's
 //! statement compares them (the parameter's type and coercibility, the
@@ -16,9 +20,9 @@
 //! client compares no keys. The statement runs on one snapshot taken after
 //! every caller in it began its call; each caller gets its rows without the
 //! added columns. A statement that fails for an error that may be one
-//! caller's runs again in smaller groups, as INSERTs do. Keyed updates and
-//! deletes run on their own on these servers: MySQL has no `UPDATE ...
-//! RETURNING` to tell each caller its count.
+//! caller's runs again in smaller groups, as INSERTs do. Keyed updates run
+//! on their own on these servers: MySQL has no `UPDATE ... RETURNING` to
+//! tell each caller its count.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,7 +39,7 @@ use crate::error::{Error, Kind};
 use crate::explain::NotCoalesced;
 use crate::sync::lock;
 
-/// How a keyed read's many-caller statement is written.
+/// How a keyed statement's many-caller text is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Rendering {
     /// The callers' conditions joined by `OR`, each row with its callers'
@@ -63,7 +67,7 @@ impl Rendering {
     }
 }
 
-/// A keyed read shape.
+/// A keyed read or delete shape.
 pub(crate) struct MyKeyed {
     form: Arc<KeyedShape>,
     rendering: Rendering,
@@ -71,9 +75,6 @@ pub(crate) struct MyKeyed {
     sql: Box<str>,
     /// Placeholders of one caller's statement.
     pub(crate) params: usize,
-    /// Times each caller's parameters are bound in the many-caller
-    /// statement.
-    pub(crate) copies: usize,
     /// Text bytes each further caller adds.
     pub(crate) text_per_row: usize,
     /// Rendered texts by caller count.
@@ -173,13 +174,18 @@ impl MyKeyed {
             .max(1);
         MyKeyed {
             params: form.params_per_row,
-            copies: rendering.copies(),
             text_per_row,
             rendering,
             form,
             sql: sql.into(),
             texts: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Times each caller's parameters are bound in the many-caller
+    /// statement.
+    pub(crate) fn copies(&self) -> usize {
+        self.rendering.copies()
     }
 
     /// Whether a re-learned shape is this one.
@@ -214,7 +220,7 @@ impl MyKeyed {
         if conn.is_disconnected() {
             return Err(ChunkError::Statement(Error::closed_before_send()));
         }
-        let bound = if n == 1 { 1 } else { self.copies };
+        let bound = if n == 1 { 1 } else { self.copies() };
         if usize::from(stmt.num_params()) != n * self.params * bound {
             return Err(ChunkError::Statement(Error::new(
                 Kind::Params,
@@ -234,24 +240,13 @@ impl MyKeyed {
         } else {
             Params::Positional(params)
         };
-        if n == 1 && self.form.kind == KeyedKind::Delete {
-            return match conn.exec_drop(&stmt, params).await {
-                Ok(()) => Ok(vec![Outcome::new(
-                    conn.affected_rows(),
-                    true,
-                    conn.last_insert_id(),
-                    None,
-                )]),
-                Err(e) => {
-                    conn.note_error(&e);
-                    if super::errors::stale(&e) {
-                        let _ = conn.close(stmt).await;
-                    }
-                    Err(read_error(e))
-                }
-            };
-        }
-        let returned: Vec<Row> = match conn.exec(&stmt, params).await {
+        let lone_delete = n == 1 && self.form.kind == KeyedKind::Delete;
+        let ran = if lone_delete {
+            conn.exec_drop(&stmt, params).await.map(|()| Vec::new())
+        } else {
+            conn.exec::<Row, _, _>(&stmt, params).await
+        };
+        let returned = match ran {
             Ok(rows) => rows,
             Err(e) => {
                 conn.note_error(&e);
@@ -261,6 +256,10 @@ impl MyKeyed {
                 return Err(read_error(e));
             }
         };
+        if lone_delete {
+            let out = Outcome::new(conn.affected_rows(), true, conn.last_insert_id(), None);
+            return Ok(vec![out]);
+        }
         if n == 1 {
             return Ok(vec![Outcome::read(returned)]);
         }
@@ -294,6 +293,11 @@ fn number(value: &Value) -> Option<u64> {
         Value::UInt(u) => Some(*u),
         _ => None,
     }
+}
+
+/// A mask column's value: bits 0 to [`MASK_BITS`] − 1 only, each a caller.
+fn mask(value: &Value) -> Option<u64> {
+    number(value).filter(|m| m >> MASK_BITS == 0)
 }
 
 /// `values` as a row of `columns` (the statement's own columns, without
@@ -334,11 +338,10 @@ fn by_mask(returned: Vec<Row>, n: usize) -> Result<Vec<Vec<Row>>, &'static str> 
         let values = row.unwrap();
         let mut callers = Vec::new();
         for (column, value) in values.iter().take(masks).enumerate() {
-            let mask = number(value).ok_or("a coalesced read returned a row without its mask")?;
-            for bit in 0..MASK_BITS {
-                if mask & (1 << bit) != 0 {
-                    callers.push(column * MASK_BITS + bit);
-                }
+            let mut mask = mask(value).ok_or("a coalesced read returned a row without its mask")?;
+            while mask != 0 {
+                callers.push(column * MASK_BITS + mask.trailing_zeros() as usize);
+                mask &= mask - 1;
             }
         }
         if callers.is_empty() || callers.iter().any(|&c| c >= n) {
@@ -367,7 +370,7 @@ fn deleted_by(returned: &[Row], n: usize) -> Result<Vec<u64>, &'static str> {
         for column in 0..masks {
             let mask = row
                 .as_ref(column)
-                .and_then(number)
+                .and_then(mask)
                 .ok_or("a coalesced delete returned a row without its mask")?;
             if mask != 0 {
                 first = Some(column * MASK_BITS + mask.trailing_zeros() as usize);
@@ -428,6 +431,8 @@ mod tests {
         // A row of no caller, or of a caller past the statement's.
         assert!(by_mask(vec![row(&[0], 1)], 3).is_err());
         assert!(by_mask(vec![row(&[0b1000], 1)], 3).is_err());
+        // Bit 63 names no caller (each column numbers 63).
+        assert!(by_mask(vec![row(&[1 << 63, 0], 1)], 70).is_err());
     }
 
     #[test]
@@ -442,5 +447,6 @@ mod tests {
         );
         assert!(deleted_by(&[row(&[0], 1)], 3).is_err());
         assert!(deleted_by(&[row(&[0b1000], 1)], 3).is_err());
+        assert!(deleted_by(&[row(&[1 << 63, 0], 1)], 70).is_err());
     }
 }

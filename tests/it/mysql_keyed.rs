@@ -1103,6 +1103,22 @@ async fn composite_keys_in_any_order() {
     assert_burst_coalesced("composite key reads", &before, &after, calls.len());
 }
 
+/// A fresh database with `kv (id, v)` holding ids 0 to 999 (`v` is
+/// `'v<id>'`) and whatever `ddl` makes after it: a pool of one connection,
+/// and the plain driver's connection.
+async fn kv_on_one_connection(ddl: &str) -> (Pool, Conn) {
+    let url = My::fresh_db().await;
+    let mut admin = My::admin(&url).await;
+    admin
+        .query_drop(format!(
+            "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(20) NOT NULL); {} {ddl}",
+            insert("kv", (0..1000).map(|i| format!("({i}, 'v{i}')")))
+        ))
+        .await
+        .unwrap();
+    (My::pool(&url, BatchConfig::default(), 1), admin)
+}
+
 /// `Select_range` of the session behind `pool`'s one connection.
 async fn range_scans(pool: &Pool) -> u64 {
     let mut conn = pool.get().await.unwrap();
@@ -1122,18 +1138,7 @@ async fn range_scans(pool: &Pool) -> u64 {
 /// connection, so every statement of the burst runs on the session read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn base_tables_are_read_in_one_scan_views_in_branches() {
-    let url = My::fresh_db().await;
-    let mut admin = My::admin(&url).await;
-    admin
-        .query_drop(format!(
-            "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(20) NOT NULL);
-             {}
-             CREATE VIEW kvv AS SELECT id, v FROM kv;",
-            insert("kv", (0..1000).map(|i| format!("({i}, 'v{i}')")))
-        ))
-        .await
-        .unwrap();
-    let pool = My::pool(&url, BatchConfig::default(), 1);
+    let (pool, mut admin) = kv_on_one_connection("CREATE VIEW kvv AS SELECT id, v FROM kv;").await;
     for (sql, range) in [
         ("SELECT v FROM kv WHERE id = ?", true),
         ("SELECT v FROM kvv WHERE id = ?", false),
@@ -1307,17 +1312,7 @@ async fn deletes_count_each_row_for_one_caller() {
 /// left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_of_more_callers_than_one_mask_holds() {
-    let url = My::fresh_db().await;
-    let mut admin = My::admin(&url).await;
-    admin
-        .query_drop(format!(
-            "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR(20) NOT NULL);
-             {}",
-            insert("kv", (0..1000).map(|i| format!("({i}, 'v{i}')")))
-        ))
-        .await
-        .unwrap();
-    let pool = My::pool(&url, BatchConfig::default(), 1);
+    let (pool, mut admin) = kv_on_one_connection("").await;
     const READ: &str = "SELECT id, v FROM kv WHERE id = ?";
     const DELETE: &str = "DELETE FROM kv WHERE id = ?";
     // Keys 0..180 with every tenth named twice, and 10 missing ones.
