@@ -94,6 +94,13 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
     /// limit); `usize::MAX` when the protocol has none.
     fn max_statement_bytes(&self) -> usize;
 
+    /// The family a shape is in, if any: shapes of one family share one
+    /// queue (the engine keeps the first family queue it made), a row
+    /// encoded by its own text's shape telling the backend which text it is.
+    fn family(_shape: &Self::Shape) -> Option<u64> {
+        None
+    }
+
     /// Whether a re-learned shape is the one already in use (so its queue and
     /// the connections' prepared statements are kept).
     fn same_shape(old: &Self::Shape, new: &Self::Shape) -> bool;

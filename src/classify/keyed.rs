@@ -82,6 +82,9 @@ pub(crate) struct KeyedShape {
     pub(crate) items: Vec<Item>,
     /// An update's assigned columns (normalised).
     pub(crate) assigned: Vec<String>,
+    /// An update's assigned expressions, one per column of `assigned`,
+    /// split at placeholders.
+    sets: Box<[Box<[Piece]>]>,
     /// The table and its alias as written.
     table_ref: Box<str>,
     /// A read's select list (`*` qualified by the table's name) or an
@@ -125,6 +128,122 @@ impl KeyedShape {
                  RETURNING {KEYS}.\"batchpool ord\""
             ),
         }
+    }
+}
+
+/// The row source's column that numbers each caller's text in a family's
+/// statement (see [`KeyedShape::render_family`]).
+const MEMBER: &str = "\"batchpool member\"";
+
+/// A normalised column name as a quoted identifier.
+fn quoted(column: &str) -> String {
+    format!("\"{}\"", column.replace('"', "\"\""))
+}
+
+impl KeyedShape {
+    /// What the texts of a family of keyed updates share (PostgreSQL):
+    /// the table as written, the conditions, the parameters one caller
+    /// binds. Texts of one family differ only in their SET clause (YCSB's
+    /// `UPDATE usertable SET fieldN = $1 WHERE ycsb_key = $2`). `None`
+    /// for reads and deletes.
+    pub(crate) fn family_key(&self) -> Option<String> {
+        (self.kind == KeyedKind::Update).then(|| {
+            let cond = pieces_with(&self.cond, &mut |k, out| out.push_str(&format!("${k}")));
+            format!("{}\0{cond}\0{}", self.table_ref.trim(), self.params_per_row)
+        })
+    }
+
+    /// The row source of a family's statement: `unnest` of the callers'
+    /// parameter `arrays` and of `tag`, the number of each caller's text.
+    fn family_source(&self, arrays: &[String], tag: &str) -> String {
+        let mut columns = String::new();
+        for k in 1..=self.params_per_row {
+            columns.push_str(&format!("\"batchpool {k}\", "));
+        }
+        format!(
+            "unnest({}, {tag}) WITH ORDINALITY AS {KEYS}({columns}{MEMBER}, \"batchpool ord\")",
+            arrays.join(", ")
+        )
+    }
+
+    /// Updates of many callers of the texts `members` (one family, see
+    /// [`family_key`](KeyedShape::family_key)) as one statement: every
+    /// column some text assigns is assigned `CASE <the caller's text>
+    /// WHEN j THEN (<text j's expression>) ... ELSE <the column> END`, so
+    /// each row gets exactly its own caller's assignments and keeps its
+    /// other columns. `arrays` as for [`render`](KeyedShape::render),
+    /// `tag` the array of text numbers (0-based, in `members`' order). The
+    /// caller checks that each expression has its column's type (then the
+    /// `CASE` converts nothing), see
+    /// [`render_family_types`](KeyedShape::render_family_types).
+    pub(crate) fn render_family(members: &[&KeyedShape], arrays: &[String], tag: &str) -> String {
+        let Some(first) = members.first() else {
+            return String::new();
+        };
+        let mut columns: Vec<&str> = Vec::new();
+        for member in members {
+            for column in &member.assigned {
+                if !columns.contains(&column.as_str()) {
+                    columns.push(column);
+                }
+            }
+        }
+        let sets: Vec<String> = columns
+            .iter()
+            .map(|column| {
+                let name = quoted(column);
+                let mut case = format!("{name} = CASE {KEYS}.{MEMBER}");
+                for (j, member) in members.iter().enumerate() {
+                    if let Some(at) = member.assigned.iter().position(|a| a == column) {
+                        let set = member.sets.get(at).map_or_else(String::new, |p| pieces(p));
+                        case.push_str(&format!(" WHEN {j} THEN ({set})"));
+                    }
+                }
+                case.push_str(&format!(" ELSE {name} END"));
+                case
+            })
+            .collect();
+        format!(
+            "UPDATE {} SET {} FROM {} WHERE {}\nRETURNING {KEYS}.\"batchpool ord\"",
+            first.table_ref,
+            sets.join(", "),
+            first.family_source(arrays, tag),
+            pieces(&first.cond)
+        )
+    }
+
+    /// One row of the type oids (`int8`) of each text's assigned
+    /// expressions, each followed by its column's, for a family's
+    /// statement of `members` (`arrays` and `tag` as there, written as
+    /// typed NULLs): the family's statement converts nothing where every
+    /// pair is equal.
+    pub(crate) fn render_family_types(
+        members: &[&KeyedShape],
+        arrays: &[String],
+        tag: &str,
+    ) -> String {
+        let Some(first) = members.first() else {
+            return String::new();
+        };
+        let mut list = Vec::new();
+        for member in members {
+            for (column, set) in member.assigned.iter().zip(member.sets.iter()) {
+                list.push(format!(
+                    "pg_catalog.pg_typeof(({}))::pg_catalog.oid::pg_catalog.int8",
+                    pieces(set)
+                ));
+                list.push(format!(
+                    "pg_catalog.pg_typeof({})::pg_catalog.oid::pg_catalog.int8",
+                    quoted(column)
+                ));
+            }
+        }
+        format!(
+            "SELECT {} FROM (SELECT) AS \"batchpool one\" LEFT JOIN ({} CROSS JOIN {}) ON false",
+            list.join(", "),
+            first.table_ref,
+            first.family_source(arrays, tag)
+        )
     }
 }
 
@@ -555,6 +674,7 @@ impl<'a> Cursor<'a> {
 
         let mut items = Vec::new();
         let mut assigned = Vec::new();
+        let mut sets = Vec::new();
         let mut calls = Vec::new();
         let list = match (list_range, set_range) {
             (Some((from, to)), _) => {
@@ -570,9 +690,17 @@ impl<'a> Cursor<'a> {
                 self.pieces(from, to, &star).ok_or(INTERNAL)?
             }
             (None, Some((from, to))) => {
-                assigned = self.assignments(from, to).ok_or(
+                let assignments = self.assignments(from, to).ok_or(
                     "the SET clause (`column = expression` without subqueries or DEFAULT)",
                 )?;
+                for (column, (start, end)) in assignments {
+                    assigned.push(column);
+                    sets.push(
+                        self.pieces(start, end, &|_| None)
+                            .ok_or(INTERNAL)?
+                            .into_boxed_slice(),
+                    );
+                }
                 calls = self.calls(from, to);
                 self.pieces(from, to, &|_| None).ok_or(INTERNAL)?
             }
@@ -609,6 +737,7 @@ impl<'a> Cursor<'a> {
             calls,
             items,
             assigned,
+            sets: sets.into_boxed_slice(),
             table_ref: self
                 .text(table_from, table_end)
                 .ok_or(INTERNAL)?
@@ -702,19 +831,21 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    /// An update's `col = expr, ...` at `from..to`: the assigned columns.
-    fn assignments(&self, from: usize, to: usize) -> Option<Vec<String>> {
-        let mut assigned = Vec::new();
+    /// An update's `col = expr, ...` at `from..to`: the assigned columns,
+    /// each with the positions of its expression.
+    fn assignments(&self, from: usize, to: usize) -> Option<Vec<(String, (usize, usize))>> {
+        let mut assigned: Vec<(String, (usize, usize))> = Vec::new();
         let mut pos = from;
         while pos < to {
             let column = match self.token(pos)? {
                 Token::Word(w) if usable_name(w) => normalise(self.dialect, w),
                 _ => return None,
             };
-            if !matches!(self.token(pos + 1)?, Token::Eq) || assigned.contains(&column) {
+            if !matches!(self.token(pos + 1)?, Token::Eq)
+                || assigned.iter().any(|(c, _)| *c == column)
+            {
                 return None;
             }
-            assigned.push(column);
             pos += 2;
             let start = pos;
             let mut depth = 0usize;
@@ -739,6 +870,7 @@ impl<'a> Cursor<'a> {
             if pos == start || depth != 0 {
                 return None;
             }
+            assigned.push((column, (start, pos)));
             if pos < to {
                 pos += 1;
                 if pos == to {

@@ -218,3 +218,44 @@ fn mysql_deletes_become_the_callers_conditions_joined_by_or() {
         "{text}"
     );
 }
+
+#[test]
+fn update_texts_that_differ_only_in_what_they_assign_are_one_family() {
+    let status = keyed("UPDATE kv SET status = $1 WHERE id = $2");
+    let hits = keyed("update kv set hits = hits + $1, seen = now() where id = $2;");
+    assert!(status.family_key().is_some());
+    assert_eq!(status.family_key(), hits.family_key());
+    for other in [
+        "UPDATE kv SET status = $2 WHERE id = $1",
+        "UPDATE kv AS k SET status = $1 WHERE k.id = $2",
+        "UPDATE kv2 SET status = $1 WHERE id = $2",
+        "UPDATE kv SET status = $1 WHERE id = $2 AND v = $3",
+        "UPDATE kv SET status = 1 WHERE id = $1",
+    ] {
+        assert_ne!(keyed(other).family_key(), status.family_key(), "{other}");
+    }
+    assert_eq!(keyed("SELECT * FROM kv WHERE id = $1").family_key(), None);
+    assert_eq!(keyed("DELETE FROM kv WHERE id = $1").family_key(), None);
+
+    let sql = KeyedShape::render_family(&[&status, &hits], &arrays(2), "$3::int4[]");
+    assert_eq!(
+        sql,
+        "UPDATE kv SET \"status\" = CASE \"batchpool keys\".\"batchpool member\" WHEN 0 THEN \
+         (\"batchpool keys\".\"batchpool 1\") ELSE \"status\" END, \"hits\" = CASE \
+         \"batchpool keys\".\"batchpool member\" WHEN 1 THEN (hits + \"batchpool keys\".\"batchpool \
+         1\") ELSE \"hits\" END, \"seen\" = CASE \"batchpool keys\".\"batchpool member\" WHEN 1 THEN \
+         (now()) ELSE \"seen\" END FROM unnest($1::int8[], $2::int8[], $3::int4[]) WITH ORDINALITY AS \
+         \"batchpool keys\"(\"batchpool 1\", \"batchpool 2\", \"batchpool member\", \"batchpool ord\") \
+         WHERE id = \"batchpool keys\".\"batchpool 2\"\nRETURNING \"batchpool keys\".\"batchpool ord\""
+    );
+    let types =
+        KeyedShape::render_family_types(&[&status], &vec!["NULL::int8[]".to_owned(); 2], "NULL");
+    assert_eq!(
+        types,
+        "SELECT pg_catalog.pg_typeof((\"batchpool keys\".\"batchpool 1\"))::pg_catalog.oid::\
+         pg_catalog.int8, pg_catalog.pg_typeof(\"status\")::pg_catalog.oid::pg_catalog.int8 FROM \
+         (SELECT) AS \"batchpool one\" LEFT JOIN (kv CROSS JOIN unnest(NULL::int8[], NULL::int8[], \
+         NULL) WITH ORDINALITY AS \"batchpool keys\"(\"batchpool 1\", \"batchpool 2\", \"batchpool \
+         member\", \"batchpool ord\")) ON false"
+    );
+}

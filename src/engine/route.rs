@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -45,6 +45,9 @@ pub(crate) enum Route<B: Backend> {
     Pass(Arc<NotCoalesced>),
     /// Coalesced through this queue.
     Batch(Arc<ShapeQueue<B>>),
+    /// Coalesced through the queue of its family (see [`Backend::family`]),
+    /// its rows encoded by its own shape.
+    Member(Arc<ShapeQueue<B>>, Arc<B::Shape>),
 }
 
 impl<B: Backend> Clone for Route<B> {
@@ -52,6 +55,7 @@ impl<B: Backend> Clone for Route<B> {
         match self {
             Route::Pass(reason) => Route::Pass(reason.clone()),
             Route::Batch(q) => Route::Batch(q.clone()),
+            Route::Member(q, shape) => Route::Member(q.clone(), shape.clone()),
         }
     }
 }
@@ -61,7 +65,17 @@ impl<B: Backend> Route<B> {
     pub(crate) fn explain(&self) -> Explain {
         match self {
             Route::Pass(reason) => Explain::not(NotCoalesced::clone(reason)),
-            Route::Batch(_) => Explain::coalesced(),
+            Route::Batch(_) | Route::Member(..) => Explain::coalesced(),
+        }
+    }
+
+    /// The queue a row goes to and the shape that encodes it, unless the
+    /// statement runs on its own.
+    pub(crate) fn queued(&self) -> Option<(&Arc<ShapeQueue<B>>, &B::Shape)> {
+        match self {
+            Route::Pass(_) => None,
+            Route::Batch(q) => Some((q, &q.shape)),
+            Route::Member(q, shape) => Some((q, shape)),
         }
     }
 
@@ -69,7 +83,7 @@ impl<B: Backend> Route<B> {
     /// routes decided from the text alone never do.
     fn server_decided(&self) -> bool {
         match self {
-            Route::Batch(_) => true,
+            Route::Batch(_) | Route::Member(..) => true,
             Route::Pass(reason) => matches!(**reason, NotCoalesced::Declined(_)),
         }
     }
@@ -321,13 +335,20 @@ impl<B: Backend> Engine<B> {
                             .config
                             .max_bytes
                             .min(self.backend.max_statement_bytes());
-                        Route::Batch(Arc::new(ShapeQueue::new(
-                            sql,
-                            form.clone(),
-                            shape,
-                            cap_rows,
-                            cap_bytes,
-                        )))
+                        let family = B::family(&shape);
+                        let queue = |shape| {
+                            Arc::new(ShapeQueue::new(
+                                sql,
+                                form.clone(),
+                                shape,
+                                cap_rows,
+                                cap_bytes,
+                            ))
+                        };
+                        match family {
+                            None => Route::Batch(queue(shape)),
+                            Some(family) => self.routes.family_route(family, shape, queue),
+                        }
                     }
                 };
                 Learned {
@@ -405,6 +426,9 @@ pub(crate) struct Routes<B: Backend> {
     /// Texts already warned about as not coalesced (bounded like `cache`:
     /// a text forgotten here may be warned about again).
     warned: Mutex<LruCache<Box<str>, ()>>,
+    /// The queue of each family of shapes (see [`Backend::family`]), kept
+    /// while a route holds it.
+    families: Mutex<HashMap<u64, Weak<ShapeQueue<B>>>>,
 }
 
 /// A text being learned in a task of its own, awaited by its concurrent
@@ -456,7 +480,27 @@ impl<B: Backend> Routes<B> {
             learning: Mutex::default(),
             learnings: AtomicU64::new(0),
             warned: Mutex::new(LruCache::new(capacity)),
+            families: Mutex::default(),
         }
+    }
+
+    /// The route of a shape of `family`: through the family's queue if it
+    /// has one, else through a new queue (made by `queue`) that becomes
+    /// the family's.
+    fn family_route(
+        &self,
+        family: u64,
+        shape: B::Shape,
+        queue: impl FnOnce(B::Shape) -> Arc<ShapeQueue<B>>,
+    ) -> Route<B> {
+        let mut families = lock(&self.families);
+        if let Some(q) = families.get(&family).and_then(Weak::upgrade) {
+            return Route::Member(q, Arc::new(shape));
+        }
+        families.retain(|_, q| q.strong_count() > 0);
+        let q = queue(shape);
+        families.insert(family, Arc::downgrade(&q));
+        Route::Batch(q)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<Box<str>, Entry<B>>> {
@@ -543,14 +587,11 @@ impl<B: Backend> Routes<B> {
     pub(crate) fn relearned(&self, sql: &str, learned: Option<Learned<B>>) {
         let mut cache = self.lock();
         let unchanged = match (&learned, cache.peek(sql).map(|e| &e.route)) {
-            (
-                Some(Learned {
-                    route: Route::Batch(new),
-                    ..
-                }),
-                Some(Route::Batch(old)),
-            ) => B::same_shape(&old.shape, &new.shape),
-            (Some(_), _) => false,
+            (Some(learned), Some(old)) => match (learned.route.queued(), old.queued()) {
+                (Some((_, new)), Some((_, old))) => B::same_shape(old, new),
+                _ => false,
+            },
+            (Some(_), None) => false,
             (None, _) => true,
         };
         match learned {

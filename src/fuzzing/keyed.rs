@@ -32,7 +32,7 @@
 
 use sqlparser::ast::{
     AssignmentTarget, BinaryOperator, Expr, FromTable, Ident, SetExpr, Statement, TableFactor,
-    TableWithJoins, Value,
+    TableWithJoins, UpdateTableFromKind, Value,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
@@ -385,6 +385,9 @@ pub fn check_keyed(dialect: Dialect, sql: &str) -> Result<Option<&'static str>, 
         return Err(format!("the rewrite {text:?} is coalesced itself"));
     }
     parsed(sql, &text, kind, &shape).map_err(context)?;
+    if kind == Kind::Update {
+        check_family(&text, &shape, &arrays).map_err(context)?;
+    }
     Ok(Some(shape.kind()))
 }
 
@@ -1037,6 +1040,82 @@ fn parsed(sql: &str, rewrite: &str, kind: Kind, shape: &Keyed) -> Result<(), Str
             "sqlparser reads the rewrite {rewrite:?} as {} other statements",
             again.len()
         ));
+    }
+    Ok(())
+}
+
+/// The statement of a family of update texts (see the PostgreSQL
+/// backend's families), checked against the text's own rewrite `plain` by
+/// sqlparser's parser (nothing when it does not read `plain`): for three
+/// texts (here each the text itself) one UPDATE of the same table and
+/// WHERE clause, its row source one more array, each assignment `CASE
+/// "batchpool keys"."batchpool member" WHEN 0 THEN (<the rewrite's
+/// expression>) WHEN 1 ... WHEN 2 ... ELSE <the column> END`, in order.
+fn check_family(plain: &str, shape: &Keyed, arrays: &[String]) -> Result<(), String> {
+    let Ok(ours) = Parser::parse_sql(&PostgreSqlDialect {}, plain) else {
+        return Ok(());
+    };
+    let tag = format!("${}::pg_catalog.int4[]", arrays.len() + 1);
+    let text = shape.render_family(3, arrays, &tag);
+    let family = Parser::parse_sql(&PostgreSqlDialect {}, &text)
+        .map_err(|e| format!("sqlparser reads the rewrite but not the family's {text:?}: {e}"))?;
+    let ([Statement::Update(ours)], [Statement::Update(family)]) =
+        (ours.as_slice(), family.as_slice())
+    else {
+        return Err(format!("sqlparser does not read {text:?} as one UPDATE"));
+    };
+    let show = |e: &Option<Expr>| e.as_ref().map(ToString::to_string);
+    if ours.table.to_string() != family.table.to_string()
+        || show(&ours.selection) != show(&family.selection)
+        || ours.assignments.len() != family.assignments.len()
+    {
+        return Err(format!(
+            "the family's statement {text:?} is not the rewrite {plain:?} with other assignments"
+        ));
+    }
+    let from = |f: &Option<UpdateTableFromKind>| match f {
+        Some(UpdateTableFromKind::AfterSet(tables)) => Some(
+            tables
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        _ => None,
+    };
+    let expected_from = from(&ours.from)
+        .map(|f| f.replace(&arrays.join(", "), &format!("{}, {tag}", arrays.join(", "))))
+        .map(|f| {
+            f.replace(
+                "\"batchpool ord\")",
+                "\"batchpool member\", \"batchpool ord\")",
+            )
+        });
+    if expected_from.is_none() || expected_from != from(&family.from) {
+        return Err(format!(
+            "the family's row source in {text:?} is not the rewrite's with the text numbers"
+        ));
+    }
+    for (column, (own, theirs)) in shape
+        .assigned()
+        .iter()
+        .zip(ours.assignments.iter().zip(&family.assignments))
+    {
+        let value = &own.value;
+        let name = format!("\"{}\"", column.replace('"', "\"\""));
+        let want = format!(
+            "CASE {KEYS}.\"batchpool member\" WHEN 0 THEN ({value}) WHEN 1 THEN ({value}) \
+             WHEN 2 THEN ({value}) ELSE {name} END"
+        );
+        let target = match &theirs.target {
+            AssignmentTarget::ColumnName(n) if n.0.len() == 1 => n.0[0].as_ident().map(fold_ident),
+            _ => None,
+        };
+        if target.as_ref() != Some(column) || theirs.value.to_string() != want {
+            return Err(format!(
+                "the family's assignment `{theirs}` is not `{name} = {want}`"
+            ));
+        }
     }
     Ok(())
 }

@@ -92,6 +92,14 @@ impl Keyed {
         self.0.render(arrays)
     }
 
+    /// The statement of a family of `texts` update texts, here each this
+    /// one (see the PostgreSQL backend's families), `tag` the array of the
+    /// callers' text numbers.
+    pub fn render_family(&self, texts: usize, arrays: &[String], tag: &str) -> String {
+        let members: Vec<&KeyedShape> = (0..texts).map(|_| &*self.0).collect();
+        KeyedShape::render_family(&members, arrays, tag)
+    }
+
     /// A MySQL read for `n` callers (the callers' statements joined by
     /// `UNION ALL`).
     pub fn render_union(&self, n: usize) -> String {

@@ -193,20 +193,20 @@ impl<B: Backend> Pool<B> {
     ) -> Result<B::Output, Error> {
         let work = self.engine.enter()?;
         let deadline = self.engine.wait_deadline();
-        match self.engine.route(sql, deadline).await? {
-            Route::Pass(reason) => {
-                refuse_control(&reason)?;
-                Box::pin(self.run_alone(work, sql, args, deadline, false))
-                    .await
-                    .map(Ran::into_outcome)
-            }
-            Route::Batch(q) => {
-                let (row, bytes) = self.engine.backend.encode_row(&q.shape, args)?;
-                self.engine
-                    .submit(&q, row, bytes, reserved, work, deadline)
-                    .await
-            }
+        let route = self.engine.route(sql, deadline).await?;
+        if let Some((q, shape)) = route.queued() {
+            let (row, bytes) = self.engine.backend.encode_row(shape, args)?;
+            return self
+                .engine
+                .submit(q, row, bytes, reserved, work, deadline)
+                .await;
         }
+        if let Route::Pass(reason) = &route {
+            refuse_control(reason)?;
+        }
+        Box::pin(self.run_alone(work, sql, args, deadline, false))
+            .await
+            .map(Ran::into_outcome)
     }
 
     /// One statement on its own (autocommit) on a pooled connection:
@@ -249,17 +249,18 @@ impl<B: Backend> Pool<B> {
     ) -> Result<Vec<Result<B::Output, Error>>, Error> {
         let work = self.engine.enter()?;
         let deadline = self.engine.wait_deadline();
-        match self.engine.route(sql, deadline).await? {
-            Route::Batch(q) => {
+        let route = self.engine.route(sql, deadline).await?;
+        match (&route, route.queued()) {
+            (_, Some((q, shape))) => {
                 let mut results: Vec<Option<Result<B::Output, Error>>> = Vec::new();
                 let mut queued = Vec::new();
                 for args in rows {
                     let checked =
                         self.engine
                             .backend
-                            .encode_row(&q.shape, args)
+                            .encode_row(shape, args)
                             .and_then(|(row, bytes)| {
-                                self.engine.check_row(&q, bytes).map(|()| (row, bytes))
+                                self.engine.check_row(q, bytes).map(|()| (row, bytes))
                             });
                     match checked {
                         Ok(row) => {
@@ -271,7 +272,7 @@ impl<B: Backend> Pool<B> {
                 }
                 let mut done = self
                     .engine
-                    .submit_many(work, &q, queued, deadline)
+                    .submit_many(work, q, queued, deadline)
                     .await?
                     .into_iter();
                 Ok(results
@@ -282,8 +283,10 @@ impl<B: Backend> Pool<B> {
                     })
                     .collect())
             }
-            Route::Pass(reason) => {
-                refuse_control(&reason)?;
+            (route, None) => {
+                if let Route::Pass(reason) = route {
+                    refuse_control(reason)?;
+                }
                 let mut conn = self.engine.backend.connections().checkout(deadline).await?;
                 let limit = <B::Connections as Connections>::answer_limit(&conn);
                 let texts = [(sql, rows.iter().any(B::has_params))];
@@ -320,17 +323,18 @@ impl<B: Backend> Pool<B> {
     ) -> Result<Vec<B::QueryRow>, Error> {
         let work = self.engine.enter()?;
         let deadline = self.engine.wait_deadline();
-        match self.engine.route(sql, deadline).await? {
-            Route::Pass(reason) => refuse_control(&reason)?,
-            Route::Batch(q) if q.form().keyed().is_some() => {
-                let (row, bytes) = self.engine.backend.encode_row(&q.shape, args)?;
+        let route = self.engine.route(sql, deadline).await?;
+        match (&route, route.queued()) {
+            (Route::Pass(reason), _) => refuse_control(reason)?,
+            (_, Some((q, shape))) if q.form().keyed().is_some() => {
+                let (row, bytes) = self.engine.backend.encode_row(shape, args)?;
                 return self
                     .engine
-                    .submit(&q, row, bytes, None, work, deadline)
+                    .submit(q, row, bytes, None, work, deadline)
                     .await
                     .map(crate::outcome::Outcome::into_rows);
             }
-            Route::Batch(_) => {}
+            _ => {}
         }
         Box::pin(self.run_alone(work, sql, args, deadline, true))
             .await

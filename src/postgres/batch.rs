@@ -713,6 +713,13 @@ impl Backend for Postgres {
         &self.pool
     }
 
+    fn family(shape: &PgShape) -> Option<u64> {
+        match shape {
+            PgShape::Keyed(k) => k.family_id(),
+            PgShape::Insert(_) => None,
+        }
+    }
+
     fn same_shape(old: &PgShape, new: &PgShape) -> bool {
         match (old, new) {
             (PgShape::Insert(a), PgShape::Insert(b)) => Self::same_insert(a, b),
@@ -737,7 +744,7 @@ impl Backend for Postgres {
                 .await?
                 .map(PgShape::Insert),
             Form::Keyed(shape) => {
-                let learned = PgKeyed::learn(conn, sql, shape).await?;
+                let learned = PgKeyed::learn(conn, sql, shape, &self.families).await?;
                 if let Err(NotCoalesced::Declined(why)) = &learned
                     && why.starts_with(super::keyed::UNREADABLE)
                 {

@@ -257,6 +257,7 @@ impl Driver for Postgres {
         );
         Ok(Postgres {
             catalog_warned: std::sync::atomic::AtomicBool::new(false),
+            families: super::family::Families::default(),
             pool: settings.build_pool(manager)?,
             copy_threshold,
             far,
@@ -268,7 +269,10 @@ impl Driver for Postgres {
         shape: &super::batch::PgShape,
         args: PgArgs<'_>,
     ) -> Result<(PgRow, usize), Error> {
-        let row = encode(shape.types(), args)?;
+        let mut row = encode(shape.types(), args)?;
+        if let super::batch::PgShape::Keyed(k) = shape {
+            row.set_member(k.member());
+        }
         let bytes = row.bytes();
         Ok((row, bytes))
     }

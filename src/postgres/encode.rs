@@ -65,9 +65,22 @@ pub(crate) struct PgRow {
     buf: Bytes,
     /// Byte range of each parameter in `buf`; `None` for NULL.
     spans: Vec<Option<(u32, u32)>>,
+    /// The text of its keyed update family the row is a caller of (0
+    /// outside families).
+    member: u16,
 }
 
 impl PgRow {
+    /// Which text of its keyed update family the row's caller gave.
+    pub(crate) fn member(&self) -> u16 {
+        self.member
+    }
+
+    /// Marks the row as a caller of text `member` of its family.
+    pub(crate) fn set_member(&mut self, member: u16) {
+        self.member = member;
+    }
+
     /// Encoded size.
     pub(crate) fn bytes(&self) -> usize {
         self.buf.len()
@@ -143,6 +156,7 @@ pub(crate) fn encode(types: &[Type], params: PgArgs<'_>) -> Result<PgRow, Error>
     Ok(PgRow {
         buf: buf.freeze(),
         spans,
+        member: 0,
     })
 }
 

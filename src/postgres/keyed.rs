@@ -46,6 +46,7 @@ use super::Outcome;
 use super::batch::NEXT_SHAPE_ID;
 use super::encode::{PgRow, Raw, RawValue};
 use super::errors::sent_error;
+use super::family::{Candidate, Families, Family, Member};
 use super::manager::{ClientWrapper, Prepared};
 use super::quote_ident;
 use super::table::REPEATABLE;
@@ -146,6 +147,9 @@ pub(crate) struct PgKeyed {
     witness: usize,
     /// A write: the parameters bound to the key.
     key_params: Vec<usize>,
+    /// An update: its family (texts run together with it) and its number
+    /// there.
+    family: Option<(Arc<Family>, u16)>,
 }
 
 /// What [`FACTS`] says.
@@ -327,6 +331,28 @@ impl PgKeyed {
             && self.many == other.many
             && self.witness == other.witness
             && self.key_params == other.key_params
+            && self.family.as_ref().map(|(f, m)| (f.id, *m))
+                == other.family.as_ref().map(|(f, m)| (f.id, *m))
+    }
+
+    /// Its family's id, if it is in one (the engine gives a family one
+    /// queue).
+    pub(crate) fn family_id(&self) -> Option<u64> {
+        self.family.as_ref().map(|(f, _)| f.id)
+    }
+
+    /// Its number in its family (0 outside families): a row of its caller
+    /// carries it.
+    pub(crate) fn member(&self) -> u16 {
+        self.family.as_ref().map_or(0, |(_, m)| *m)
+    }
+
+    /// The text of `row`'s caller where it is another text of the family.
+    fn other_member(&self, row: &PgRow) -> Option<Arc<Member>> {
+        match &self.family {
+            Some((family, me)) if row.member() != *me => family.member(row.member()),
+            _ => None,
+        }
     }
 
     /// Learns `form` (the text `sql`) on `conn`: the caller's statement
@@ -335,6 +361,7 @@ impl PgKeyed {
         conn: &mut Client,
         sql: &str,
         form: Arc<KeyedShape>,
+        families: &Families,
     ) -> Result<Result<PgKeyed, NotCoalesced>, Error> {
         conn.forget(sql);
         let one = conn
@@ -353,7 +380,7 @@ impl PgKeyed {
         let Some(arrays) = types.iter().map(array_of).collect::<Option<Vec<String>>>() else {
             return declined("a parameter of an array, domain, composite or range type");
         };
-        let arrays: Vec<String> = arrays
+        let casts: Vec<String> = arrays
             .iter()
             .enumerate()
             .map(|(i, a)| format!("${}::{a}", i + 1))
@@ -384,7 +411,7 @@ impl PgKeyed {
             },
             _ => 0,
         };
-        let many = form.render(&arrays);
+        let many = form.render(&casts);
         let many_prepared = match conn.prepare_for(&[&many], false).await.pop() {
             Some(Ok(p)) => p,
             Some(Err(e)) if e.is_db() => {
@@ -417,9 +444,26 @@ impl PgKeyed {
             (Prepared::Unnamed(a), Prepared::Unnamed(b)) => Some((a.clone(), b.clone())),
             _ => None,
         };
+        let id = NEXT_SHAPE_ID.fetch_add(1, Ordering::Relaxed);
+        let key_params: Vec<usize> = form.keys.iter().map(|&(_, p)| p).collect();
+        let family = match form.kind {
+            KeyedKind::Update => {
+                let candidate = Candidate {
+                    form: &form,
+                    sql,
+                    id,
+                    described: described.as_ref().map(|(one, _)| one.clone()),
+                    types: &types,
+                    key_params: &key_params,
+                    arrays: &casts,
+                };
+                families.join(conn, candidate).await
+            }
+            _ => None,
+        };
         Ok(Ok(PgKeyed {
-            id: NEXT_SHAPE_ID.fetch_add(1, Ordering::Relaxed),
-            key_params: form.keys.iter().map(|&(_, p)| p).collect(),
+            id,
+            key_params,
             form,
             sql: sql.into(),
             many: many.into(),
@@ -427,6 +471,7 @@ impl PgKeyed {
             arrays: array_types,
             described,
             witness,
+            family,
         }))
     }
 
@@ -490,6 +535,11 @@ impl PgKeyed {
         };
         if e.as_db_error().is_some_and(|db| conn.stale(db)) {
             conn.forget_batch(self.id);
+            if let Some((family, _)) = &self.family {
+                for id in family.statement_ids() {
+                    conn.forget_batch(id);
+                }
+            }
             return ChunkError::Stale(sent_error(e));
         }
         let err = conn.sent_error(e);
@@ -500,13 +550,23 @@ impl PgKeyed {
         }
     }
 
-    /// One caller: its own statement.
+    /// One caller: its own statement (the text it gave, which in a family
+    /// may be another than this shape's).
     async fn one(&self, conn: &ClientWrapper, row: &PgRow) -> Result<Vec<Outcome>, RunError> {
-        let (rows, count) = match &self.described {
-            Some((one, _)) => {
+        let other = self.other_member(row);
+        let (id, sql, described) = match &other {
+            Some(m) => (m.id, &*m.sql, m.described.as_ref()),
+            None => (
+                self.id,
+                &*self.sql,
+                self.described.as_ref().map(|(one, _)| one),
+            ),
+        };
+        let (rows, count) = match described {
+            Some(one) => {
                 conn.ensure_types(one).await.map_err(RunError::Ours)?;
                 let params = row.raw().zip(self.types.iter().cloned());
-                let stream = conn.query_typed_raw(&self.sql, params).await?;
+                let stream = conn.query_typed_raw(sql, params).await?;
                 futures_util::pin_mut!(stream);
                 let mut rows = Vec::new();
                 while let Some(r) = stream.try_next().await? {
@@ -517,7 +577,7 @@ impl PgKeyed {
             }
             None => {
                 let stmt = conn
-                    .prepare_batch(self.id, 1, || self.sql.to_string(), &self.types)
+                    .prepare_batch(id, 1, || sql.to_string(), &self.types)
                     .await
                     .map_err(|e| RunError::Ours(super::errors::unsent_error(e)))?;
                 if self.form.kind == KeyedKind::Read {
@@ -548,15 +608,47 @@ impl PgKeyed {
             let key = |i: usize| self.key_params.iter().map(move |&p| rows[i].param(p));
             order.sort_by(|&a, &b| key(a).cmp(key(b)));
         }
-        let arrays = self.arrays(rows, &order);
-        let returned: Vec<Row> = match &self.described {
-            Some((_, many)) => {
+        let mut arrays = self.arrays(rows, &order);
+        // Callers of other texts of the family: the family's statement for
+        // the texts up to the highest one here, with each row's text.
+        let family = match &self.family {
+            Some((family, me)) if rows.iter().any(|r| r.member() != *me) => {
+                let highest = rows.iter().map(PgRow::member).max().unwrap_or(0);
+                let member = family.member(highest).ok_or_else(|| {
+                    RunError::Ours(Error::internal("a row of a family's unknown text"))
+                })?;
+                let tags: Vec<[u8; 4]> = order
+                    .iter()
+                    .map(|&i| i32::from(rows[i].member()).to_be_bytes())
+                    .collect();
+                arrays.push(binary_array(Type::INT4.oid(), || {
+                    tags.iter().map(|t| Some(&t[..]))
+                }));
+                Some(member)
+            }
+            _ => None,
+        };
+        let (id, text, described) = match &family {
+            Some(m) => (m.combined_id, &*m.combined, m.combined_described.as_ref()),
+            None => (
+                self.id,
+                &*self.many,
+                self.described.as_ref().map(|(_, many)| many),
+            ),
+        };
+        let returned: Vec<Row> = match described {
+            Some(many) => {
                 conn.ensure_types(many).await.map_err(RunError::Ours)?;
+                let types = self
+                    .arrays
+                    .iter()
+                    .cloned()
+                    .chain(family.is_some().then_some(Type::INT4_ARRAY));
                 let params = arrays
                     .iter()
-                    .zip(&self.arrays)
-                    .map(|(bytes, ty)| (Raw::bytes(bytes), ty.clone()));
-                let stream = conn.query_typed_raw(&self.many, params).await?;
+                    .zip(types)
+                    .map(|(bytes, ty)| (Raw::bytes(bytes), ty));
+                let stream = conn.query_typed_raw(text, params).await?;
                 futures_util::pin_mut!(stream);
                 let mut out = Vec::new();
                 while let Some(r) = stream.try_next().await? {
@@ -566,7 +658,7 @@ impl PgKeyed {
             }
             None => {
                 let stmt = conn
-                    .prepare_batch(self.id, 0, || self.many.to_string(), &[])
+                    .prepare_batch(id, 0, || text.to_string(), &[])
                     .await
                     .map_err(|e| RunError::Ours(super::errors::unsent_error(e)))?;
                 let params = arrays.iter().map(|b| Raw::bytes(b));

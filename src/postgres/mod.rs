@@ -239,6 +239,7 @@ mod copy;
 mod driver;
 mod encode;
 mod errors;
+mod family;
 mod keyed;
 mod listen;
 mod manager;
@@ -280,6 +281,8 @@ pub struct Postgres {
     /// Whether the warning that the catalog cannot be read was logged (once
     /// per pool: every text learned after it meets the same catalog).
     catalog_warned: std::sync::atomic::AtomicBool,
+    /// Families of keyed update texts run together.
+    families: family::Families,
 }
 
 impl std::fmt::Debug for Postgres {

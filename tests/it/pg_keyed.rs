@@ -31,6 +31,7 @@ pg_and_bouncer! {
         other_forms_run_on_their_own,
         composite_keys_in_any_order,
         insert_read_delete_read_per_key,
+        update_texts_of_one_family_run_together,
     ],
 }
 
@@ -1357,4 +1358,157 @@ async fn insert_read_delete_read_per_key<B: PgBackend>() {
         assert_coalesced(&pool, sql).await;
     }
     assert_burst_coalesced("inserts, reads and deletes", &before, &after, calls);
+}
+
+/// The texts of the family test on table `{t}`: four that update one
+/// table by one key with `int8` parameters and differ only in what they
+/// assign (one family), one with its key first (another family), one whose
+/// expression is not of its column's type (`text` into `char(5)`, `float8`
+/// into `numeric`: run without the family, whose `CASE` would round the
+/// `numeric` of every other caller's row through `float8`), one whose values are of another type (`numeric`:
+/// another family). Calls on one key commute.
+fn family_texts(t: &str) -> [String; 8] {
+    [
+        format!("UPDATE {t} SET n = n + $1 WHERE id = $2"),
+        format!("UPDATE {t} SET m = $1, n = n + 1 WHERE id = $2"),
+        format!("UPDATE {t} SET c = c + $1::int8 WHERE id = $2"),
+        format!("UPDATE {t} SET ts = ts + $1::int8 * interval '1 second' WHERE id = $2"),
+        format!("UPDATE {t} SET q = $2 WHERE id = $1"),
+        format!("UPDATE {t} SET p = repeat('x', $1::int8::int4) WHERE id = $2"),
+        format!("UPDATE {t} SET r = r * $1 WHERE id = $2"),
+        format!("UPDATE {t} SET z = $1::int8::float8 / 8 WHERE id = $2"),
+    ]
+}
+
+/// The parameters of call `i` of text `text` on key `key` (values that do
+/// not depend on the order of calls on one key; from call 1000 on, a few
+/// overflowing `numeric(10,2)`).
+fn family_params(text: usize, i: usize, key: i64) -> Vec<Param> {
+    match text {
+        1 => vec![Box::new(key * 7), Box::new(key)],
+        2 if i >= 1000 && i % 41 == 0 => vec![Box::new(1_000_000_000i64), Box::new(key)],
+        4 => vec![Box::new(key), Box::new(key * 3)],
+        5 => vec![Box::new((key % 5) + 1), Box::new(key)],
+        6 if i % 37 == 0 => vec![Box::new(Num("100000000")), Box::new(key)],
+        6 => vec![Box::new(Num("1.5")), Box::new(key)],
+        _ => vec![Box::new((i % 9) as i64 + 1), Box::new(key)],
+    }
+}
+
+/// Update texts that differ only in what they assign go out together: a
+/// burst of four such texts queued behind a held connection is sent in
+/// one or two statements (one per text would be four), and a mixed
+/// concurrent burst of those texts, a text of another family, one that
+/// cannot join (its expression is of another type than its column) and
+/// failing rows (`numeric(10,2)` overflows) gives each caller exactly what
+/// the plain driver gives for its statement run alone on a twin table, and
+/// leaves the same table: the columns a text does not assign are kept as
+/// they were (`numeric`, `timestamptz`, `char`, NULL).
+async fn update_texts_of_one_family_run_together<B: PgBackend>() {
+    let ddl = |t: &str| {
+        format!(
+            "CREATE TABLE {t} (id bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0, m bigint,
+                 c numeric(10,2) NOT NULL DEFAULT 1.25,
+                 ts timestamptz NOT NULL DEFAULT '2024-03-31 01:59:59.123456+00',
+                 p char(5) DEFAULT 'ab', q bigint, r numeric(10,2) NOT NULL DEFAULT 2.5,
+                 z numeric NOT NULL DEFAULT 0.12345678901234567890123);
+             INSERT INTO {t} (id, m) SELECT g, CASE WHEN g % 3 = 0 THEN NULL ELSE g END
+                 FROM generate_series(0, 399) g;"
+        )
+    };
+    let (pool, admin, _) =
+        setup::<B>(&format!("{}{}", ddl("f"), ddl("g")), BatchConfig::default()).await;
+    let ours = family_texts("f");
+    let twin = family_texts("g");
+    for sql in &ours {
+        assert_coalesced(&pool, sql).await;
+    }
+    let dump = |t: &'static str| {
+        let admin = &admin;
+        async move {
+            select(
+                admin,
+                &format!(
+                    "SELECT id, n, m, c::text, ts::text, p::text, q, r::text, z::text FROM {t}"
+                ),
+            )
+            .await
+        }
+    };
+
+    // Four texts of one family queued behind the only free connection.
+    let held: Vec<_> = join_all((0..4).map(|_| pool.get()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let before = pool.stats();
+    let calls: Vec<(usize, usize, i64)> = (0..300).map(|i| (i % 4, i, i as i64)).collect();
+    let burst = {
+        let pool = pool.clone();
+        let ours = ours.clone();
+        let calls = calls.clone();
+        tokio::spawn(async move {
+            join_all(calls.iter().map(|&(text, i, key)| {
+                let (pool, sql) = (&pool, &ours[text]);
+                async move { call(pool, Call::Execute, sql, &family_params(text, i, key)).await }
+            }))
+            .await
+        })
+    };
+    while pool.stats().queued < calls.len() as u64 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    drop(held);
+    let got = burst.await.unwrap();
+    let after = pool.stats();
+    for (&(text, i, key), got) in calls.iter().zip(&got) {
+        let expected = plain(
+            &admin,
+            Call::Execute,
+            &twin[text],
+            &family_params(text, i, key),
+        )
+        .await;
+        assert_eq!(*got, expected, "{} with key {key}", ours[text]);
+    }
+    assert_eq!(
+        dump("f").await,
+        dump("g").await,
+        "the tables after the queued burst"
+    );
+    let statements = after.statements - before.statements;
+    assert!(
+        (1..=2).contains(&statements),
+        "300 queued updates of one family's four texts went out in {statements} statements"
+    );
+
+    // All eight texts at once, keys named by several callers.
+    let calls: Vec<(usize, usize, i64)> =
+        (1000..1800).map(|i| (i % 8, i, (i % 170) as i64)).collect();
+    let got = join_all(calls.iter().map(|&(text, i, key)| {
+        let (pool, sql) = (&pool, &ours[text]);
+        async move { call(pool, Call::Execute, sql, &family_params(text, i, key)).await }
+    }))
+    .await;
+    for (&(text, i, key), got) in calls.iter().zip(&got) {
+        let expected = plain(
+            &admin,
+            Call::Execute,
+            &twin[text],
+            &family_params(text, i, key),
+        )
+        .await;
+        assert_eq!(*got, expected, "{} with key {key}", ours[text]);
+    }
+    assert!(
+        got.iter()
+            .any(|g| matches!(g, Got::Failed(c) if c == "22003")),
+        "some callers' numeric overflowed"
+    );
+    assert_eq!(
+        dump("f").await,
+        dump("g").await,
+        "the tables after the mixed burst"
+    );
 }
