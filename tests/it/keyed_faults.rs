@@ -222,14 +222,15 @@ struct Killed {
     counted: Counted,
 }
 
-/// [`TASKS`] tasks run `sql` with one random key of `0..keys` per call,
+/// [`TASKS`] tasks run the texts `sqls` in turn, each call with one random
+/// key of `0..keys`,
 /// through a proxy, on a pool of 8 (5 s statement and wait limits), while
 /// another task ends the pool's connections every 20–120 ms: in three
 /// rounds of four the server ends one of the database's other sessions
 /// (`pg_terminate_backend`), in the fourth the proxy cuts every connection
 /// through it. Every caller must be answered within [`CALL_BOUND`]; the
 /// pool is closed (every accepted call done) before this returns.
-async fn under_kills<B: TestBackend>(url: &str, sql: &str, keys: i32) -> Killed {
+async fn under_kills<B: TestBackend>(url: &str, sqls: &[String], keys: i32) -> Killed {
     let proxy = Arc::new(Proxy::start(B::upstream(url)).await);
     let pool = B::pool_with(url, Some(proxy.addr()), BatchConfig::default(), 8, |b| {
         b.statement_timeout(Duration::from_secs(5))
@@ -237,7 +238,9 @@ async fn under_kills<B: TestBackend>(url: &str, sql: &str, keys: i32) -> Killed 
     });
     // Learned before the first kill: a kill that ends the learning would
     // leave the text run on its own for a while.
-    let _ = B::explain(&pool, sql).await;
+    for sql in sqls {
+        let _ = B::explain(&pool, sql).await;
+    }
     let before = B::stats(&pool);
     let stop = Arc::new(AtomicBool::new(false));
     let (ended, cuts) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -284,7 +287,7 @@ async fn under_kills<B: TestBackend>(url: &str, sql: &str, keys: i32) -> Killed 
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..TASKS {
-        let (pool, sql) = (pool.clone(), sql.to_string());
+        let (pool, sqls) = (pool.clone(), sqls.to_vec());
         let (ended, cuts) = (ended.clone(), cuts.clone());
         tasks.spawn(async move {
             let mut calls = Vec::new();
@@ -298,7 +301,8 @@ async fn under_kills<B: TestBackend>(url: &str, sql: &str, keys: i32) -> Killed 
                 }
                 let key = rand::rng().random_range(0..keys);
                 let params = vals![key];
-                let r = tokio::time::timeout(CALL_BOUND, B::execute(&pool, &sql, &params))
+                let sql = &sqls[calls.len() % sqls.len()];
+                let r = tokio::time::timeout(CALL_BOUND, B::execute(&pool, sql, &params))
                     .await
                     .unwrap_or_else(|_| panic!("key {key}: no answer within {CALL_BOUND:?}"));
                 calls.push((key, Told::of(r)));
@@ -339,9 +343,10 @@ async fn under_kills<B: TestBackend>(url: &str, sql: &str, keys: i32) -> Killed 
     }
 }
 
-/// 64 tasks increment 50 hot counters by 1, each call one key
-/// (`UPDATE counters SET hits = hits + 1 WHERE id = $1`), while the
-/// server ends the pool's sessions and the proxy cuts its connections.
+/// 64 tasks increment 50 hot counters by 1, each call one key, by two
+/// texts that coalesce together (`UPDATE counters SET hits = hits + 1
+/// WHERE id = $1` and `... SET hits = 1 + hits ...`), while the server
+/// ends the pool's sessions and the proxy cuts its connections.
 /// Each counter ends between its acknowledged increments and those plus
 /// the ones whose outcome is unknown: none acknowledged is lost or applied
 /// twice, none that failed for sure is applied. With no outcome unknown,
@@ -349,8 +354,11 @@ async fn under_kills<B: TestBackend>(url: &str, sql: &str, keys: i32) -> Killed 
 async fn increments_under_kills_are_applied_once_each<B: TestBackend<Pool = Pool>>() {
     const KEYS: i32 = 50;
     let url = counters::<B>(KEYS, 0).await;
-    let sql = B::sql("UPDATE counters SET hits = hits + 1 WHERE id = ?");
-    let killed = under_kills::<B>(&url, &sql, KEYS).await;
+    let sqls = [
+        B::sql("UPDATE counters SET hits = hits + 1 WHERE id = ?"),
+        B::sql("UPDATE counters SET hits = 1 + hits WHERE id = ?"),
+    ];
+    let killed = under_kills::<B>(&url, &sqls, KEYS).await;
     let (mut ok, mut unknown) = (BTreeMap::new(), BTreeMap::new());
     let (mut failed, mut bad) = (0, Vec::new());
     for (key, told) in &killed.calls {
@@ -420,8 +428,8 @@ async fn deletes_under_kills_remove_exactly_what_they_report<B: TestBackend>() {
     )
     .await;
     drop(admin);
-    let sql = B::sql("DELETE FROM doomed WHERE id = ?");
-    let killed = under_kills::<B>(&url, &sql, TARGETED).await;
+    let sqls = [B::sql("DELETE FROM doomed WHERE id = ?")];
+    let killed = under_kills::<B>(&url, &sqls, TARGETED).await;
 
     /// What the deletes of one key were told.
     #[derive(Default, Debug)]

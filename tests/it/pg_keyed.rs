@@ -1512,3 +1512,136 @@ async fn update_texts_of_one_family_run_together<B: PgBackend>() {
         "the tables after the mixed burst"
     );
 }
+
+/// Two update texts of one family whose family statement the pool's role
+/// may not run. In the first round it may update `a` and `b` and read the
+/// key, but not read `a` or `b`, which the family's `CASE ... ELSE a END`
+/// does; in the second it may read every column and update `a` only, so
+/// the second text fails for its caller, as it does alone. Either way each
+/// text is coalesced with its own callers only, never with the other's:
+/// 199 queued calls of the first text and one of the second go out in
+/// exactly two statements (a family statement would fail and be cut into
+/// many), each caller gets its own text's outcome, and the table holds
+/// exactly the updates told Ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn texts_whose_family_statement_is_refused_run_apart() {
+    let url = crate::common::pg_fresh_db().await;
+    let (su, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let texts = [
+        "UPDATE p SET a = $1 WHERE id = $2",
+        "UPDATE p SET b = $1 WHERE id = $2",
+    ];
+    // The one caller of the second text among callers of the first.
+    const ONE_OF_B: i64 = 101;
+    // The grants, and whether the second text's callers may update.
+    let rounds = [
+        (
+            "GRANT SELECT (id) ON p TO {r}; GRANT UPDATE (a, b) ON p TO {r};",
+            true,
+        ),
+        (
+            "GRANT SELECT ON p TO {r}; GRANT UPDATE (a) ON p TO {r};",
+            false,
+        ),
+    ];
+    for (round, (grants, b_allowed)) in rounds.into_iter().enumerate() {
+        let role = format!(
+            "bp_family_{round}_{}_{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
+        su.batch_execute(&format!(
+            "DROP TABLE IF EXISTS p;
+             CREATE ROLE \"{role}\" LOGIN;
+             CREATE TABLE p (id bigint PRIMARY KEY, a bigint, b bigint);
+             INSERT INTO p (id) SELECT generate_series(0, 199);
+             {}",
+            grants.replace("{r}", &format!("\"{role}\""))
+        ))
+        .await
+        .unwrap();
+        let mut config: tokio_postgres::Config = url.parse().unwrap();
+        config.user(&role);
+        let pool = Pool::from_config(config)
+            .batching(BatchConfig::default())
+            .max_size(2)
+            .build()
+            .unwrap();
+        for sql in texts {
+            assert_coalesced(&pool, sql).await;
+        }
+        let held: Vec<_> = join_all((0..2).map(|_| pool.get()))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let before = pool.stats();
+        let burst = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                join_all((0..200i64).map(|i| {
+                    let pool = &pool;
+                    async move {
+                        let sql = texts[usize::from(i == ONE_OF_B)];
+                        call(pool, Call::Execute, sql, &[Box::new(i * 3), Box::new(i)]).await
+                    }
+                }))
+                .await
+            })
+        };
+        while pool.stats().queued < 200 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        drop(held);
+        let got = burst.await.unwrap();
+        let after = pool.stats();
+        for (i, got) in got.iter().enumerate() {
+            let of_b = i as i64 == ONE_OF_B;
+            let expected = if !of_b || b_allowed {
+                Got::Count(1)
+            } else {
+                Got::Failed("42501".into())
+            };
+            assert_eq!(
+                *got,
+                expected,
+                "round {round}: {}",
+                texts[usize::from(of_b)]
+            );
+        }
+        assert_eq!(
+            after.statements - before.statements,
+            2,
+            "round {round}: one statement for the first text's callers, one for the \
+             second's: {after:?}"
+        );
+        let stored = select(&su, "SELECT id, a, b FROM p").await;
+        let mut expected: Vec<Shown> = (0..200i64)
+            .map(|i| {
+                let value = Some((i * 3).to_string());
+                let (a, b) = match (i != ONE_OF_B, b_allowed) {
+                    (true, _) => (value, None),
+                    (false, true) => (None, value),
+                    (false, false) => (None, None),
+                };
+                vec![
+                    ("id".to_owned(), Some(i.to_string())),
+                    ("a".to_owned(), a),
+                    ("b".to_owned(), b),
+                ]
+            })
+            .collect();
+        expected.sort();
+        assert_eq!(stored, expected, "round {round}");
+        pool.close().await;
+        su.batch_execute(&format!("DROP TABLE p; DROP ROLE \"{role}\""))
+            .await
+            .unwrap();
+    }
+}
