@@ -336,9 +336,11 @@ impl<B: Backend> Engine<B> {
         let (mut cancelled, mut failed) = (0, 0);
         for (reply, claim) in rows {
             // A caller that went before its deadline cancelled its row; one
-            // that heard its timeout (its claim expired) did not.
+            // that heard its timeout (its claim expired) did not. Read in
+            // that order: a caller expires its claim before it goes.
+            let gone = reply.is_closed();
             let heard = claim.as_deref().is_some_and(queue::Claim::is_expired);
-            if reply.is_closed() && !heard {
+            if gone && !heard {
                 cancelled += 1;
             } else {
                 if let Some(claim) = claim {

@@ -521,12 +521,16 @@ impl<B: Backend> ShapeQueue<B> {
         let mut kept: Vec<Pending<B>> = Vec::new();
         while let Some(p) = st.rows.pop_front() {
             // Timed out first: a caller that heard its timeout has gone too.
+            // Whether it has gone is read before its claim: a caller expires
+            // its claim before it goes, so a caller seen gone whose claim is
+            // not expired went before its deadline.
+            let gone = p.reply.is_closed();
             if timed_out(p.claim.as_deref(), p.deadline, now) {
                 st.bytes -= p.bytes;
                 taken.expired.push((p.reply, p.claim));
                 continue;
             }
-            if p.reply.is_closed() {
+            if gone {
                 st.bytes -= p.bytes;
                 taken.cancelled += 1;
                 continue;
