@@ -21,9 +21,10 @@
 //! limit one step back towards the pool's size: a lone caller never waits
 //! for a slot while a connection is free.
 //!
-//! Only INSERT flushes drive the climb; keyed reads, updates and deletes
-//! hold slots of the same limit but are not measured (in YCSB's mixed
-//! workloads the climb on their flushes cost more than it found).
+//! Writes drive the climb (INSERTs, keyed updates and deletes: each of
+//! their statements pays a commit); keyed reads hold slots of the same
+//! limit but are not measured (on MariaDB the climb on their flushes cost
+//! more than it found).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

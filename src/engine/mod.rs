@@ -44,6 +44,14 @@ use crate::error::Error;
 use crate::stats::{Counters, Stats};
 use crate::sync::lock;
 
+/// Whether flushes of `form` count in the adaptive flush limit's windows:
+/// writes (INSERTs, keyed updates and deletes), whose statements each pay
+/// a commit; keyed reads hold slots but are not measured.
+fn measured(form: &classify::Form) -> bool {
+    form.keyed()
+        .is_none_or(|kind| kind != classify::KeyedKind::Read)
+}
+
 /// The coalescing engine of one pool.
 pub(crate) struct Engine<B: Backend> {
     pub(crate) backend: B,
@@ -314,15 +322,15 @@ impl<B: Backend> Engine<B> {
         self.config.pipeline && self.backend.pipelines(shape, None, None)
     }
 
-    /// Waits for a flush slot for rows of `q` (see [`FlushLimit`]; INSERT
-    /// flushes are what the adaptive limit measures).
+    /// Waits for a flush slot for rows of `q` (see [`FlushLimit`]; writes
+    /// are what the adaptive limit measures).
     pub(crate) async fn flush_slot(&self, q: &ShapeQueue<B>) -> Option<Slot> {
-        self.flush_limit.acquire(q.form().is_insert()).await
+        self.flush_limit.acquire(measured(q.form())).await
     }
 
     /// A flush slot for rows of `q` if one is free right now.
     pub(crate) fn try_flush_slot(&self, q: &ShapeQueue<B>) -> Option<Slot> {
-        self.flush_limit.try_acquire(q.form().is_insert())
+        self.flush_limit.try_acquire(measured(q.form()))
     }
 
     /// Fails rows taken out of the queue because their wait for a
