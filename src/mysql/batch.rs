@@ -13,6 +13,7 @@ use mysql_async::{Params, Row, Value};
 use super::errors::{chunk_error, sent_error, stale, unsent_error};
 use super::keyed::MyKeyed;
 use super::manager::Session;
+use super::row::MyRow;
 use super::table::{stored_functions, table_facts};
 use super::{Client, Manager, MySql, Outcome};
 use crate::backend::batch::{Backend, ChunkError, ChunkResult};
@@ -173,15 +174,6 @@ fn returned_integer(v: &Value) -> Option<i128> {
         Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         _ => None,
     }
-}
-
-/// One caller's parameters, checked against its statement.
-pub(crate) struct MyRow {
-    pub(super) values: Vec<Value>,
-    /// What this row adds to the statement's packets: its values as the
-    /// binary protocol encodes them, their type bytes and NULL bit, and its
-    /// share of the statement text.
-    pub(crate) bytes: usize,
 }
 
 /// Turns one caller's parameters into a row of `shape`, checking the
@@ -999,14 +991,6 @@ impl MyInsert {
             bulk: true,
             texts: Mutex::new(HashMap::new()),
         }
-    }
-}
-
-#[cfg(feature = "bench")]
-impl MyRow {
-    /// The row's values (the `engine` bench).
-    pub(crate) fn values(&self) -> &[Value] {
-        &self.values
     }
 }
 

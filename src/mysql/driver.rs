@@ -249,7 +249,7 @@ impl Driver for MySql {
         &self,
         shape: &super::batch::MyShape,
         args: Params,
-    ) -> Result<(super::batch::MyRow, usize), Error> {
+    ) -> Result<(super::MyRow, usize), Error> {
         let row = super::batch::encode(shape, args)?;
         self.check_packet(row.bytes)?;
         let bytes = row.bytes;

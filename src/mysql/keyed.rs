@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value};
 
-use super::batch::MyRow;
 use super::errors::{read_error, unsent_error};
+use super::row::MyRow;
 use super::{Client, Outcome};
 use crate::backend::batch::{ChunkError, ChunkResult};
 use crate::classify::{KeyedKind, KeyedShape, MASK_BITS};

@@ -377,17 +377,19 @@ mod errors;
 mod hosts;
 mod keyed;
 mod manager;
+mod row;
 mod table;
 mod tls;
 
 use std::sync::{Arc, OnceLock};
 
 #[cfg(feature = "bench")]
-pub(crate) use self::batch::{MyRow, MyShape, encode};
+pub(crate) use self::batch::{MyShape, encode};
 #[cfg(feature = "bench")]
 pub(crate) use self::batch::{bulk_fits, bulk_params, rewrite_params};
 use self::manager::ServerInfo;
 pub use self::manager::{ConnWrapper, Manager};
+pub(crate) use self::row::MyRow;
 pub use self::tls::SslMode;
 /// The driver crate, at the version batchpool uses (see
 /// [Types](self#types-the-driver-re-exported)).

@@ -3,7 +3,7 @@
 //! maps the statement's result back to each row.
 
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::TryStreamExt;
@@ -15,7 +15,7 @@ use super::copy::{PgCopy, eligible, failed_row};
 use super::encode::{PgRow, Raw, RawValue};
 use super::errors::{sent_error, unsent_error};
 use super::keyed::PgKeyed;
-use super::manager::{COPY_KEY, ClientWrapper, Prepared};
+use super::manager::{COPY_KEY, ClientWrapper, NEXT_SHAPE_ID, Prepared};
 use super::table::{KeyMatch, Refusal, refusal};
 use super::unnamed::Described;
 use super::unnest::{PgUnnest, text as unnest_text};
@@ -25,8 +25,6 @@ use crate::classify::{Conflict, Dialect, Form, InsertShape};
 use crate::error::Error;
 use crate::explain::NotCoalesced;
 use crate::sync::lock;
-
-pub(crate) static NEXT_SHAPE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Rendered n-row texts kept per shape (unnamed mode).
 const RENDERED: NonZeroUsize = NonZeroUsize::new(32).unwrap();

@@ -25,8 +25,7 @@ use lru::LruCache;
 use tokio_postgres::types::Type;
 
 use super::Client;
-use super::batch::NEXT_SHAPE_ID;
-use super::manager::Prepared;
+use super::manager::{NEXT_SHAPE_ID, Prepared};
 use super::unnamed::Described;
 use crate::classify::KeyedShape;
 use crate::sync::lock;

@@ -43,11 +43,10 @@ use tokio_postgres::types::{Kind, ToSql, Type};
 
 use super::Client;
 use super::Outcome;
-use super::batch::NEXT_SHAPE_ID;
 use super::encode::{PgRow, Raw, RawValue};
 use super::errors::sent_error;
 use super::family::{Candidate, Families, Family, Member};
-use super::manager::{ClientWrapper, Prepared};
+use super::manager::{ClientWrapper, NEXT_SHAPE_ID, Prepared};
 use super::quote_ident;
 use super::table::REPEATABLE;
 use super::unnamed::Described;

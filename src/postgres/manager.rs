@@ -1033,6 +1033,11 @@ impl ClientWrapper {
     }
 }
 
+/// The next shape id: the key of a shape's prepared statements on a
+/// connection ([`ClientWrapper::prepare_batch`]).
+pub(crate) static NEXT_SHAPE_ID: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(1);
+
 /// The cache key of a shape's prepared COPY statement among its n-row
 /// statements (no n-row statement has this many rows).
 pub(crate) const COPY_KEY: usize = usize::MAX;

@@ -1,0 +1,20 @@
+//! One caller's row of a coalesced statement on MySQL / MariaDB.
+
+use mysql_async::Value;
+
+/// One caller's parameters, checked against its statement.
+pub(crate) struct MyRow {
+    pub(super) values: Vec<Value>,
+    /// What this row adds to the statement's packets: its values as the
+    /// binary protocol encodes them, their type bytes and NULL bit, and its
+    /// share of the statement text.
+    pub(crate) bytes: usize,
+}
+
+#[cfg(feature = "bench")]
+impl MyRow {
+    /// The row's values (the `engine` bench).
+    pub(crate) fn values(&self) -> &[Value] {
+        &self.values
+    }
+}
