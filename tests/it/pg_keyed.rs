@@ -1395,6 +1395,27 @@ fn family_params(text: usize, i: usize, key: i64) -> Vec<Param> {
     }
 }
 
+/// Each family call `(text, call number, key)` got what the plain driver
+/// gets for the same statement on the twin table.
+async fn same_as_twin(
+    admin: &Client,
+    ours: &[String],
+    twin: &[String],
+    calls: &[(usize, usize, i64)],
+    got: &[Got],
+) {
+    for (&(text, i, key), got) in calls.iter().zip(got) {
+        let expected = plain(
+            admin,
+            Call::Execute,
+            &twin[text],
+            &family_params(text, i, key),
+        )
+        .await;
+        assert_eq!(*got, expected, "{} with key {key}", ours[text]);
+    }
+}
+
 /// Update texts that differ only in what they assign go out together: a
 /// burst of four such texts queued behind a held connection is sent in
 /// one or two statements (one per text would be four), and a mixed
@@ -1462,16 +1483,7 @@ async fn update_texts_of_one_family_run_together<B: PgBackend>() {
     drop(held);
     let got = burst.await.unwrap();
     let after = pool.stats();
-    for (&(text, i, key), got) in calls.iter().zip(&got) {
-        let expected = plain(
-            &admin,
-            Call::Execute,
-            &twin[text],
-            &family_params(text, i, key),
-        )
-        .await;
-        assert_eq!(*got, expected, "{} with key {key}", ours[text]);
-    }
+    same_as_twin(&admin, &ours, &twin, &calls, &got).await;
     assert_eq!(
         dump("f").await,
         dump("g").await,
@@ -1491,16 +1503,7 @@ async fn update_texts_of_one_family_run_together<B: PgBackend>() {
         async move { call(pool, Call::Execute, sql, &family_params(text, i, key)).await }
     }))
     .await;
-    for (&(text, i, key), got) in calls.iter().zip(&got) {
-        let expected = plain(
-            &admin,
-            Call::Execute,
-            &twin[text],
-            &family_params(text, i, key),
-        )
-        .await;
-        assert_eq!(*got, expected, "{} with key {key}", ours[text]);
-    }
+    same_as_twin(&admin, &ours, &twin, &calls, &got).await;
     assert!(
         got.iter()
             .any(|g| matches!(g, Got::Failed(c) if c == "22003")),
