@@ -181,6 +181,42 @@ impl GaleraCluster {
         self.wait_formed();
     }
 
+    /// Makes the cluster whole again after a test that may have stopped
+    /// part-way through a fault: a node killed or exited is started again
+    /// as a joiner, a node cut off (`gmcast.isolate=1`) is let back in, and
+    /// this waits, as [`restart`](GaleraCluster::restart) does, until every
+    /// node is synced in one cluster. Blocks (call it from
+    /// `spawn_blocking`).
+    pub fn heal(&self) {
+        for i in 0..GALERA_NODES {
+            let mut nodes = self.nodes();
+            if !nodes[i].is_running() {
+                // Reaps a node that exited on its own.
+                nodes[i].sigkill();
+                nodes[i].restart(&["--wsrep-new-cluster"]);
+            }
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        for url in &self.urls {
+            rt.block_on(async {
+                let fut = async {
+                    let opts = mysql_async::Opts::from_url(url).ok()?;
+                    let mut conn = mysql_async::Conn::new(opts).await.ok()?;
+                    let _ = conn
+                        .query_drop("SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'")
+                        .await;
+                    let _ = conn.disconnect().await;
+                    Some(())
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(5), fut).await;
+            });
+        }
+        self.wait_formed();
+    }
+
     /// A new, uniquely named database (created on node 1, replicated to
     /// all): its URL on every node.
     pub async fn fresh_db(&self) -> Vec<String> {

@@ -364,6 +364,14 @@ impl MysqlServer {
         self.kill();
     }
 
+    /// Whether `mariadbd` is running (not killed by
+    /// [`sigkill`](MysqlServer::sigkill), nor exited on its own).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// Starts `mariadbd` again on the same data dir and port, with the
     /// arguments it was first started with except those in `drop_args`
     /// (e.g. `--wsrep-new-cluster`), after [`sigkill`](MysqlServer::sigkill).

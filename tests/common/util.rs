@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Counter that makes temp dir and database names unique within a process.
@@ -118,13 +118,55 @@ impl<S> Shared<S> {
     }
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it,
-/// drop the listener). Callers retry on the rare collision.
+/// A TCP port on 127.0.0.1 that was free a moment ago, taken from outside
+/// the kernel's range for outgoing connections
+/// (`/proc/sys/net/ipv4/ip_local_port_range`): a port from that range can
+/// be taken by any of the suite's thousands of client connections between
+/// this call and the server's bind, which a server whose ports are fixed
+/// before it starts (a Galera node's group and state-transfer ports, a
+/// node restarted on its old ports) cannot retry. Ports are handed out in
+/// turn from a per-process starting point, each checked by binding it;
+/// callers of a server that picks its own port still retry on a collision.
 pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (lo, hi) = ports_outside_ephemeral();
+    let span = u32::from(hi - lo) + 1;
+    let start = (std::process::id().wrapping_mul(7_919) ^ (now_nanos() as u32)) % span;
+    let _ = NEXT.compare_exchange(0, start + 1, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst) % span;
+        let port = lo + n as u16;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap_or_else(|e| panic!("cannot bind a free port on 127.0.0.1: {e}"))
+}
+
+/// The larger run of ports below or above the kernel's range for outgoing
+/// connections, leaving out the privileged ports and those of the usual
+/// local servers (below 10000).
+fn ports_outside_ephemeral() -> (u16, u16) {
+    let (eph_lo, eph_hi) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|p| p.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32_768, 60_999));
+    let below = (10_000u16, eph_lo.saturating_sub(1));
+    let above = (eph_hi.saturating_add(1), u16::MAX);
+    let len = |(a, b): (u16, u16)| if b >= a { u32::from(b - a) + 1 } else { 0 };
+    if len(below) >= len(above) && len(below) >= 1_000 {
+        below
+    } else if len(above) >= 1_000 {
+        above
+    } else {
+        (10_000, u16::MAX)
+    }
 }
 
 /// Nanoseconds since the Unix epoch (for unique names).

@@ -62,6 +62,22 @@ fn cluster() -> &'static GaleraCluster {
     CLUSTER.get_or_init(|| GaleraCluster::start(FAST_DETECTION))
 }
 
+/// Takes this test's turn on the cluster (starting it on first use) and
+/// makes it whole first: a test that failed part-way through its fault may
+/// have left a node killed or cut off, which must not fail the tests after
+/// it.
+async fn take_turn() -> (tokio::sync::MutexGuard<'static, ()>, &'static GaleraCluster) {
+    let turn = TURN.lock().await;
+    let cluster = tokio::task::spawn_blocking(|| {
+        let cluster = cluster();
+        cluster.heal();
+        cluster
+    })
+    .await
+    .expect("the cluster started and whole");
+    (turn, cluster)
+}
+
 async fn connect(url: &str) -> Conn {
     Conn::new(Opts::from_url(url).expect("url"))
         .await
@@ -280,8 +296,7 @@ where
 /// writes through is killed with SIGKILL mid-load, then restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_under_load() {
-    let _turn = TURN.lock().await;
-    let cluster = cluster();
+    let (_turn, cluster) = take_turn().await;
     let urls = cluster.fresh_db().await;
     let t = "under_load";
     create_table(&urls[0], t).await;
@@ -416,8 +431,7 @@ fn judge(
 /// on through the other nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_under_load() {
-    let _turn = TURN.lock().await;
-    let cluster = cluster();
+    let (_turn, cluster) = take_turn().await;
     let urls = cluster.fresh_db().await;
     let t = "cut_under_load";
     create_table(&urls[0], t).await;
@@ -458,8 +472,7 @@ async fn a_node_cut_off_under_load() {
 /// write goes through another node and no caller gets an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_not_ready_is_passed_over() {
-    let _turn = TURN.lock().await;
-    let cluster = cluster();
+    let (_turn, cluster) = take_turn().await;
     let urls = cluster.fresh_db().await;
     let t = "not_ready";
     create_table(&urls[0], t).await;
@@ -558,8 +571,7 @@ async fn rejoin(cluster: &'static GaleraCluster, urls: &[String], cut: usize) {
 /// connections open on a node that takes writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_to_a_node_that_stops_being_ready_are_not_used() {
-    let _turn = TURN.lock().await;
-    let cluster = cluster();
+    let (_turn, cluster) = take_turn().await;
     let urls = cluster.fresh_db().await;
     let t = "idle_not_ready";
     create_table(&urls[0], t).await;
