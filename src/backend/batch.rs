@@ -25,6 +25,21 @@ pub(crate) enum ChunkError<O> {
     /// without it (see the engine's `isolate` module), so a wrong index
     /// costs a statement, never an outcome.
     RowAt(usize, Error),
+    /// The error is provably the named row's own (its index in the
+    /// statement's rows): that row's single-row statement, run alone at the
+    /// instant the statement ran, would have failed with it too, whatever
+    /// the other rows are (a unique violation of a key that no other row of
+    /// the statement could have written: the row in conflict was in the
+    /// table already). The row gets the error without a statement of its
+    /// own, and the others go again without it. A backend says this only
+    /// where it can prove it; the engine treats it as
+    /// [`RowAt`](ChunkError::RowAt) wherever the rows keep one caller's
+    /// order.
+    #[cfg_attr(
+        not(feature = "postgres"),
+        allow(dead_code, reason = "only PostgreSQL proves a row's own failure")
+    )]
+    RowFailed(usize, Error),
     /// The failure is the same for every row (connection lost, outcome
     /// unknown, a statement-level error such as a syntax error or a
     /// cancelled statement): every row of the statement gets it.

@@ -196,6 +196,15 @@ pub(super) fn settle<B: Backend>(
     if !matches!(result, Err(ChunkError::NotRun)) {
         iso.ran((start, len), sent_at);
     }
+    // A row's own failure is taken as such only among independent callers
+    // (one caller's batch keeps its order: its rows before and after the
+    // named one run apart) and only for a row of this statement.
+    let result = match result {
+        Err(ChunkError::RowFailed(at, e)) if iso.in_order || len < 2 || at >= len => {
+            Err(ChunkError::RowAt(at, e))
+        }
+        other => other,
+    };
     match result {
         Ok(outs) => {
             debug_assert_eq!(outs.len(), len);
@@ -209,6 +218,19 @@ pub(super) fn settle<B: Backend>(
             iso.healed = true;
             engine.route_stale(q.sql());
             work.push_front((start, len));
+        }
+        Err(ChunkError::RowFailed(at, e)) => {
+            // Its own error, as its own statement would have had it: the
+            // row is done, the others go again at once without it.
+            iso.named += 1;
+            let end = start + len;
+            rows[start + at..end].rotate_left(1);
+            results[start + at..end].rotate_left(1);
+            iso.order[start + at..end].rotate_left(1);
+            results[end - 1] = Some(Err(e));
+            let mut pieces = Vec::new();
+            cut(engine, q, rows, start, len - 1, &mut pieces);
+            rerun(pieces, iso, work);
         }
         Err(ChunkError::RowAt(at, _))
             if len > 1 && at < len && iso.named < iso.named_dense_after =>

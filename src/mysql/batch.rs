@@ -601,6 +601,7 @@ impl MySql {
                     Err(
                         ChunkError::Row(e)
                         | ChunkError::RowAt(_, e)
+                        | ChunkError::RowFailed(_, e)
                         | ChunkError::Statement(e)
                         | ChunkError::Stale(e),
                     ) => Err(e),

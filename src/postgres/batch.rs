@@ -16,6 +16,7 @@ use super::encode::{PgRow, Raw, RawValue};
 use super::errors::{sent_error, unsent_error};
 use super::keyed::PgKeyed;
 use super::manager::{COPY_KEY, ClientWrapper, NEXT_SHAPE_ID, Prepared};
+use super::own::OwnFailures;
 use super::table::{KeyMatch, Refusal, refusal};
 use super::unnamed::Described;
 use super::unnest::{PgUnnest, text as unnest_text};
@@ -48,6 +49,9 @@ pub(crate) struct PgInsert {
     /// Unnamed mode, a plain shape: its one text for any row count (see
     /// [`super::unnest`]).
     unnest: Option<PgUnnest>,
+    /// The unique indexes whose violations are a row's own (see
+    /// [`super::own`]).
+    own: OwnFailures,
 }
 
 /// The conflict key of an `ON CONFLICT` that may skip rows: the quoted
@@ -554,6 +558,7 @@ impl Postgres {
                 Prepared::Named(_) => None,
             },
             texts: Mutex::new(LruCache::new(RENDERED)),
+            own: OwnFailures::default(),
             copy: match self.copy_threshold {
                 Some(_) if self.far.copies() => eligible(conn, &shape, stmt.params()).await?,
                 _ => None,
@@ -581,7 +586,40 @@ impl Postgres {
             return Err(ChunkError::Statement(Error::closed_before_send()));
         }
         let written = Self::send(conn, shape, &ready, rows).await;
-        Self::conclude(conn, shape, &ready, rows, written)
+        let result = Self::conclude(conn, shape, &ready, rows, written);
+        Self::own(conn, shape, &ready, rows, result).await
+    }
+
+    /// `result` of an autocommit statement of `rows`, with a failure that
+    /// is provably the named row's own said so (see [`super::own`]): only a
+    /// multi-row INSERT's, not a COPY's, whose error carries the COPY's
+    /// context where the row's own INSERT would have none.
+    async fn own(
+        conn: &ClientWrapper,
+        shape: &PgInsert,
+        ready: &Ready<'_>,
+        rows: &[PgRow],
+        result: ChunkResult<Outcome>,
+    ) -> ChunkResult<Outcome> {
+        match result {
+            Err(ChunkError::RowAt(at, err)) if rows.len() > 1 && !ready.copies() => {
+                let own = match err.as_db_error() {
+                    Some(db) => {
+                        shape
+                            .own
+                            .proven(conn, db, &shape.shape, &shape.types, rows, at)
+                            .await
+                    }
+                    None => false,
+                };
+                Err(if own {
+                    ChunkError::RowFailed(at, err)
+                } else {
+                    ChunkError::RowAt(at, err)
+                })
+            }
+            result => result,
+        }
     }
 
     fn pipelines_insert(
@@ -612,8 +650,9 @@ impl Postgres {
             Err(_) => {
                 // The second one fails again when it is run on its own.
                 let written = Self::send(conn, shape, &a, first).await;
+                let result = Self::conclude(conn, shape, &a, first, written);
                 return (
-                    Self::conclude(conn, shape, &a, first, written),
+                    Self::own(conn, shape, &a, first, result).await,
                     Err(ChunkError::NotRun),
                 );
             }
@@ -632,8 +671,9 @@ impl Postgres {
             // `ClientWrapper::in_turn`): one after the other keeps their
             // order. The first alone; the engine sends the second after it.
             let written = Self::send(conn, shape, &a, first).await;
+            let result = Self::conclude(conn, shape, &a, first, written);
             return (
-                Self::conclude(conn, shape, &a, first, written),
+                Self::own(conn, shape, &a, first, result).await,
                 Err(ChunkError::NotRun),
             );
         }
@@ -645,9 +685,14 @@ impl Postgres {
             Self::send(conn, shape, &b, second),
         )
         .await;
+        // Two statements on their own, one after the other: the second's
+        // key in conflict may be the first's row, which was then in the
+        // table before the second ran.
+        let ra = Self::conclude(conn, shape, &a, first, wa);
+        let rb = Self::conclude(conn, shape, &b, second, wb);
         (
-            Self::conclude(conn, shape, &a, first, wa),
-            Self::conclude(conn, shape, &b, second, wb),
+            Self::own(conn, shape, &a, first, ra).await,
+            Self::own(conn, shape, &b, second, rb).await,
         )
     }
 }
@@ -693,7 +738,10 @@ impl Backend for Postgres {
     }
 
     fn one_text(&self, shape: &PgShape) -> bool {
+        // Keyed statements, and in unnamed mode a plain INSERT's unnest
+        // text (see `ready`: two rows or more).
         matches!(shape, PgShape::Keyed(_))
+            || matches!(shape, PgShape::Insert(s) if s.unnest.is_some())
     }
 
     fn uses_bulk(&self, shape: &PgShape, rows: &[PgRow]) -> bool {

@@ -182,7 +182,7 @@ pub(crate) fn matched_row(
 /// b)=(1, x) already exists.` (23505), `Key (a)=(1) is not present in table
 /// "t".` (23503), `Key (a)=(1) conflicts with existing key (a)=(2).`
 /// (23P01). Column names are unquoted.
-fn key_of<'a>(detail: &'a str, code: &str) -> Option<(Vec<String>, &'a str)> {
+pub(super) fn key_of<'a>(detail: &'a str, code: &str) -> Option<(Vec<String>, &'a str)> {
     let rest = detail.strip_prefix("Key (")?;
     let eq = rest.find(")=(")?;
     let cols = &rest[..eq];
@@ -207,7 +207,10 @@ fn unquote(name: &str) -> Option<String> {
 
 /// The text form the server shows for a binary-encoded value of `ty`:
 /// `Some(None)` for NULL, `None` when it cannot be told here.
-fn text_of(ty: &tokio_postgres::types::Type, raw: Option<&[u8]>) -> Option<Option<String>> {
+pub(super) fn text_of(
+    ty: &tokio_postgres::types::Type,
+    raw: Option<&[u8]>,
+) -> Option<Option<String>> {
     use tokio_postgres::types::Type;
     let Some(b) = raw else {
         return Some(None);

@@ -243,6 +243,7 @@ mod family;
 mod keyed;
 mod listen;
 mod manager;
+mod own;
 mod pipeline;
 mod pooler;
 mod statements;

@@ -18,6 +18,7 @@ pg_and_bouncer! {
         escape_hatch_and_status,
         table_facts_decide_what_is_coalesced,
         returning_old_and_new_are_each_callers_own,
+        stored_keys_fail_their_callers_in_the_failed_statement,
     ],
 }
 
@@ -918,5 +919,164 @@ async fn copy_rows_fail_with_a_deferred_constraint_checked_at_commit() {
             assert!(pool.stats().bulk_statements > 0, "{t}: COPY was not used");
         }
         pool.close().await;
+    }
+}
+
+/// Callers whose INSERT meets a key already in the table get the unique
+/// violation from the multi-row statement that met it, without a statement
+/// of their own (the row in conflict was there before: no other row of the
+/// statement could have written its key), and the rest go once more. Where
+/// another row of the statement may have written the key (the same bytes,
+/// text equal once `varchar(n)` drops trailing spaces, `-0.0` and `0.0`)
+/// the row runs on its own, and the row that wrote the key first but then
+/// failed at the end of the statement (a missing foreign key) leaves it
+/// free: that caller's own statement succeeds.
+async fn stored_keys_fail_their_callers_in_the_failed_statement<B: TestBackend<Pool = Pool>>() {
+    let pool = pool::<B>().await;
+    for ddl in [
+        "CREATE TABLE parent (id bigint PRIMARY KEY)",
+        "INSERT INTO parent SELECT generate_series(1, 10)",
+        "CREATE TABLE c (k bigint PRIMARY KEY, s varchar(8) UNIQUE, f float8 UNIQUE, \
+             parent bigint NOT NULL REFERENCES parent (id))",
+        "INSERT INTO c SELECT i, 's' || i, i, 1 FROM generate_series(1, 20) AS i",
+    ] {
+        B::execute(&pool, ddl, &[]).await.unwrap();
+    }
+    let sql = "INSERT INTO c (k, s, f, parent) VALUES ($1, $2, $3, $4)";
+    pool.execute(sql, &[&100i64, &"warm", &100.0f64, &1i64])
+        .await
+        .unwrap();
+
+    /// What a caller must be told: Ok, or the SQLSTATE and constraint.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Want {
+        Ok,
+        Fails(&'static str, &'static str),
+    }
+    let pkey = Want::Fails("23505", "c_pkey");
+    let fk = Want::Fails("23503", "c_parent_fkey");
+    let mut calls: Vec<(i64, String, f64, i64, Want)> = Vec::new();
+    let mut next = 1_000i64;
+    let mut fresh = |calls: &mut Vec<_>| {
+        next += 1;
+        calls.push((next, format!("f{next}"), next as f64, 1, Want::Ok));
+    };
+    // Fewer than a COPY's rows (`PoolBuilder::copy_threshold`): multi-row
+    // INSERTs.
+    for i in 1..=8i64 {
+        fresh(&mut calls);
+        // A key in the table.
+        calls.push((i, format!("x{i}"), 500.0 + i as f64, 1, pkey));
+    }
+    for i in 0..3i64 {
+        fresh(&mut calls);
+        // A unique text in the table (each its own: callers sharing one
+        // could have written it for each other, and run on their own).
+        calls.push((
+            600 + i,
+            format!("s{}", 3 + i),
+            600.0 + i as f64,
+            2,
+            Want::Fails("23505", "c_s_key"),
+        ));
+    }
+    // Pairs in call order: the first writes the key, then fails on its
+    // missing parent; the second's own statement then succeeds.
+    type Row<'a> = (i64, &'a str, f64);
+    let pairs: [(Row, Row); 3] = [
+        ((700, "p1", 700.0), (700, "p2", 701.0)),
+        ((702, "abcdefgh ", 702.0), (703, "abcdefgh", 703.0)),
+        ((704, "p5", -0.0), (705, "p6", 0.0)),
+    ];
+    for ((ka, sa, fa), (kb, sb, fb)) in pairs {
+        fresh(&mut calls);
+        calls.push((ka, sa.to_owned(), fa, 999, fk));
+        calls.push((kb, sb.to_owned(), fb, 1, Want::Ok));
+    }
+    for _ in 0..20 {
+        fresh(&mut calls);
+    }
+    assert!(calls.len() < 64);
+
+    // Queued behind held connections, then let go at once.
+    let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| pool.get()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let before = pool.stats();
+    let burst = {
+        let pool = pool.clone();
+        let calls = calls.clone();
+        tokio::spawn(async move {
+            futures_util::future::join_all(calls.iter().map(|(k, s, f, parent, _)| {
+                let pool = &pool;
+                async move { pool.execute(sql, &[k, s, f, parent]).await }
+            }))
+            .await
+        })
+    };
+    while pool.stats().queued < calls.len() as u64 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    drop(held);
+    let got = burst.await.unwrap();
+    let after = pool.stats();
+
+    let mut wrong = Vec::new();
+    for ((k, s, f, parent, want), got) in calls.iter().zip(&got) {
+        let told = match got {
+            Ok(out) if out.rows_affected() == 1 => Want::Ok,
+            Ok(out) => {
+                wrong.push(format!("k {k}: Ok with {} rows", out.rows_affected()));
+                continue;
+            }
+            Err(e) => match e.as_db_error() {
+                Some(db) => match (db.code().code(), db.constraint()) {
+                    ("23505", Some("c_pkey")) => pkey,
+                    ("23505", Some("c_s_key")) => Want::Fails("23505", "c_s_key"),
+                    ("23503", Some("c_parent_fkey")) => fk,
+                    _ => {
+                        wrong.push(format!("k {k}: {e}"));
+                        continue;
+                    }
+                },
+                None => {
+                    wrong.push(format!("k {k}: {e}"));
+                    continue;
+                }
+            },
+        };
+        if told != *want {
+            wrong.push(format!(
+                "k {k}, s {s:?}, f {f}, parent {parent}: told {told:?}, its own statement: {want:?}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let oks = calls.iter().filter(|c| c.4 == Want::Ok).count() as i64;
+    assert_eq!(count::<B>(&pool, "c").await, 21 + oks);
+    let stored: i64 = pool
+        .query_one(
+            "SELECT count(*) FROM c WHERE (k = 700 AND s = 'p2') OR (k = 703 AND s = 'abcdefgh') \
+             OR (k = 705 AND f = 0)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, 3, "each pair's second row");
+
+    assert_eq!(after.rows_failed - before.rows_failed, 14);
+    let split = after.split_statements - before.split_statements;
+    if B::BEHIND_POOLER {
+        // Unnamed mode: what is left of a statement goes again as one
+        // statement. The 11 failures proven at once cost one statement
+        // each; the pairs cost what finding their rows does. Measured: 25
+        // (36 with a statement of each failing row's own).
+        assert!(
+            (11..=30).contains(&split),
+            "{split} statements added for 14 failing rows"
+        );
     }
 }

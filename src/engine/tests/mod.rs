@@ -100,7 +100,8 @@ struct Mem {
     pipelined: AtomicBool,
     /// A failing statement names a row (`ChunkError::RowAt`): 0 none, 1
     /// the offending row, 2 the row after it (a wrong lead), 3 the last
-    /// offending row.
+    /// offending row, 4 the offending row as proven its own
+    /// (`ChunkError::RowFailed`).
     names: AtomicUsize,
     /// Any row count is one statement's worth (`Backend::any_size`), but
     /// no rows go by the bulk path: a flush of a size not allowed for a
@@ -236,6 +237,7 @@ impl Mem {
                         rows.iter().rposition(|&r| r < 0).unwrap_or(0),
                         e,
                     )),
+                    4 => Err(ChunkError::RowFailed(at, e)),
                     _ => Err(ChunkError::Row(e)),
                 }
             }
