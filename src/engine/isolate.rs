@@ -13,6 +13,11 @@
 //! costs about two statements: the failed one and its own. The named row is
 //! only a lead, never a verdict: it gets the outcome of its own single-row
 //! statement, and a wrong lead costs one statement, never a wrong outcome.
+//! The one exception is a failure the backend proves the row's own
+//! ([`ChunkError::RowFailed`]: its single-row statement, run alone at the
+//! instant the failed one ran, would have failed alike, whatever the other
+//! rows): that row gets the error at once and the others go again without
+//! it, so the row costs only the failed statement.
 //!
 //! Rows of different callers ([`Pipeline::Independent`](super::execute::Pipeline))
 //! have no order among them: the named row moves to the end of its group

@@ -738,10 +738,7 @@ impl Backend for Postgres {
     }
 
     fn one_text(&self, shape: &PgShape) -> bool {
-        // Keyed statements, and in unnamed mode a plain INSERT's unnest
-        // text (see `ready`: two rows or more).
         matches!(shape, PgShape::Keyed(_))
-            || matches!(shape, PgShape::Insert(s) if s.unnest.is_some())
     }
 
     fn uses_bulk(&self, shape: &PgShape, rows: &[PgRow]) -> bool {
