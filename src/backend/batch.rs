@@ -164,6 +164,16 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
         false
     }
 
+    /// Whether what is left of a failed statement once the row its error
+    /// named is taken out may go again as one statement of that many rows
+    /// (up to the shape's row cap), rather than cut to the allowed sizes:
+    /// a backend that prepares a statement of that row count on the spot.
+    /// One more statement text now and then, against a statement (and its
+    /// commit) saved at every failing row.
+    fn reruns_any_size(&self, _shape: &Self::Shape) -> bool {
+        false
+    }
+
     /// Whether statements of `shape` have one text for any number of rows
     /// (one array per parameter): any number up to the shape's row cap is
     /// one statement.

@@ -176,6 +176,32 @@ fn cut<B: Backend>(
     }
 }
 
+/// The statements that send what is left of a failed statement, `len`
+/// rows from `start`, once its named row is out: one statement where the
+/// backend takes any row count for a re-run and the rows need no cut
+/// between them, else as [`cut`].
+fn cut_rest<B: Backend>(
+    engine: &Engine<B>,
+    q: &ShapeQueue<B>,
+    rows: &[B::Row],
+    start: usize,
+    len: usize,
+    pieces: &mut Vec<(usize, usize)>,
+) {
+    if len > 0
+        && len <= q.cap_rows()
+        && engine.backend.reruns_any_size(&q.shape)
+        && engine
+            .backend
+            .runs(&q.shape, &rows[start..start + len])
+            .is_none()
+    {
+        pieces.push((start, len));
+    } else {
+        cut(engine, q, rows, start, len, pieces);
+    }
+}
+
 /// Records what one statement of the flush, sent at `sent_at`, gave for
 /// its rows (`start`, `len`), or queues at the front of `work` what must
 /// run again. `rows` and `results` are indexed by place; a named row may
@@ -234,7 +260,7 @@ pub(super) fn settle<B: Backend>(
             iso.order[start + at..end].rotate_left(1);
             results[end - 1] = Some(Err(e));
             let mut pieces = Vec::new();
-            cut(engine, q, rows, start, len - 1, &mut pieces);
+            cut_rest(engine, q, rows, start, len - 1, &mut pieces);
             rerun(pieces, iso, work);
         }
         Err(ChunkError::RowAt(at, _))
@@ -253,7 +279,7 @@ pub(super) fn settle<B: Backend>(
                 rows[start + at..end].rotate_left(1);
                 results[start + at..end].rotate_left(1);
                 iso.order[start + at..end].rotate_left(1);
-                cut(engine, q, rows, start, len - 1, &mut pieces);
+                cut_rest(engine, q, rows, start, len - 1, &mut pieces);
                 pieces.push((end - 1, 1));
             }
             rerun(pieces, iso, work);

@@ -741,6 +741,13 @@ impl Backend for Postgres {
         matches!(shape, PgShape::Keyed(_))
     }
 
+    fn reruns_any_size(&self, shape: &PgShape) -> bool {
+        // Any n-row INSERT is prepared (named mode) or rendered (unnamed
+        // mode) on first use, and kept in the connection's or the shape's
+        // bounded cache.
+        matches!(shape, PgShape::Insert(_))
+    }
+
     fn uses_bulk(&self, shape: &PgShape, rows: &[PgRow]) -> bool {
         matches!(shape, PgShape::Insert(s) if self.copies(s, rows.len()))
     }

@@ -108,6 +108,10 @@ struct Mem {
     /// multi-row text goes out as several statements, one after another
     /// (as MariaDB's rows that the bulk command refuses do).
     any_size: AtomicBool,
+    /// What is left of a failed statement once its named row is out goes
+    /// again as one statement of any row count (`Backend::reruns_any_size`,
+    /// as PostgreSQL's INSERTs).
+    reruns_any_size: AtomicBool,
     /// Rows are keyed writes (as PostgreSQL's keyed updates): a row's key is
     /// its value's last two digits, two rows of one key never share a
     /// statement (`Backend::runs`), and any number of rows is one text
@@ -182,6 +186,7 @@ impl Mem {
             pipelined: AtomicBool::new(false),
             names: AtomicUsize::new(0),
             any_size: AtomicBool::new(false),
+            reruns_any_size: AtomicBool::new(false),
             keyed: AtomicBool::new(false),
             prepared: AtomicUsize::new(0),
             prepare_gate: Mutex::default(),
@@ -381,6 +386,10 @@ impl Backend for Mem {
 
     fn one_text(&self, _shape: &()) -> bool {
         self.keyed.load(SeqCst)
+    }
+
+    fn reruns_any_size(&self, _shape: &()) -> bool {
+        self.reruns_any_size.load(SeqCst)
     }
 
     fn runs(&self, _shape: &(), rows: &[i64]) -> Option<Vec<usize>> {
