@@ -22,6 +22,23 @@ pg_and_bouncer! {
     ],
 }
 
+/// Lets `held` (every connection of `pool`, taken so that nothing flushes)
+/// go once `queued` rows wait in the pool's queues, and returns what
+/// `burst`, the task of the callers of those rows, gives: the rows go out
+/// together, in the order they were queued.
+pub(crate) async fn release_when_queued<H, T>(
+    pool: &Pool,
+    held: H,
+    queued: usize,
+    burst: tokio::task::JoinHandle<T>,
+) -> T {
+    while pool.stats().queued < queued as u64 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    drop(held);
+    burst.await.expect("the callers' task")
+}
+
 /// A pool on a fresh database holding the table `ddl` creates.
 async fn table<B: TestBackend<Pool = Pool>>(ddl: &str) -> Pool {
     let pool = pool::<B>().await;
@@ -1016,11 +1033,7 @@ async fn stored_keys_fail_their_callers_in_the_failed_statement<B: TestBackend<P
             .await
         })
     };
-    while pool.stats().queued < calls.len() as u64 {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-    drop(held);
-    let got = burst.await.unwrap();
+    let got = release_when_queued(&pool, held, calls.len(), burst).await;
     let after = pool.stats();
 
     let mut wrong = Vec::new();

@@ -1477,11 +1477,7 @@ async fn update_texts_of_one_family_run_together<B: PgBackend>() {
             .await
         })
     };
-    while pool.stats().queued < calls.len() as u64 {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-    drop(held);
-    let got = burst.await.unwrap();
+    let got = crate::pg_coalesce::release_when_queued(&pool, held, calls.len(), burst).await;
     let after = pool.stats();
     same_as_twin(&admin, &ours, &twin, &calls, &got).await;
     assert_eq!(
