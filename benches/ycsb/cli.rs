@@ -221,8 +221,8 @@ pub struct Args {
     #[arg(long)]
     pub no_progress: bool,
     /// After each run, print the CPU time it took: the bench process (the
-    /// client side), the server's processes, and the machine's busy share
-    /// (Linux `/proc`).
+    /// client side), the server's processes, the machine's busy share, and
+    /// the bench process's context switches (Linux `/proc`).
     #[arg(long)]
     pub cpu: bool,
     /// Passed by `cargo bench` to every harness = false bench; ignored.

@@ -17,6 +17,8 @@ pub struct Sample {
     server: Option<f64>,
     /// Busy and total ticks of the machine (all cores).
     machine: Option<(u64, u64)>,
+    /// Context switches of this process's threads (voluntary and not).
+    switches: Option<u64>,
 }
 
 /// CPU used between two [`Sample`]s.
@@ -28,6 +30,9 @@ pub struct Used {
     pub server_secs: Option<f64>,
     /// Share of the machine's cores busy (any process), 0–1.
     pub machine_busy: Option<f64>,
+    /// Context switches of the bench process's threads (each a thread that
+    /// went to sleep or was put off a core).
+    pub client_switches: Option<u64>,
 }
 
 impl Sample {
@@ -37,6 +42,7 @@ impl Sample {
             client: own(std::process::id()).map(|(_, own, _)| own),
             server: server.and_then(tree),
             machine: machine(),
+            switches: switches(),
         }
     }
 
@@ -53,6 +59,10 @@ impl Sample {
                 }
                 _ => None,
             },
+            client_switches: later
+                .switches
+                .zip(self.switches)
+                .and_then(|(b, a)| b.checked_sub(a)),
         }
     }
 }
@@ -75,6 +85,10 @@ impl Used {
         }
         if let Some(b) = self.machine_busy {
             parts.push(format!("machine busy {:.0}%", b * 100.0));
+        }
+        if let Some(w) = self.client_switches {
+            let per = w as f64 / n.max(1) as f64;
+            parts.push(format!("client context switches {per:.2}/{unit}"));
         }
         parts.join(", ")
     }
@@ -136,6 +150,26 @@ fn machine() -> Option<(u64, u64)> {
     let total: u64 = v.iter().take(8).sum();
     let idle = v.get(3)? + v.get(4)?;
     Some((total - idle, total))
+}
+
+/// Context switches of this process's live threads
+/// (`/proc/self/task/*/status`).
+fn switches() -> Option<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        for line in status.lines() {
+            if let Some(v) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                total += v.trim().parse::<u64>().ok()?;
+            }
+        }
+    }
+    Some(total)
 }
 
 /// The parent of `pid` (a PostgreSQL backend's is the postmaster).

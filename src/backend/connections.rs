@@ -4,6 +4,8 @@
 //! with the server under the statement deadline.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -392,15 +394,39 @@ where
 /// Waits for the answer of one exchange with the server for at most
 /// `limit`. On `Err` the request is still unanswered: the connection stays
 /// marked busy and is closed when dropped.
-pub(crate) async fn answer<T>(
-    limit: Option<Duration>,
-    exchange: impl Future<Output = T>,
-) -> Result<T, Error> {
-    match limit {
-        None => Ok(exchange.await),
-        Some(limit) => tokio::time::timeout(limit, exchange)
-            .await
-            .map_err(|_| Error::statement_timeout(limit)),
+pub(crate) fn answer<F: Future>(limit: Option<Duration>, exchange: F) -> Answer<F> {
+    Answer {
+        exchange,
+        deadline: limit.map(tokio::time::sleep),
+        limit: limit.unwrap_or_default(),
+    }
+}
+
+/// The future of [`answer`]: the exchange and, with a limit, its timer,
+/// side by side. (An `async fn` would hold the exchange twice, once as its
+/// argument and once as the future it awaits, and every flush moves that
+/// state around.)
+#[pin_project::pin_project]
+pub(crate) struct Answer<F> {
+    #[pin]
+    exchange: F,
+    #[pin]
+    deadline: Option<tokio::time::Sleep>,
+    limit: Duration,
+}
+
+impl<F: Future> Future for Answer<F> {
+    type Output = Result<F::Output, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.exchange.poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        match this.deadline.as_pin_mut().map(|d| d.poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Err(Error::statement_timeout(*this.limit))),
+            _ => Poll::Pending,
+        }
     }
 }
 

@@ -180,9 +180,11 @@ async fn run<B: Backend>(
                 // Each statement of the pair has its own limit, back to back.
                 let limit = limit.map(|l| l * 2);
                 let atomic = pipeline == Pipeline::InOrder;
-                exchange!(B::Connections, limit, conn, |c| engine
-                    .backend
-                    .execute_pair(c, &q.shape, a, b, atomic))
+                // Boxed: a pair's state is twice a statement's, and every
+                // flush would otherwise carry (and move) room for it.
+                exchange!(B::Connections, limit, conn, |c| Box::pin(
+                    engine.backend.execute_pair(c, &q.shape, a, b, atomic)
+                ))
                 .map(|(ra, rb)| vec![(first, ra), (second, rb)])
             }
         };

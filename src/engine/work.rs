@@ -101,18 +101,16 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// instead (its connection, left marked busy, is then closed).
 ///
 /// Boxed, so a caller's own future stays small however large the
-/// statement's state machine is.
+/// statement's state machine is; the [`Work`] rides beside the box, so the
+/// statement's future is moved once, into the box.
 pub(crate) struct Detached<T: Send + 'static> {
-    fut: Option<BoxFuture<T>>,
+    fut: Option<(BoxFuture<T>, Work)>,
 }
 
 impl<T: Send + 'static> Detached<T> {
     pub(crate) fn new(work: Work, fut: impl Future<Output = T> + Send + 'static) -> Self {
         Detached {
-            fut: Some(Box::pin(async move {
-                let _work = work;
-                fut.await
-            })),
+            fut: Some((Box::pin(fut), work)),
         }
     }
 }
@@ -121,7 +119,7 @@ impl<T: Send + 'static> Future for Detached<T> {
     type Output = T;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        let Some(fut) = self.fut.as_mut() else {
+        let Some((fut, _)) = self.fut.as_mut() else {
             panic!("Detached polled after it completed");
         };
         let out = std::task::ready!(fut.as_mut().poll(cx));
@@ -132,9 +130,12 @@ impl<T: Send + 'static> Future for Detached<T> {
 
 impl<T: Send + 'static> Drop for Detached<T> {
     fn drop(&mut self) {
-        if let Some(fut) = self.fut.take() {
+        if let Some((fut, work)) = self.fut.take() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(fut);
+                runtime.spawn(async move {
+                    let _work = work;
+                    fut.await
+                });
             }
         }
     }
