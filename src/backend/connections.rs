@@ -446,3 +446,34 @@ macro_rules! exchange {
     }};
 }
 pub(crate) use exchange;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::answer;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_within_the_limit_is_the_exchanges_and_none_after_it_is_a_timeout() {
+        let limit = Duration::from_secs(2);
+        let quick = answer(Some(limit), async {
+            tokio::time::sleep(Duration::from_millis(1_999)).await;
+            7
+        });
+        assert_eq!(quick.await.unwrap(), 7);
+
+        let start = tokio::time::Instant::now();
+        let stalled = answer(Some(limit), std::future::pending::<()>());
+        let e = stalled.await.unwrap_err();
+        assert!(e.is_statement_timeout(), "{e}");
+        assert!(e.to_string().contains("2000 ms"), "{e}");
+        assert_eq!(start.elapsed(), limit);
+
+        // Without a limit the exchange takes as long as it takes.
+        let slow = answer(None, async {
+            tokio::time::sleep(Duration::from_secs(3_600)).await;
+            "late"
+        });
+        assert_eq!(slow.await.unwrap(), "late");
+    }
+}
