@@ -13,6 +13,7 @@ use mysql_async::{Params, Row, Value};
 use super::errors::{chunk_error, sent_error, stale, unsent_error};
 use super::keyed::MyKeyed;
 use super::manager::Session;
+use super::own::OwnFailures;
 use super::row::MyRow;
 use super::table::{stored_functions, table_facts};
 use super::{Client, Manager, MySql, Outcome};
@@ -62,6 +63,9 @@ pub(crate) struct MyInsert {
     /// appended `RETURNING` (bounded by the engine's allowed statement
     /// sizes, about 20 per shape and kind).
     texts: Mutex<HashMap<(usize, bool), Arc<str>>>,
+    /// The unique indexes whose violations are proven a row's own (see
+    /// [`OwnFailures`]).
+    own: OwnFailures,
 }
 
 /// How a shape's rows get their ids back from an appended `RETURNING`.
@@ -576,6 +580,7 @@ impl MySql {
             returning_refused: AtomicBool::new(false),
             bulk,
             texts: Mutex::new(HashMap::new()),
+            own: OwnFailures::default(),
         }))
     }
 
@@ -639,7 +644,8 @@ impl MySql {
     }
 
     /// The error of `rows` run as `stmt`, which the server refused or did
-    /// not answer.
+    /// not answer. A duplicate key proven the named row's own (see
+    /// [`OwnFailures`]) is that row's failure ([`ChunkError::RowFailed`]).
     async fn failed(
         conn: &mut Client,
         stmt: mysql_async::Statement,
@@ -652,8 +658,26 @@ impl MySql {
             // Nothing ran: prepare afresh next time.
             let _ = conn.close(stmt).await;
         }
+        let server = match &e {
+            mysql_async::Error::Server(se) => Some((se.code, se.message.clone())),
+            _ => None,
+        };
         let values: Vec<&[Value]> = rows.iter().map(|r| r.values.as_slice()).collect();
-        chunk_error(e, &shape.shape, &values)
+        match chunk_error(e, &shape.shape, &values) {
+            ChunkError::RowAt(at, err) => match server {
+                Some((code, message))
+                    if !conn.broken
+                        && shape
+                            .own
+                            .proven(conn, &shape.shape, (code, &message), rows, at)
+                            .await =>
+                {
+                    ChunkError::RowFailed(at, err)
+                }
+                _ => ChunkError::RowAt(at, err),
+            },
+            other => other,
+        }
     }
 
     /// Runs `rows` as one multi-row statement.
@@ -991,6 +1015,7 @@ impl MyInsert {
             returning_refused: AtomicBool::new(false),
             bulk: true,
             texts: Mutex::new(HashMap::new()),
+            own: OwnFailures::default(),
         }
     }
 }
@@ -1138,6 +1163,7 @@ mod tests {
             returning_refused: AtomicBool::new(false),
             bulk: false,
             texts: Mutex::new(HashMap::new()),
+            own: super::OwnFailures::default(),
         }
     }
 

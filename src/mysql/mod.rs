@@ -377,6 +377,7 @@ mod errors;
 mod hosts;
 mod keyed;
 mod manager;
+mod own;
 mod row;
 mod table;
 mod tls;

@@ -63,7 +63,7 @@ fn split_table(text: &str) -> Option<(Option<String>, String)> {
 /// The schema and table a table name as written (`t`, `` `db`.`t` ``)
 /// names: its own schema, else the connection's current database. `None`
 /// when the name does not parse or there is no current database.
-async fn locate(
+pub(super) async fn locate(
     conn: &mut Client,
     table: &str,
 ) -> Result<Option<(String, String)>, mysql_async::Error> {
@@ -193,8 +193,9 @@ pub(crate) async fn table_facts(
 /// A fingerprint of what [`TABLE_FACTS`] and the server's prepare of a
 /// text read about a table: its engine, type and creation time (a rebuild
 /// changes it), its columns (name, type, nullability, default, extra,
-/// collation, generation) and its triggers (name, creation time, event,
-/// body), each set as a count and a sum of CRC32s (no `GROUP_CONCAT`, which
+/// collation, generation), its triggers (name, creation time, event,
+/// body) and its indexes (name, columns, uniqueness, prefix), each set as a
+/// count and a sum of CRC32s (no `GROUP_CONCAT`, which
 /// `group_concat_max_len` would cut). Filtered by literal schema and table,
 /// as `TABLE_FACTS` is.
 const FINGERPRINT: &str = "SELECT CONCAT_WS('|', \
@@ -207,7 +208,11 @@ const FINGERPRINT: &str = "SELECT CONCAT_WS('|', \
      (SELECT CONCAT(COUNT(*), ':', COALESCE(SUM(CRC32(CONCAT_WS(',', g.TRIGGER_NAME, \
          g.CREATED, g.EVENT_MANIPULATION, g.ACTION_TIMING, g.ACTION_STATEMENT))), 0)) \
        FROM information_schema.TRIGGERS g \
-       WHERE g.EVENT_OBJECT_SCHEMA = ? AND g.EVENT_OBJECT_TABLE = ?))";
+       WHERE g.EVENT_OBJECT_SCHEMA = ? AND g.EVENT_OBJECT_TABLE = ?), \
+     (SELECT CONCAT(COUNT(*), ':', COALESCE(SUM(CRC32(CONCAT_WS(',', s.INDEX_NAME, \
+         s.SEQ_IN_INDEX, s.COLUMN_NAME, s.NON_UNIQUE, s.SUB_PART))), 0)) \
+       FROM information_schema.STATISTICS s \
+       WHERE s.TABLE_SCHEMA = ? AND s.TABLE_NAME = ?))";
 
 /// The stored functions of any schema (what [`stored_functions`] reads),
 /// as a count and a sum of CRC32s of their names and change times.
@@ -228,7 +233,10 @@ pub(crate) async fn fingerprint(
             return Ok(None);
         };
         let table: Option<Option<String>> = conn
-            .exec_first(FINGERPRINT, three_filters(&schema, &name))
+            .exec_first(FINGERPRINT, {
+                let (a, b, c, d, e, f) = three_filters(&schema, &name);
+                (a, b, c, d, e, f, schema.clone(), name.clone())
+            })
             .await?;
         let functions: Option<Option<String>> = if calls {
             conn.query_first(FUNCTIONS_FINGERPRINT).await?
