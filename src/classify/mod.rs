@@ -6,7 +6,7 @@
 //! into one multi-row INSERT; if so it returns an [`InsertShape`] that renders
 //! the multi-row statement for any number of rows, every value still bound as
 //! a parameter. Everything that is not recognised is
-//! [`Classified::PassThrough`]: classification never fails and never panics.
+//! [`Classified::Other`]: classification never fails and never panics.
 //!
 //! The SQL text is tokenised with sqlparser's tokenizer (no regular
 //! expressions) and the rendered statement is built from slices of the

@@ -328,8 +328,8 @@ enum Kind {
 /// keyed statement for `dialect`, its kind (`reads`, `updates`, `deletes`)
 /// when it is and every check of the module docs held, else what failed.
 /// For MySQL a keyed shape must be a read whose many-caller text is the
-/// caller's statement once per caller ([`check_union`]) and whose text
-/// for a base table is the callers' conditions joined by `OR` ([`check_or`]).
+/// caller's statement once per caller (`check_union`) and whose text
+/// for a base table is the callers' conditions joined by `OR` (`check_or`).
 pub fn check_keyed(dialect: Dialect, sql: &str) -> Result<Option<&'static str>, String> {
     let Some(shape) = classify_keyed(dialect, sql) else {
         return Ok(None);

@@ -505,7 +505,7 @@ struct Written {
     returned: Vec<Row>,
 }
 
-/// The INSERT side of the backend (see [`Backend`]'s methods of the same
+/// The INSERT side of the backend (see `Backend`'s methods of the same
 /// names).
 impl MySql {
     fn same_insert(old: &MyInsert, new: &MyInsert) -> bool {

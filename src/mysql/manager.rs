@@ -723,7 +723,7 @@ fn autocommit_outside_transaction(conn: &Conn) -> RecycleResult<mysql_async::Err
 }
 
 /// A pooled connection: derefs to [`mysql_async::Conn`] (use it with
-/// [`Queryable`](mysql_async::prelude::Queryable)), plus what batchpool
+/// [`Queryable`]), plus what batchpool
 /// knows about it.
 ///
 /// A connection taken with [`Pool::get`](super::Pool::get) is reset with

@@ -4,7 +4,7 @@
 //! Every call walks the same way: the SQL text is classified (cached per
 //! text, see [`Engine::route`]); a batchable row is encoded in the caller's
 //! task and queued in the engine; anything else runs on a pooled connection
-//! through the backend's [`Driver`]. The backend modules add only the
+//! through the backend's [`Driver`](crate::backend::Driver). The backend modules add only the
 //! methods whose parameters are the driver's own types (`execute`,
 //! `query`, ...), each a one-line call into the generic methods here.
 
@@ -88,7 +88,7 @@ impl<B: Backend> Pool<B> {
     /// (one round trip), on a connection of the pool, so this fails when
     /// none can be had. When the asking itself fails (the connection lost,
     /// no answer within the statement time limit, the server refusing the
-    /// text), the reason is [`NotCoalesced::NotLearned`](crate::NotCoalesced::NotLearned)
+    /// text), the reason is [`NotCoalesced::NotLearned`]
     /// with the error, nothing is cached, and the next call asks again. A text that looks
     /// batchable but that the server makes run on its own is also logged
     /// once, at WARN, with this reason.
@@ -135,7 +135,7 @@ impl<B: Backend> Pool<B> {
     /// connect afresh), or to spread load over servers added behind a load
     /// balancer. Idle connections are closed at once; a connection in use
     /// (lent by [`get`](crate::postgres::Pool::get), in a
-    /// [`Transaction`](crate::Transaction), carrying a statement) is never
+    /// [`Transaction`], carrying a statement) is never
     /// cut: it is closed when it comes back, within about a second. Every
     /// call keeps working meanwhile: new connections open as needed. Needs
     /// a tokio runtime for the connections in use (without one they are

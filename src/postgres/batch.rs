@@ -499,7 +499,7 @@ enum Written {
     Rows(Vec<Row>),
 }
 
-/// The INSERT side of the backend (see [`Backend`]'s methods of the same
+/// The INSERT side of the backend (see `Backend`'s methods of the same
 /// names).
 impl Postgres {
     fn same_insert(old: &PgInsert, new: &PgInsert) -> bool {

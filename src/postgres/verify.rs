@@ -1,4 +1,4 @@
-//! The rustls client configuration of a [`TlsConfig`]: ring as the crypto
+//! The rustls client configuration of a [`TlsConfig`](super::TlsConfig): ring as the crypto
 //! provider, and a certificate verifier for each libpq mode (nothing, the
 //! chain, the chain and the host name).
 

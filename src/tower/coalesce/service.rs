@@ -31,7 +31,7 @@ use crate::tower::{BoxError, Statement};
 ///   while all are taken); the slot is freed when the row leaves the queue or
 ///   the service is dropped without calling. With [`QueueFull::Reject`] it
 ///   does not wait: the call fails with an overloaded
-///   [`Error`](crate::Error) instead. It does not poll the inner service.
+///   [`Error`] instead. It does not poll the inner service.
 /// * **Errors** are [`BoxError`]s: a row's own error from the inner service
 ///   as it is; a failure of the whole batch (the inner service's error)
 ///   reaches every row of the batch as a [`crate::Error`] — the inner error
