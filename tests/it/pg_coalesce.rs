@@ -22,6 +22,16 @@ pg_and_bouncer! {
     ],
 }
 
+/// Takes `n` connections of `pool` (all of them, so that nothing flushes
+/// until they go back).
+pub(crate) async fn hold_all(pool: &Pool, n: usize) -> Vec<batchpool::postgres::Client> {
+    futures_util::future::join_all((0..n).map(|_| pool.get()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// Lets `held` (every connection of `pool`, taken so that nothing flushes)
 /// go once `queued` rows wait in the pool's queues, and returns what
 /// `burst`, the task of the callers of those rows, gives: the rows go out
@@ -1016,11 +1026,7 @@ async fn stored_keys_fail_their_callers_in_the_failed_statement<B: TestBackend<P
     assert!(calls.len() < 64);
 
     // Queued behind held connections, then let go at once.
-    let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| pool.get()))
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let held = hold_all(&pool, 4).await;
     let before = pool.stats();
     let burst = {
         let pool = pool.clone();

@@ -1458,11 +1458,7 @@ async fn update_texts_of_one_family_run_together<B: PgBackend>() {
     };
 
     // Four texts of one family queued behind the only free connection.
-    let held: Vec<_> = join_all((0..4).map(|_| pool.get()))
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let held = crate::pg_coalesce::hold_all(&pool, 4).await;
     let before = pool.stats();
     let calls: Vec<(usize, usize, i64)> = (0..300).map(|i| (i % 4, i, i as i64)).collect();
     let burst = {
@@ -1575,11 +1571,7 @@ async fn texts_whose_family_statement_is_refused_run_apart() {
         for sql in texts {
             assert_coalesced(&pool, sql).await;
         }
-        let held: Vec<_> = join_all((0..2).map(|_| pool.get()))
-            .await
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
+        let held = crate::pg_coalesce::hold_all(&pool, 2).await;
         let before = pool.stats();
         let burst = {
             let pool = pool.clone();
