@@ -5,7 +5,7 @@
 use std::future::Future;
 
 use super::{Conn, Connections};
-use crate::classify::{Dialect, Form, KeyedKind};
+use crate::classify::{Dialect, Form};
 use crate::error::Error;
 use crate::explain::NotCoalesced;
 
@@ -84,13 +84,6 @@ pub(crate) trait Backend: Send + Sync + Sized + 'static {
 
     /// The SQL dialect used to classify statements.
     const DIALECT: Dialect;
-
-    /// Whether the backend coalesces keyed statements of `kind`
-    /// ([`Form::Keyed`]); when not, they run on their own without asking
-    /// the server.
-    fn coalesces_keyed(_kind: KeyedKind) -> bool {
-        false
-    }
 
     /// Most bind parameters one statement may carry (both wire protocols
     /// count them in 16 bits).

@@ -85,6 +85,8 @@ pub(crate) struct KeyedShape {
     /// An update's assigned expressions, one per column of `assigned`,
     /// split at placeholders.
     sets: Box<[Box<[Piece]>]>,
+    /// An update's assigned columns as written.
+    assigned_as_written: Box<[Box<str>]>,
     /// The table and its alias as written.
     table_ref: Box<str>,
     /// A read's select list (`*` qualified by the table's name) or an
@@ -285,7 +287,8 @@ impl KeyedShape {
     /// by the server on the row, so a row belongs to every caller whose
     /// statement would have read or deleted it. A read's placeholders are
     /// every caller's parameters for the masks, then every caller's again
-    /// for the WHERE clause; a delete's the other way round.
+    /// for the WHERE clause; a delete's the other way round. For an update,
+    /// the masks alone: which callers' conditions each row meets.
     pub(crate) fn render_or(&self, n: usize) -> String {
         let n = n.max(1);
         let list = pieces_with(&self.list, &mut |_, out| out.push('?'));
@@ -314,10 +317,80 @@ impl KeyedShape {
         }
         match self.kind {
             KeyedKind::Delete => format!("DELETE FROM {table} WHERE {any} RETURNING {masks}"),
-            KeyedKind::Read | KeyedKind::Update => {
-                format!("SELECT {masks}, {list} FROM {table} WHERE {any}")
-            }
+            KeyedKind::Read => format!("SELECT {masks}, {list} FROM {table} WHERE {any}"),
+            // Which callers' conditions the table's rows meet (see
+            // `render_case`).
+            KeyedKind::Update => format!("SELECT {masks} FROM {table} WHERE {any}"),
         }
+    }
+}
+
+impl KeyedShape {
+    /// A keyed update for `n` callers on a base table (MySQL) as one
+    /// statement: each assigned column is set to `CASE WHEN (c1) THEN (e1)
+    /// WHEN (c2) THEN (e2) ... END`, where `ci` is caller `i`'s condition
+    /// and `ei` its expression for that column, and the WHERE clause is
+    /// the callers' conditions joined by `OR`:
+    /// `UPDATE t SET v = CASE WHEN (id = ?) THEN (?) ... END WHERE (id = ?)
+    /// OR ...`. Each row gets the expressions of the first caller whose
+    /// condition it meets, evaluated by the server on that row with that
+    /// caller's values. A row the WHERE clause takes meets some `ci` (the
+    /// conditions read key columns only, which no assignment changes), so
+    /// no `ELSE` is needed, and the `CASE`'s type is its branches' alone.
+    /// The placeholders are bound in the order
+    /// [`case_params`](KeyedShape::case_params) gives.
+    pub(crate) fn render_case(&self, n: usize) -> String {
+        let n = n.max(1);
+        let cond = pieces_with(&self.cond, &mut |_, out| out.push('?'));
+        let mut out = format!("UPDATE {} SET ", self.table_ref);
+        for (j, (column, set)) in self
+            .assigned_as_written
+            .iter()
+            .zip(self.sets.iter())
+            .enumerate()
+        {
+            if j > 0 {
+                out.push_str(", ");
+            }
+            let set = pieces_with(set, &mut |_, out| out.push('?'));
+            out.push_str(&format!("{column} = CASE"));
+            for _ in 0..n {
+                out.push_str(&format!(" WHEN ({cond}) THEN ({set})"));
+            }
+            out.push_str(" END");
+        }
+        out.push_str(" WHERE ");
+        for caller in 0..n {
+            if caller > 0 {
+                out.push_str(" OR ");
+            }
+            out.push_str(&format!("({cond})"));
+        }
+        out
+    }
+
+    /// The 0-based parameters of one caller's statement in the order
+    /// [`render_case`](KeyedShape::render_case) binds them: for each
+    /// assigned column, the condition's and then the expression's (one
+    /// list per column, each bound for every caller in turn), then the
+    /// condition's for the WHERE clause.
+    pub(crate) fn case_params(&self) -> (Vec<Vec<usize>>, Vec<usize>) {
+        let params = |pieces: &[Piece]| -> Vec<usize> {
+            pieces
+                .iter()
+                .filter_map(|p| match p {
+                    Piece::Param(k) => k.checked_sub(1),
+                    Piece::Text(_) => None,
+                })
+                .collect()
+        };
+        let cond = params(&self.cond);
+        let columns = self
+            .sets
+            .iter()
+            .map(|set| cond.iter().copied().chain(params(set)).collect())
+            .collect();
+        (columns, cond)
     }
 }
 
@@ -406,8 +479,25 @@ const NOT_IN_EXPRESSIONS: &[&str] = &[
     "FETCH",
 ];
 
-/// Why a keyed update on MySQL runs on its own.
-pub(crate) const UPDATES_ON_POSTGRES: &str = "keyed updates are coalesced on PostgreSQL only";
+/// A MySQL update's words that the rewrite does not keep: `UPDATE
+/// LOW_PRIORITY` / `UPDATE IGNORE` (errors become warnings, rows are
+/// skipped), user and system variables (`@v`, `@@sql_mode`) and `:=`,
+/// which read or write the session.
+fn mysql_update_modifiers(lexemes: &[Lexeme], sig: &[usize]) -> Result<(), Option<&'static str>> {
+    let second = sig.get(1).and_then(|&i| lexemes.get(i)).map(|l| &l.token);
+    if second.is_some_and(|t| is_kw(t, "LOW_PRIORITY") || is_kw(t, "IGNORE")) {
+        return Err(Some("UPDATE LOW_PRIORITY or UPDATE IGNORE"));
+    }
+    let session = lexemes.iter().any(|l| match &l.token {
+        Token::Word(w) => w.quote_style.is_none() && w.value.starts_with('@'),
+        Token::AtSign | Token::Assignment => true,
+        _ => false,
+    });
+    if session {
+        return Err(Some("a user or system variable, or `:=`"));
+    }
+    Ok(())
+}
 
 /// Recognises a keyed statement in already-lexed `sql` (on MySQL reads
 /// and deletes).
@@ -432,7 +522,7 @@ pub(super) fn recognise(
         _ => return Err(None),
     };
     if dialect == Dialect::MySql && kind == KeyedKind::Update {
-        return Err(Some(UPDATES_ON_POSTGRES));
+        mysql_update_modifiers(lexemes, &sig)?;
     }
     // One statement: a `;` may only end it.
     if let Some(semi) = lexemes
@@ -674,6 +764,7 @@ impl<'a> Cursor<'a> {
 
         let mut items = Vec::new();
         let mut assigned = Vec::new();
+        let mut assigned_as_written = Vec::new();
         let mut sets = Vec::new();
         let mut calls = Vec::new();
         let list = match (list_range, set_range) {
@@ -695,6 +786,11 @@ impl<'a> Cursor<'a> {
                 )?;
                 for (column, (start, end)) in assignments {
                     assigned.push(column);
+                    assigned_as_written.push(
+                        self.text(start.checked_sub(2).ok_or(INTERNAL)?, start - 1)
+                            .ok_or(INTERNAL)?
+                            .into(),
+                    );
                     sets.push(
                         self.pieces(start, end, &|_| None)
                             .ok_or(INTERNAL)?
@@ -738,6 +834,7 @@ impl<'a> Cursor<'a> {
             items,
             assigned,
             sets: sets.into_boxed_slice(),
+            assigned_as_written: assigned_as_written.into_boxed_slice(),
             table_ref: self
                 .text(table_from, table_end)
                 .ok_or(INTERNAL)?

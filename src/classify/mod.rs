@@ -45,7 +45,7 @@ pub(crate) use self::keyed::MASK_BITS;
     not(feature = "postgres"),
     allow(unused_imports, reason = "only PostgreSQL reads the select list")
 )]
-pub(crate) use self::keyed::{Item, KeyedKind, KeyedShape, UPDATES_ON_POSTGRES};
+pub(crate) use self::keyed::{Item, KeyedKind, KeyedShape};
 pub(crate) use self::kind::{StatementKind, statement_kind};
 use crate::explain::NotCoalesced;
 

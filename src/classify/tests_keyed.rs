@@ -160,10 +160,27 @@ fn mysql_reads_become_the_callers_statements_joined_by_union_all() {
          SELECT 2 AS `batchpool ord`, k.* FROM `t` AS k WHERE `id` = ? AND b = ?\n"
     );
     match classify(Dialect::MySql, "UPDATE t SET v = ? WHERE id = ?") {
-        Classified::Other(NotCoalesced::KeyedForm(why)) => {
-            assert!(why.contains("PostgreSQL only"), "{why}");
-        }
+        Classified::Batchable(Form::Keyed(shape)) => assert_eq!(
+            shape.render_case(2),
+            "UPDATE t SET v = CASE WHEN (id = ?) THEN (?) WHEN (id = ?) THEN (?) END \
+             WHERE (id = ?) OR (id = ?)"
+        ),
         other => panic!("{other:?}"),
+    }
+    // Modifiers and session variables are not kept by the rewrite.
+    for sql in [
+        "UPDATE IGNORE t SET v = ? WHERE id = ?",
+        "UPDATE LOW_PRIORITY t SET v = ? WHERE id = ?",
+        "UPDATE t SET v = @x WHERE id = ?",
+        "UPDATE t SET v = @@sql_mode WHERE id = ?",
+        "UPDATE t SET v = (@x := ?) WHERE id = ?",
+        "UPDATE t SET v = @`x` WHERE id = ?",
+        "UPDATE t SET v = ? WHERE id = ? ORDER BY id LIMIT 1",
+    ] {
+        match classify(Dialect::MySql, sql) {
+            Classified::Other(NotCoalesced::KeyedForm(_)) => {}
+            other => panic!("{sql}: {other:?}"),
+        }
     }
     match classify(Dialect::MySql, "SELECT * FROM t WHERE id = ? LIMIT 1") {
         Classified::Other(NotCoalesced::KeyedForm(_)) => {}

@@ -278,9 +278,6 @@ impl<B: Backend> Engine<B> {
             Classified::Other(reason @ NotCoalesced::TransactionControl(_)) => pass(reason),
             _ if !self.config.enabled => pass(NotCoalesced::Disabled),
             Classified::Other(reason) => pass(reason),
-            Classified::Batchable(Form::Keyed(keyed)) if !B::coalesces_keyed(keyed.kind) => {
-                pass(NotCoalesced::KeyedForm(classify::UPDATES_ON_POSTGRES))
-            }
             Classified::Batchable(Form::Keyed(keyed)) if !self.config.coalesces(keyed.kind) => {
                 pass(NotCoalesced::KindDisabled(keyed.kind.plural()))
             }

@@ -98,6 +98,10 @@ fn check_union(sql: &str, shape: &Keyed) -> Result<&'static str, String> {
     let dialect = Dialect::MySql;
     let context = |why: String| format!("{why}\n  shape: {}", shape.summary());
     let (all, len, params) = first_checks(dialect, sql, shape)?;
+    if shape.kind() == "updates" {
+        check_case(&all[..len], shape).map_err(context)?;
+        return Ok("updates");
+    }
     check_or(&all[..len], shape, params).map_err(context)?;
     if shape.kind() == "deletes" {
         return Ok("deletes");
@@ -311,6 +315,176 @@ fn check_or(statement: &[Token], shape: &Keyed, params: usize) -> Result<(), Str
         checked.map_err(|why| format!("{text:?} for {n} callers: {why}"))?;
     }
     Ok(())
+}
+
+/// MySQL's keyed update, for `n` of 2, 3 and 64 callers, comments aside:
+/// `UPDATE`, the caller's tokens from its table to its `SET`, `SET`, then
+/// for each of the caller's assignments `<column> = <expression>` (split at
+/// the commas outside brackets) `<column> = CASE`, `n` times `WHEN
+/// (<conditions>) THEN (<expression>)`, and `END`, joined by `,`; then
+/// `WHERE (<conditions>) OR ...` once per caller; the conditions being
+/// every token after the caller's `WHERE`, and `n` times the caller's
+/// placeholders of each `WHEN ... THEN ...` and of its conditions. The
+/// rewrite is not coalesced itself. The mask read that follows an update
+/// whose total does not split is `SELECT`, the masks (see
+/// [`Expect::masks`]), `FROM`, the caller's table, and the conditions
+/// joined by `OR`, with `2 × n` times the conditions' placeholders. `statement` is the caller's text's
+/// tokens up to its `;`.
+fn check_case(statement: &[Token], shape: &Keyed) -> Result<(), String> {
+    let own: Vec<&Token> = statement.iter().filter(|t| !is_comment(t)).collect();
+    if !own.first().is_some_and(|t| is_word(t, "UPDATE")) {
+        return Err("an update that does not start with UPDATE".to_owned());
+    }
+    let set = own
+        .iter()
+        .position(|t| is_word(t, "SET"))
+        .ok_or("an update without SET")?;
+    let at = own
+        .iter()
+        .position(|t| is_word(t, "WHERE"))
+        .ok_or("a statement without WHERE")?;
+    if at < set {
+        return Err("WHERE before SET".to_owned());
+    }
+    let cond = &own[at + 1..];
+    // The assignments, split at commas outside brackets.
+    let mut assignments: Vec<(&Token, &[&Token])> = Vec::new();
+    let mut depth = 0usize;
+    let mut start = set + 1;
+    for pos in set + 1..=at {
+        let end = pos == at;
+        match own[pos] {
+            Token::LParen | Token::LBracket => depth += 1,
+            Token::RParen | Token::RBracket => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if end || (depth == 0 && matches!(own[pos], Token::Comma)) {
+            let part = &own[start..pos];
+            match part {
+                [column, Token::Eq, expr @ ..] if !expr.is_empty() => {
+                    assignments.push((column, expr));
+                }
+                _ => return Err(format!("an assignment `{}`", show_refs(part))),
+            }
+            start = pos + 1;
+        }
+    }
+    if assignments.len() != shape.assigned().len() {
+        return Err(format!(
+            "{} assignments, the shape says {}",
+            assignments.len(),
+            shape.assigned().len()
+        ));
+    }
+    let holders = |part: &[&Token]| {
+        part.iter()
+            .filter(|t| matches!(t, Token::Placeholder(_)))
+            .count()
+    };
+    let word = |w: &str| Token::make_word(w, None);
+    for n in [2, 3, 64] {
+        let text = shape.render_case(n);
+        let all = tokens(Dialect::MySql, &text)?;
+        let placeholders = all
+            .iter()
+            .filter(|t| matches!(t, Token::Placeholder(_)))
+            .count();
+        let mut expect = Expect {
+            rendered: all.iter().filter(|t| !is_comment(t)).collect(),
+            pos: 0,
+        };
+        let mut checked = Ok(());
+        if !(expect.next(&word("UPDATE")) && expect.all(own[1..set].iter().copied())) {
+            checked = Err("not UPDATE and the caller's table first".to_owned());
+        }
+        if checked.is_ok() && !expect.next(&word("SET")) {
+            checked = Err("no SET after the table".to_owned());
+        }
+        let mut want = n * holders(cond);
+        for (j, (column, expr)) in assignments.iter().enumerate() {
+            if checked.is_err() {
+                break;
+            }
+            let head = (j == 0 || expect.next(&Token::Comma))
+                && expect.all([*column, &Token::Eq, &word("CASE")]);
+            if !head {
+                checked = Err(format!("assignment {j}'s `<column> = CASE`"));
+                break;
+            }
+            for caller in 0..n {
+                let ok = expect.all(&[word("WHEN"), Token::LParen])
+                    & expect.all(cond.iter().copied())
+                    & expect.all(&[Token::RParen, word("THEN"), Token::LParen])
+                    & expect.all(expr.iter().copied())
+                    & expect.next(&Token::RParen);
+                if !ok {
+                    checked = Err(format!("assignment {j}, caller {caller}'s branch"));
+                    break;
+                }
+            }
+            if checked.is_ok() && !expect.next(&word("END")) {
+                checked = Err(format!("assignment {j}'s END"));
+            }
+            want += n * (holders(cond) + holders(expr));
+        }
+        let checked = checked.and_then(|()| expect.any(cond, n)).and_then(|()| {
+            if placeholders != want {
+                Err(format!("{placeholders} placeholders, not {want}"))
+            } else if expect.pos != expect.rendered.len() {
+                Err("tokens after the end".to_owned())
+            } else if classify_keyed(Dialect::MySql, &text).is_some()
+                || classify(Dialect::MySql, &text).is_some()
+            {
+                Err("the rewrite is coalesced itself".to_owned())
+            } else {
+                Ok(())
+            }
+        });
+        checked.map_err(|why| format!("{text:?} for {n} callers: {why}"))?;
+
+        // The mask read: `SELECT <masks> FROM <table> WHERE (<conditions>)
+        // OR ...`.
+        let text = shape.render_or(n);
+        let all = tokens(Dialect::MySql, &text)?;
+        let placeholders = all
+            .iter()
+            .filter(|t| matches!(t, Token::Placeholder(_)))
+            .count();
+        let mut expect = Expect {
+            rendered: all.iter().filter(|t| !is_comment(t)).collect(),
+            pos: 0,
+        };
+        let checked = (expect.next(&word("SELECT")))
+            .then_some(())
+            .ok_or_else(|| "no SELECT first".to_owned())
+            .and_then(|()| expect.masks(cond, n))
+            .and_then(|()| {
+                (expect.next(&word("FROM")) && expect.all(own[1..set].iter().copied()))
+                    .then_some(())
+                    .ok_or_else(|| "not FROM and the caller's table".to_owned())
+            })
+            .and_then(|()| expect.any(cond, n))
+            .and_then(|()| {
+                if placeholders != 2 * n * holders(cond) {
+                    Err(format!("{placeholders} placeholders"))
+                } else if expect.pos != expect.rendered.len() {
+                    Err("tokens after the end".to_owned())
+                } else {
+                    Ok(())
+                }
+            });
+        checked.map_err(|why| format!("{text:?} for {n} callers: {why}"))?;
+    }
+    Ok(())
+}
+
+/// `tokens` as text, for messages.
+fn show_refs(tokens: &[&Token]) -> String {
+    tokens
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// What a keyed statement does.
@@ -1169,7 +1343,13 @@ mod tests {
         ] {
             assert_eq!(check_keyed(Dialect::MySql, sql)?, Some("deletes"), "{sql}");
         }
-        assert!(check_keyed(Dialect::MySql, "UPDATE t SET v = ? WHERE id = ?")?.is_none());
+        for sql in [
+            "UPDATE t SET v = ? WHERE id = ?",
+            "update /* c */ `s`.`T` AS u SET v = u.v + ?, `w` = (? * 2) where ? = `Id` and b = ?;",
+            "UPDATE t SET a = b = ?, c = 'x,y' WHERE k = ?",
+        ] {
+            assert_eq!(check_keyed(Dialect::MySql, sql)?, Some("updates"), "{sql}");
+        }
         Ok(())
     }
 

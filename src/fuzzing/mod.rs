@@ -112,6 +112,13 @@ impl Keyed {
         self.0.render_or(n)
     }
 
+    /// A MySQL update on a base table for `n` callers (each assigned
+    /// column a `CASE` of the callers' conditions, the WHERE clause the
+    /// conditions joined by `OR`).
+    pub fn render_case(&self, n: usize) -> String {
+        self.0.render_case(n)
+    }
+
     /// What the statement does: `reads`, `updates` or `deletes`.
     pub fn kind(&self) -> &'static str {
         self.0.kind.plural()

@@ -18,7 +18,7 @@ use super::row::MyRow;
 use super::table::{stored_functions, table_facts};
 use super::{Client, Manager, MySql, Outcome};
 use crate::backend::batch::{Backend, ChunkError, ChunkResult};
-use crate::classify::{Conflict, Dialect, Form, InsertShape, KeyedKind, Verb};
+use crate::classify::{Conflict, Dialect, Form, InsertShape, Verb};
 use crate::error::{Error, Kind};
 use crate::explain::NotCoalesced;
 use crate::sync::lock;
@@ -1061,10 +1061,6 @@ impl Backend for MySql {
     type Output = Outcome;
     type Shape = MyShape;
 
-    fn coalesces_keyed(kind: KeyedKind) -> bool {
-        kind != KeyedKind::Update
-    }
-
     fn same_shape(old: &MyShape, new: &MyShape) -> bool {
         match (old, new) {
             (MyShape::Insert(a), MyShape::Insert(b)) => Self::same_insert(a, b),
@@ -1077,6 +1073,13 @@ impl Backend for MySql {
         matches!(shape, MyShape::Insert(s) if self.any_insert(s, rows))
     }
 
+    fn runs(&self, shape: &MyShape, rows: &[MyRow]) -> Option<Vec<usize>> {
+        match shape {
+            MyShape::Keyed(k) => k.runs(rows),
+            MyShape::Insert(_) => None,
+        }
+    }
+
     fn uses_bulk(&self, shape: &MyShape, rows: &[MyRow]) -> bool {
         matches!(shape, MyShape::Insert(s) if self.bulk_insert(s, rows))
     }
@@ -1087,7 +1090,7 @@ impl Backend for MySql {
 
     fn bound_params(shape: &MyShape) -> Option<usize> {
         match shape {
-            MyShape::Keyed(k) => Some(k.params * k.copies()),
+            MyShape::Keyed(k) => Some(k.bound()),
             MyShape::Insert(_) => None,
         }
     }

@@ -32,6 +32,7 @@ use mysql_async::{Params, Row, Value};
 
 use super::errors::{read_error, unsent_error};
 use super::row::MyRow;
+use super::update::Keys;
 use super::{Client, Outcome};
 use crate::backend::batch::{ChunkError, ChunkResult};
 use crate::classify::{KeyedKind, KeyedShape, MASK_BITS};
@@ -47,6 +48,9 @@ enum Rendering {
     Or,
     /// The callers' statements joined by `UNION ALL`, numbered.
     Union,
+    /// An update's assignments as `CASE`s of the callers' conditions (see
+    /// [`super::update`]).
+    Case,
 }
 
 impl Rendering {
@@ -55,14 +59,17 @@ impl Rendering {
         match self {
             Rendering::Or => form.render_or(n),
             Rendering::Union => form.render_union(n),
+            Rendering::Case => form.render_case(n),
         }
     }
 
-    /// Times each caller's parameters are bound in the statement.
-    fn copies(self) -> usize {
+    /// Times each caller's parameters are bound in the statement (for an
+    /// update, at most).
+    fn copies(self, form: &KeyedShape) -> usize {
         match self {
             Rendering::Or => 2,
             Rendering::Union => 1,
+            Rendering::Case => form.assigned.len() + 1,
         }
     }
 }
@@ -79,6 +86,8 @@ pub(crate) struct MyKeyed {
     pub(crate) text_per_row: usize,
     /// Rendered texts by caller count.
     texts: Mutex<HashMap<usize, Arc<str>>>,
+    /// An update's keys and parameter order.
+    update: Option<Keys>,
 }
 
 impl MyKeyed {
@@ -104,6 +113,16 @@ impl MyKeyed {
             ))));
         }
         let facts = super::table::table_facts(conn, &form.table).await?;
+        if form.kind == KeyedKind::Update {
+            let keys = match Keys::learn(conn, &form, facts.as_ref()).await? {
+                Ok(keys) => keys,
+                Err(why) => return Ok(Err(why)),
+            };
+            let bound = keys.bound();
+            return Ok(Self::try_rendering(conn, &form, Rendering::Case, bound)
+                .await?
+                .map(|()| Self::new(sql, form, Rendering::Case, Some(keys))));
+        }
         if form.kind == KeyedKind::Delete {
             // One multi-row delete must be all or nothing (a failed one is
             // run again in smaller groups), and must do per row only what
@@ -118,37 +137,41 @@ impl MyKeyed {
             if let Some(why) = why {
                 return Ok(Err(NotCoalesced::Declined(format!("keyed deletes: {why}"))));
             }
-            return Ok(Self::try_rendering(conn, &form, Rendering::Or)
+            let bound = 2 * form.params_per_row;
+            return Ok(Self::try_rendering(conn, &form, Rendering::Or, bound)
                 .await?
-                .map(|()| Self::new(sql, form, Rendering::Or)));
+                .map(|()| Self::new(sql, form, Rendering::Or, None)));
         }
         // A view may give other rows when read again; a base table's rows
         // are what they are on the statement's snapshot.
         let base_table = facts.is_some();
         let mut refused = None;
         if base_table {
-            match Self::try_rendering(conn, &form, Rendering::Or).await? {
-                Ok(()) => return Ok(Ok(Self::new(sql, form, Rendering::Or))),
+            let bound = 2 * form.params_per_row;
+            match Self::try_rendering(conn, &form, Rendering::Or, bound).await? {
+                Ok(()) => return Ok(Ok(Self::new(sql, form, Rendering::Or, None))),
                 Err(why) => refused = Some(why),
             }
         }
-        match Self::try_rendering(conn, &form, Rendering::Union).await? {
-            Ok(()) => Ok(Ok(Self::new(sql, form, Rendering::Union))),
+        let bound = form.params_per_row;
+        match Self::try_rendering(conn, &form, Rendering::Union, bound).await? {
+            Ok(()) => Ok(Ok(Self::new(sql, form, Rendering::Union, None))),
             Err(why) => Ok(Err(refused.unwrap_or(why))),
         }
     }
 
     /// Whether the server takes `rendering`'s two-caller statement with the
-    /// parameters it should count.
+    /// parameters it should count (`bound` per caller).
     async fn try_rendering(
         conn: &mut Client,
         form: &KeyedShape,
         rendering: Rendering,
+        bound: usize,
     ) -> Result<Result<(), NotCoalesced>, Error> {
         let two = rendering.render(form, 2);
         match conn.prep(&two).await {
             Ok(stmt) => {
-                if usize::from(stmt.num_params()) != 2 * rendering.copies() * form.params_per_row {
+                if usize::from(stmt.num_params()) != 2 * bound {
                     return Ok(Err(NotCoalesced::Declined(
                         "the server counts the coalesced form's parameters otherwise".into(),
                     )));
@@ -166,7 +189,12 @@ impl MyKeyed {
     }
 
     /// The shape of `form` (the text `sql`), written as `rendering`.
-    fn new(sql: &str, form: Arc<KeyedShape>, rendering: Rendering) -> MyKeyed {
+    fn new(
+        sql: &str,
+        form: Arc<KeyedShape>,
+        rendering: Rendering,
+        update: Option<Keys>,
+    ) -> MyKeyed {
         let text_per_row = rendering
             .render(&form, 3)
             .len()
@@ -179,13 +207,28 @@ impl MyKeyed {
             form,
             sql: sql.into(),
             texts: Mutex::new(HashMap::new()),
+            update,
         }
     }
 
     /// Times each caller's parameters are bound in the many-caller
-    /// statement.
+    /// statement (at most: a bound on its bytes).
     pub(crate) fn copies(&self) -> usize {
-        self.rendering.copies()
+        self.rendering.copies(&self.form)
+    }
+
+    /// Parameters each caller binds in the many-caller statement.
+    pub(crate) fn bound(&self) -> usize {
+        match &self.update {
+            Some(keys) => keys.bound(),
+            None => self.params * self.copies(),
+        }
+    }
+
+    /// Writes: where rows must go in successive statements (see
+    /// [`Keys::runs`]).
+    pub(crate) fn runs(&self, rows: &[MyRow]) -> Option<Vec<usize>> {
+        self.update.as_ref().and_then(|keys| keys.runs(rows))
     }
 
     /// Whether a re-learned shape is this one.
@@ -210,6 +253,9 @@ impl MyKeyed {
     /// more as the many-caller statement.
     pub(crate) async fn execute(&self, conn: &mut Client, rows: &[MyRow]) -> ChunkResult<Outcome> {
         let n = rows.len();
+        if let (Some(keys), true) = (&self.update, n > 1) {
+            return self.update(conn, keys, rows).await;
+        }
         let stmt = match conn.prep(&*self.text(n)).await {
             Ok(stmt) => stmt,
             Err(e) => {
@@ -221,16 +267,7 @@ impl MyKeyed {
             return Err(ChunkError::Statement(Error::closed_before_send()));
         }
         let bound = if n == 1 { 1 } else { self.copies() };
-        if usize::from(stmt.num_params()) != n * self.params * bound {
-            return Err(ChunkError::Statement(Error::new(
-                Kind::Params,
-                format!(
-                    "the {n}-caller read takes {} parameters, not {}",
-                    stmt.num_params(),
-                    n * self.params * bound
-                ),
-            )));
-        }
+        Self::check_params(&stmt, n * self.params * bound)?;
         let mut params: Vec<Value> = Vec::with_capacity(n * self.params * bound);
         for _ in 0..bound {
             params.extend(rows.iter().flat_map(|r| r.values.iter().cloned()));
@@ -240,8 +277,8 @@ impl MyKeyed {
         } else {
             Params::Positional(params)
         };
-        let lone_delete = n == 1 && self.form.kind == KeyedKind::Delete;
-        let ran = if lone_delete {
+        let lone_write = n == 1 && self.form.kind != KeyedKind::Read;
+        let ran = if lone_write {
             conn.exec_drop(&stmt, params).await.map(|()| Vec::new())
         } else {
             conn.exec::<Row, _, _>(&stmt, params).await
@@ -256,7 +293,7 @@ impl MyKeyed {
                 return Err(read_error(e));
             }
         };
-        if lone_delete {
+        if lone_write {
             let out = Outcome::new(conn.affected_rows(), true, conn.last_insert_id(), None);
             return Ok(vec![out]);
         }
@@ -280,11 +317,190 @@ impl MyKeyed {
         let per_caller = match self.rendering {
             Rendering::Union => by_number(returned, n),
             Rendering::Or => by_mask(returned, n),
+            Rendering::Case => Err("an update's statement returned rows"),
         }
         .map_err(|what| ChunkError::Row(Error::internal(what)))?;
         Ok(per_caller.into_iter().map(Outcome::read).collect())
     }
 }
+
+impl MyKeyed {
+    /// Fails unless the prepared `stmt` takes `expected` parameters.
+    fn check_params(
+        stmt: &mysql_async::Statement,
+        expected: usize,
+    ) -> Result<(), ChunkError<Outcome>> {
+        if usize::from(stmt.num_params()) == expected {
+            return Ok(());
+        }
+        Err(ChunkError::Statement(Error::new(
+            Kind::Params,
+            format!(
+                "the coalesced statement takes {} parameters, not {expected}",
+                stmt.num_params()
+            ),
+        )))
+    }
+
+    /// Many callers' updates (see [`super::update`]): the many-caller
+    /// statement inside a transaction, committed when its total splits over
+    /// the callers one way; otherwise rolled back, and each caller's own
+    /// statement run on its own, in call order.
+    async fn update(&self, conn: &mut Client, keys: &Keys, rows: &[MyRow]) -> ChunkResult<Outcome> {
+        let n = rows.len();
+        let stmt = match conn.prep(&*self.text(n)).await {
+            Ok(stmt) => stmt,
+            Err(e) => {
+                conn.note_error(&e);
+                return Err(ChunkError::Statement(unsent_error(e)));
+            }
+        };
+        if conn.is_disconnected() {
+            return Err(ChunkError::Statement(Error::closed_before_send()));
+        }
+        Self::check_params(&stmt, n * keys.bound())?;
+        match conn.query_drop("START TRANSACTION").await {
+            Ok(()) => {}
+            // The server would not open a transaction: each on its own.
+            Err(mysql_async::Error::Server(_)) if !conn.is_disconnected() => {
+                return self.one_by_one(conn, rows).await;
+            }
+            Err(e) => {
+                conn.note_error(&e);
+                return Err(ChunkError::Statement(unsent_error(e)));
+            }
+        }
+        if let Err(e) = conn
+            .exec_drop(&stmt, Params::Positional(keys.params(rows)))
+            .await
+        {
+            conn.note_error(&e);
+            if !matches!(e, mysql_async::Error::Server(_)) {
+                // Nothing commits of a transaction whose connection is
+                // lost before its COMMIT.
+                return Err(ChunkError::Statement(unsent_error(e)));
+            }
+            if let Err(end) = conn.query_drop(ROLLBACK).await {
+                conn.note_error(&end);
+                return Err(ChunkError::Statement(unsent_error(end)));
+            }
+            if super::errors::stale(&e) {
+                let _ = conn.close(stmt).await;
+            }
+            return Err(read_error(e));
+        }
+        let total = conn.affected_rows();
+        let matched = super::update::matched(&conn.info());
+        let counts = match super::update::split(total, matched, n) {
+            Some(count) => Some(vec![count; n]),
+            None => self.met(conn, keys, rows, matched, total).await?,
+        };
+        let Some(counts) = counts else {
+            if let Err(e) = conn.query_drop(ROLLBACK).await {
+                conn.note_error(&e);
+                return Err(ChunkError::Statement(unsent_error(e)));
+            }
+            return self.one_by_one(conn, rows).await;
+        };
+        if let Err(e) = conn.query_drop("COMMIT AND NO CHAIN NO RELEASE").await {
+            conn.note_error(&e);
+            return Err(read_error(e));
+        }
+        Ok(counts
+            .into_iter()
+            .map(|count| Outcome::new(count, true, None, None))
+            .collect())
+    }
+
+    /// Inside a coalesced update's transaction, after the update met
+    /// `matched` rows and counted `total`: which callers' conditions the
+    /// rows meet (the mask read, see [`KeyedShape::render_or`]), and each
+    /// caller's count from that where it is exact (see
+    /// [`super::update::counts`]). `None` where it is not, or the read
+    /// failed on the server. The rows the update met are locked by it, so
+    /// they are the rows the read finds; a row inserted since is seen as
+    /// one more row than the update met.
+    async fn met(
+        &self,
+        conn: &mut Client,
+        keys: &Keys,
+        rows: &[MyRow],
+        matched: Option<u64>,
+        total: u64,
+    ) -> Result<Option<Vec<u64>>, ChunkError<Outcome>> {
+        let Some(matched) = matched else {
+            return Ok(None);
+        };
+        let n = rows.len();
+        let text = {
+            let mut texts = lock(&self.texts);
+            Arc::clone(
+                texts
+                    .entry(MASKS | n)
+                    .or_insert_with(|| self.form.render_or(n).into()),
+            )
+        };
+        let read = async {
+            let stmt = conn.prep(&*text).await?;
+            conn.exec::<Row, _, _>(&stmt, Params::Positional(keys.mask_params(rows)))
+                .await
+        };
+        let returned = match read.await {
+            Ok(returned) => returned,
+            Err(mysql_async::Error::Server(_)) => return Ok(None),
+            Err(e) => {
+                conn.note_error(&e);
+                // Nothing commits of a transaction whose connection is
+                // lost before its COMMIT.
+                return Err(ChunkError::Statement(unsent_error(e)));
+            }
+        };
+        let columns = n.div_ceil(MASK_BITS);
+        let mut masks = Vec::with_capacity(returned.len());
+        for row in &returned {
+            let mut of_row = Vec::with_capacity(columns);
+            for column in 0..columns {
+                match row.as_ref(column).and_then(mask) {
+                    Some(m) => of_row.push(m),
+                    None => return Ok(None),
+                }
+            }
+            masks.push(of_row);
+        }
+        Ok(super::update::counts(&masks, n, matched, total))
+    }
+
+    /// Each of `rows` as its caller's own statement, in order.
+    async fn one_by_one(&self, conn: &mut Client, rows: &[MyRow]) -> ChunkResult<Outcome> {
+        let mut outs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let out = match Box::pin(self.execute(conn, std::slice::from_ref(row))).await {
+                Ok(mut out) => out.pop().ok_or_else(|| Error::internal("no outcome")),
+                Err(
+                    ChunkError::Row(e)
+                    | ChunkError::RowAt(_, e)
+                    | ChunkError::RowFailed(_, e)
+                    | ChunkError::Statement(e)
+                    | ChunkError::Stale(e),
+                ) => Err(e),
+                Err(ChunkError::Each(mut out)) => out
+                    .pop()
+                    .unwrap_or_else(|| Err(Error::internal("no outcome"))),
+                Err(ChunkError::NotRun) => Err(Error::internal("a statement was not run")),
+            };
+            outs.push(out);
+        }
+        Err(ChunkError::Each(outs))
+    }
+}
+
+/// The bit that keys an update's mask read among [`MyKeyed`]'s texts (the
+/// update's own are keyed by caller count alone).
+const MASKS: usize = 1 << (usize::BITS - 1);
+
+/// Ends a coalesced update's transaction without its changes, whatever
+/// the session's `completion_type`.
+const ROLLBACK: &str = "ROLLBACK AND NO CHAIN NO RELEASE";
 
 /// The value of a number column the statement added.
 fn number(value: &Value) -> Option<u64> {

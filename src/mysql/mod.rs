@@ -381,6 +381,7 @@ mod own;
 mod row;
 mod table;
 mod tls;
+mod update;
 
 use std::sync::{Arc, OnceLock};
 

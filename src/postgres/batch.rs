@@ -719,10 +719,6 @@ impl PgShape {
 impl Backend for Postgres {
     const DIALECT: Dialect = Dialect::Postgres;
 
-    fn coalesces_keyed(_kind: crate::classify::KeyedKind) -> bool {
-        true
-    }
-
     type Connections = deadpool::managed::Pool<Manager>;
     type Row = PgRow;
     type Output = Outcome;

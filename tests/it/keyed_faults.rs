@@ -1,5 +1,5 @@
-//! Keyed statements under faults, against a real PostgreSQL (and MariaDB
-//! for the deletes, the keyed writes it coalesces): reads,
+//! Keyed statements under faults, against a real PostgreSQL and MariaDB:
+//! reads,
 //! updates and deletes of one row by its primary key
 //! (`SELECT hits FROM counters WHERE id = $1`,
 //! `UPDATE counters SET hits = hits + 1 WHERE id = $1`,
@@ -7,8 +7,8 @@
 //! `DELETE FROM doomed WHERE id = $1`) from many callers at once, while the
 //! server ends the pool's sessions and the network cuts its connections,
 //! callers are dropped, rows of hot keys deadlock, or a lock outlasts the
-//! session's `statement_timeout`. Every test runs as `pg::name`; the
-//! deletes' also as `my::name`.
+//! session's `statement_timeout`. Every test runs as `pg::name`; all but
+//! the statement limit's also as `my::name`.
 //!
 //! However the pool runs such statements (each on its own, or many
 //! callers' coalesced into one), every caller gets the outcome its own
@@ -40,7 +40,10 @@ mod my {
     crate::common::backend::tests_for!(
         My,
         (flavor = "multi_thread", worker_threads = 2),
+        increments_under_kills_are_applied_once_each
         deletes_under_kills_remove_exactly_what_they_report
+        dropped_callers_apply_their_increment_at_most_once
+        crossed_hot_keys_lose_no_increment_and_keep_each_callers_error
     );
 }
 
@@ -163,8 +166,15 @@ async fn counters<B: TestBackend>(keys: i32, initial: i64) -> String {
         &mut admin,
         &format!(
             "CREATE TABLE counters (id INT PRIMARY KEY, hits BIGINT NOT NULL); \
-             INSERT INTO counters (id, hits) SELECT i, {initial} FROM generate_series(0, {}) i",
-            keys - 1
+             INSERT INTO counters (id, hits) {}",
+            if B::IS_PG {
+                format!(
+                    "SELECT i, {initial} FROM generate_series(0, {}) i",
+                    keys - 1
+                )
+            } else {
+                format!("SELECT seq, {initial} FROM seq_0_to_{}", keys - 1)
+            }
         ),
     )
     .await;
@@ -351,7 +361,7 @@ async fn under_kills<B: TestBackend>(url: &str, sqls: &[String], keys: i32) -> K
 /// the ones whose outcome is unknown: none acknowledged is lost or applied
 /// twice, none that failed for sure is applied. With no outcome unknown,
 /// the total is exactly the acknowledged count.
-async fn increments_under_kills_are_applied_once_each<B: TestBackend<Pool = Pool>>() {
+async fn increments_under_kills_are_applied_once_each<B: TestBackend>() {
     const KEYS: i32 = 50;
     let url = counters::<B>(KEYS, 0).await;
     let sqls = [
@@ -512,7 +522,7 @@ async fn deletes_under_kills_remove_exactly_what_they_report<B: TestBackend>() {
 /// `close()` each counter is 0 or 1, 1 for every caller told Ok: the total
 /// is the acknowledged increments plus some of the dropped ones, each at
 /// most once. Nothing changes after `close()` returned.
-async fn dropped_callers_apply_their_increment_at_most_once<B: TestBackend<Pool = Pool>>() {
+async fn dropped_callers_apply_their_increment_at_most_once<B: TestBackend>() {
     const CALLS: i32 = 60;
     let url = counters::<B>(TASKS as i32 * CALLS, 0).await;
     let pool = B::pool_with(&url, None, BatchConfig::default(), 4, |b| b);
@@ -600,21 +610,24 @@ async fn dropped_callers_apply_their_increment_at_most_once<B: TestBackend<Pool 
 /// 22003 (bigint out of range), so that is its caller's answer; every
 /// other caller is told Ok(1), and each counter ends exactly at its
 /// acknowledged increments.
-async fn crossed_hot_keys_lose_no_increment_and_keep_each_callers_error<
-    B: TestBackend<Pool = Pool>,
->() {
+async fn crossed_hot_keys_lose_no_increment_and_keep_each_callers_error<B: TestBackend>() {
     const KEYS: i32 = 16;
     const ROUNDS: usize = 15;
     let url = counters::<B>(KEYS, 1).await;
     let pool = B::pool_with(&url, None, BatchConfig::default(), 8, |b| b);
     {
-        let conn = pool.get().await.expect("a connection");
-        let limit: String = conn
-            .query_one("SHOW statement_timeout", &[])
-            .await
-            .expect("SHOW statement_timeout")
-            .get(0);
-        assert_eq!(limit, "0", "the session has no statement limit");
+        let mut admin = B::admin(&url).await;
+        let limit = if B::IS_PG {
+            "SHOW statement_timeout"
+        } else {
+            "SELECT CAST(@@max_statement_time AS SIGNED)"
+        };
+        let limit = B::admin_rows(&mut admin, limit).await.expect(limit);
+        assert_eq!(
+            limit,
+            vec![vec![Some("0".to_string())]],
+            "the session has no statement limit"
+        );
     }
     let sql = B::sql("UPDATE counters SET hits = hits + ? WHERE id = ?");
     let _ = B::explain(&pool, &sql).await;
@@ -677,7 +690,12 @@ async fn crossed_hot_keys_lose_no_increment_and_keep_each_callers_error<
     let mut admin = B::admin(&url).await;
     let deadlocks = B::admin_rows(
         &mut admin,
-        "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+        if B::IS_PG {
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        } else {
+            "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+             WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'"
+        },
     )
     .await
     .ok()

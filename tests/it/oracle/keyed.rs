@@ -185,8 +185,9 @@ impl KCase {
     /// Whether the table facts let batchpool coalesce text `t`: on
     /// PostgreSQL, a read with a witness column, a write by a byte-stable
     /// key of a table without triggers; on MariaDB, every read (each
-    /// caller's own statement is a branch of the coalesced one) and no
-    /// write.
+    /// caller's own statement is a branch of the coalesced one), and a
+    /// write of a table without triggers, an update only by a key of
+    /// integer, decimal or character columns (not `UUID`).
     pub fn coalescible(&self, t: usize) -> bool {
         let text = &self.texts[t];
         self.coalesce
@@ -196,7 +197,7 @@ impl KCase {
                 (Flavor::My, Role::Read) => true,
                 // Not where a trigger writes the log.
                 (Flavor::My, Role::Delete) => !self.log,
-                (Flavor::My, _) => false,
+                (Flavor::My, _) => !self.log && !self.keys.contains(&KTy::Uuid),
             }
     }
 }
