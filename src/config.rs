@@ -86,9 +86,8 @@ pub struct BatchConfig {
     /// `true`; `false` runs each on its own.
     pub reads: bool,
     /// Coalesce keyed updates, `UPDATE t SET c = <expression> WHERE k = $1
-    /// [AND ...]` (both backends; on PostgreSQL, callers of texts that
-    /// differ only in what they assign together; see the guide). Default
-    /// `true`.
+    /// [AND ...]` (both backends), callers of texts that differ only in
+    /// what they assign together (see the guide). Default `true`.
     pub updates: bool,
     /// Coalesce keyed deletes, `DELETE FROM t WHERE k = $1 [AND ...]`
     /// (both backends). Default `true`.

@@ -369,6 +369,87 @@ impl KeyedShape {
         out
     }
 
+    /// The 0-based parameter an update's assignment `j` is, when it is a
+    /// bare placeholder (`SET c = ?`).
+    pub(crate) fn bare_param(&self, j: usize) -> Option<usize> {
+        match &**self.sets.get(j)? {
+            [Piece::Text(a), Piece::Param(k), Piece::Text(b)]
+                if a.trim().is_empty() && b.trim().is_empty() =>
+            {
+                k.checked_sub(1)
+            }
+            _ => None,
+        }
+    }
+
+    /// The columns a family of MySQL updates assigns (`members`, each of
+    /// bare placeholders, see [`bare_param`](KeyedShape::bare_param)), in
+    /// the order they first appear: each as the first member assigning it
+    /// writes it, with each member's 0-based parameter for it (`None`: the
+    /// member does not assign it). `None` when an assignment is not a bare
+    /// placeholder.
+    pub(crate) fn family_columns<'a>(
+        members: &[&'a KeyedShape],
+    ) -> Option<Vec<FamilyColumn<'a>>> {
+        let mut columns: Vec<(&'a str, &'a str, Vec<Option<usize>>)> = Vec::new();
+        for (m, member) in members.iter().enumerate() {
+            for (j, (name, written)) in member
+                .assigned
+                .iter()
+                .zip(member.assigned_as_written.iter())
+                .enumerate()
+            {
+                let param = member.bare_param(j)?;
+                let at = match columns.iter().position(|c| c.0 == name.as_str()) {
+                    Some(at) => at,
+                    None => {
+                        columns.push((name, written, vec![None; members.len()]));
+                        columns.len() - 1
+                    }
+                };
+                columns[at].2[m] = Some(param);
+            }
+        }
+        Some(columns.into_iter().map(|(_, w, p)| (w, p)).collect())
+    }
+
+    /// Updates of `n` callers of the MySQL texts `members` (one family:
+    /// the same table, conditions and parameter count, every assignment a
+    /// bare placeholder) as one statement: each column some member assigns
+    /// is set to `CASE WHEN ? AND (c1) THEN (?) WHEN ? AND (c2) THEN (?)
+    /// ... ELSE <the column> END`, where for caller `i` the first `?` is 1
+    /// when its text assigns the column (then the second is its value) and
+    /// 0 when not (its row keeps the column), and the WHERE clause is the
+    /// callers' conditions joined by `OR`. A caller's flag of 0 ends its
+    /// branch before its condition is compared. Empty when an assignment is
+    /// not a bare placeholder.
+    pub(crate) fn render_family_case(members: &[&KeyedShape], n: usize) -> String {
+        let (Some(first), Some(columns)) = (members.first(), Self::family_columns(members)) else {
+            return String::new();
+        };
+        let n = n.max(1);
+        let cond = pieces_with(&first.cond, &mut |_, out| out.push('?'));
+        let mut out = format!("UPDATE {} SET ", first.table_ref);
+        for (j, (column, _)) in columns.iter().enumerate() {
+            if j > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&format!("{column} = CASE"));
+            for _ in 0..n {
+                out.push_str(&format!(" WHEN ? AND ({cond}) THEN (?)"));
+            }
+            out.push_str(&format!(" ELSE {column} END"));
+        }
+        out.push_str(" WHERE ");
+        for caller in 0..n {
+            if caller > 0 {
+                out.push_str(" OR ");
+            }
+            out.push_str(&format!("({cond})"));
+        }
+        out
+    }
+
     /// The 0-based parameters of one caller's statement in the order
     /// [`render_case`](KeyedShape::render_case) binds them: for each
     /// assigned column, the condition's and then the expression's (one
@@ -393,6 +474,11 @@ impl KeyedShape {
         (columns, cond)
     }
 }
+
+/// A column of a MySQL family of updates (see
+/// [`KeyedShape::family_columns`]): as written, and each member's
+/// parameter for it.
+pub(crate) type FamilyColumn<'a> = (&'a str, Vec<Option<usize>>);
 
 /// The text of `pieces`, each placeholder written by `param`.
 fn pieces_with(pieces: &[Piece], param: &mut dyn FnMut(usize, &mut String)) -> String {

@@ -442,6 +442,70 @@ fn check_case(statement: &[Token], shape: &Keyed) -> Result<(), String> {
         });
         checked.map_err(|why| format!("{text:?} for {n} callers: {why}"))?;
 
+        // A family of two copies of the text, when every assignment is one
+        // placeholder: per column `<column> = CASE`, `n` times `WHEN ? AND
+        // (<conditions>) THEN (?)`, `ELSE <column> END`.
+        let bare = assignments
+            .iter()
+            .all(|(_, expr)| matches!(expr, [Token::Placeholder(_)]));
+        let text = shape.render_family_case(2, n);
+        if !bare {
+            if !text.is_empty() {
+                return Err(format!("{text:?}: a family statement of expressions"));
+            }
+        } else {
+            let all = tokens(Dialect::MySql, &text)?;
+            let placeholders = all
+                .iter()
+                .filter(|t| matches!(t, Token::Placeholder(_)))
+                .count();
+            let mut expect = Expect {
+                rendered: all.iter().filter(|t| !is_comment(t)).collect(),
+                pos: 0,
+            };
+            let q = Token::Placeholder("?".into());
+            let mut checked = if expect.next(&word("UPDATE"))
+                && expect.all(own[1..set].iter().copied())
+                && expect.next(&word("SET"))
+            {
+                Ok(())
+            } else {
+                Err("not UPDATE, the caller's table and SET first".to_owned())
+            };
+            for (j, (column, _)) in assignments.iter().enumerate() {
+                if checked.is_err() {
+                    break;
+                }
+                let mut ok = (j == 0 || expect.next(&Token::Comma))
+                    && expect.all([*column, &Token::Eq, &word("CASE")]);
+                for _ in 0..n {
+                    ok = ok
+                        && expect.all([&word("WHEN"), &q, &word("AND"), &Token::LParen])
+                        && expect.all(cond.iter().copied())
+                        && expect.all(&[Token::RParen, word("THEN"), Token::LParen, q.clone()])
+                        && expect.next(&Token::RParen);
+                }
+                ok = ok
+                    && expect.next(&word("ELSE"))
+                    && expect.next(column)
+                    && expect.next(&word("END"));
+                if !ok {
+                    checked = Err(format!("the family statement's assignment {j}"));
+                }
+            }
+            let want = n * (assignments.len() * (holders(cond) + 2) + holders(cond));
+            let checked = checked.and_then(|()| expect.any(cond, n)).and_then(|()| {
+                if placeholders != want {
+                    Err(format!("{placeholders} placeholders, not {want}"))
+                } else if expect.pos != expect.rendered.len() {
+                    Err("tokens after the end".to_owned())
+                } else {
+                    Ok(())
+                }
+            });
+            checked.map_err(|why| format!("{text:?} for {n} callers: {why}"))?;
+        }
+
         // The mask read: `SELECT <masks> FROM <table> WHERE (<conditions>)
         // OR ...`.
         let text = shape.render_or(n);

@@ -119,6 +119,14 @@ impl Keyed {
         self.0.render_case(n)
     }
 
+    /// A MySQL family statement of `texts` update texts, here each this
+    /// one, for `n` callers (empty unless every assignment is a bare
+    /// placeholder).
+    pub fn render_family_case(&self, texts: usize, n: usize) -> String {
+        let members: Vec<&KeyedShape> = (0..texts).map(|_| &*self.0).collect();
+        KeyedShape::render_family_case(&members, n)
+    }
+
     /// What the statement does: `reads`, `updates` or `deletes`.
     pub fn kind(&self) -> &'static str {
         self.0.kind.plural()

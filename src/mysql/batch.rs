@@ -183,9 +183,9 @@ fn returned_integer(v: &Value) -> Option<i128> {
 /// Turns one caller's parameters into a row of `shape`, checking the
 /// count. Runs in the caller's task.
 pub(crate) fn encode(shape: &MyShape, params: Params) -> Result<MyRow, Error> {
-    let (per_row, text_per_row, copies) = match shape {
-        MyShape::Insert(s) => (s.params, s.text_per_row, 1),
-        MyShape::Keyed(k) => (k.params, k.text_per_row, k.copies()),
+    let (per_row, text_per_row, copies, member) = match shape {
+        MyShape::Insert(s) => (s.params, s.text_per_row, 1, 0),
+        MyShape::Keyed(k) => (k.params, k.text_per_row, k.copies(), k.member()),
     };
     let values = match params {
         Params::Empty => Vec::new(),
@@ -212,7 +212,11 @@ pub(crate) fn encode(shape: &MyShape, params: Params) -> Result<MyRow, Error> {
         .saturating_add(2 * values.len() + values.len().div_ceil(8))
         .saturating_mul(copies)
         .saturating_add(text_per_row);
-    Ok(MyRow { values, bytes })
+    Ok(MyRow {
+        values,
+        bytes,
+        member,
+    })
 }
 
 /// What learning a shape found out about its ids.
@@ -1061,6 +1065,13 @@ impl Backend for MySql {
     type Output = Outcome;
     type Shape = MyShape;
 
+    fn family(shape: &MyShape) -> Option<u64> {
+        match shape {
+            MyShape::Keyed(k) => k.family_id(),
+            MyShape::Insert(_) => None,
+        }
+    }
+
     fn same_shape(old: &MyShape, new: &MyShape) -> bool {
         match (old, new) {
             (MyShape::Insert(a), MyShape::Insert(b)) => Self::same_insert(a, b),
@@ -1119,7 +1130,9 @@ impl Backend for MySql {
                 .prepare_insert(conn, sql, shape)
                 .await?
                 .map(MyShape::Insert),
-            Form::Keyed(shape) => MyKeyed::learn(conn, sql, shape).await?.map(MyShape::Keyed),
+            Form::Keyed(shape) => MyKeyed::learn(conn, sql, shape, &self.families)
+                .await?
+                .map(MyShape::Keyed),
         })
     }
 
@@ -1231,7 +1244,11 @@ mod tests {
     }
 
     fn row(values: Vec<Value>) -> MyRow {
-        MyRow { values, bytes: 0 }
+        MyRow {
+            values,
+            bytes: 0,
+            member: 0,
+        }
     }
 
     #[test]

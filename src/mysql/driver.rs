@@ -242,6 +242,7 @@ impl Driver for MySql {
                 .map(|min| min.max(2)),
             bulk_server: tokio::sync::OnceCell::new(),
             driver_packet,
+            families: super::family::MyFamilies::default(),
         })
     }
 

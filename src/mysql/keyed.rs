@@ -1,6 +1,7 @@
-//! Keyed reads and deletes on MySQL / MariaDB: many callers' `SELECT
-//! <list> FROM t WHERE k = ? [AND ...]` or `DELETE FROM t WHERE k = ? [AND
-//! ...]` of one text as one statement.
+//! Keyed reads, deletes and updates on MySQL / MariaDB: many callers'
+//! `SELECT <list> FROM t WHERE k = ? [AND ...]`, `DELETE FROM t WHERE k = ?
+//! [AND ...]` or `UPDATE t SET ... WHERE k = ? [AND ...]` of one text (or,
+//! for updates, of one family of texts) as one statement.
 //!
 //! - On a base table, the callers' conditions are joined by `OR`, and each
 //!   row carries a mask of the callers whose condition it meets, computed
@@ -13,6 +14,10 @@
 //! - A delete, on a transactional base table without triggers only, joins
 //!   the conditions by `OR` and returns each deleted row's mask: the row
 //!   counts for the first caller of its mask (see [`deleted_by`]).
+//! - An update sets each column to a `CASE` of the callers' conditions,
+//!   inside a transaction that commits only where its total count tells
+//!   each caller its own (see [`super::update`] and, for texts that set
+//!   other columns, [`super::family`]).
 //!
 //! Either way the server compares each caller's conditions as the caller's
 //! statement compares them (the parameter's type and coercibility, the
@@ -20,9 +25,7 @@
 //! client compares no keys. The statement runs on one snapshot taken after
 //! every caller in it began its call; each caller gets its rows without the
 //! added columns. A statement that fails for an error that may be one
-//! caller's runs again in smaller groups, as INSERTs do. Keyed updates run
-//! on their own on these servers: MySQL has no `UPDATE ... RETURNING` to
-//! tell each caller its count.
+//! caller's runs again in smaller groups, as INSERTs do.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,6 +34,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, Value};
 
 use super::errors::{read_error, unsent_error};
+use super::family::{MyFamilies, MyFamily};
 use super::row::MyRow;
 use super::update::Keys;
 use super::{Client, Outcome};
@@ -79,7 +83,7 @@ pub(crate) struct MyKeyed {
     form: Arc<KeyedShape>,
     rendering: Rendering,
     /// The caller's own text.
-    sql: Box<str>,
+    sql: Arc<str>,
     /// Placeholders of one caller's statement.
     pub(crate) params: usize,
     /// Text bytes each further caller adds.
@@ -88,6 +92,8 @@ pub(crate) struct MyKeyed {
     texts: Mutex<HashMap<usize, Arc<str>>>,
     /// An update's keys and parameter order.
     update: Option<Keys>,
+    /// An update's family and its number in it (see [`super::family`]).
+    family: Option<(Arc<MyFamily>, u16)>,
 }
 
 impl MyKeyed {
@@ -97,6 +103,7 @@ impl MyKeyed {
         conn: &mut Client,
         sql: &str,
         form: Arc<KeyedShape>,
+        families: &MyFamilies,
     ) -> Result<Result<MyKeyed, NotCoalesced>, Error> {
         let one = match conn.prep(sql).await {
             Ok(stmt) => stmt,
@@ -119,9 +126,21 @@ impl MyKeyed {
                 Err(why) => return Ok(Err(why)),
             };
             let bound = keys.bound();
-            return Ok(Self::try_rendering(conn, &form, Rendering::Case, bound)
-                .await?
-                .map(|()| Self::new(sql, form, Rendering::Case, Some(keys))));
+            if let Err(why) = Self::try_rendering(conn, &form, Rendering::Case, bound).await? {
+                return Ok(Err(why));
+            }
+            let family = match keys.family.clone() {
+                Some(integers) => {
+                    let (classes, cond) = (keys.classes(), keys.cond().len());
+                    families
+                        .join(conn, &form, sql, integers, &classes, cond)
+                        .await
+                }
+                None => None,
+            };
+            let mut shape = Self::new(sql, form, Rendering::Case, Some(keys));
+            shape.family = family;
+            return Ok(Ok(shape));
         }
         if form.kind == KeyedKind::Delete {
             // One multi-row delete must be all or nothing (a failed one is
@@ -208,6 +227,31 @@ impl MyKeyed {
             sql: sql.into(),
             texts: Mutex::new(HashMap::new()),
             update,
+            family: None,
+        }
+    }
+
+    /// The text's number in its family (0 when it has none).
+    pub(crate) fn member(&self) -> u16 {
+        self.family.as_ref().map_or(0, |(_, m)| *m)
+    }
+
+    /// Its family's id.
+    pub(crate) fn family_id(&self) -> Option<u64> {
+        self.family.as_ref().map(|(f, _)| f.id)
+    }
+
+    /// The own text of `row`'s caller (in a family, perhaps another than
+    /// this shape's).
+    fn own_sql(&self, row: &MyRow) -> Result<Arc<str>, ChunkError<Outcome>> {
+        match &self.family {
+            Some((family, me)) if row.member != *me => family
+                .member(row.member)
+                .map(|m| Arc::clone(&m.sql))
+                .ok_or_else(|| {
+                    ChunkError::Statement(Error::internal("a row of a family's unknown text"))
+                }),
+            _ => Ok(self.sql.clone()),
         }
     }
 
@@ -227,19 +271,33 @@ impl MyKeyed {
 
     /// Writes: where rows must go in successive statements (see
     /// [`Keys::runs`]).
+    ///
+    /// Where rows of other texts of its family are among them, a row that
+    /// does not fit a family statement goes alone (see
+    /// [`MyFamily::fits`]).
     pub(crate) fn runs(&self, rows: &[MyRow]) -> Option<Vec<usize>> {
-        self.update.as_ref().and_then(|keys| keys.runs(rows))
+        let keys = self.update.as_ref()?;
+        match &self.family {
+            Some((family, me)) if rows.iter().any(|r| r.member != *me) => {
+                keys.runs(rows, Some(&|row: &MyRow| family.fits(row)))
+            }
+            _ => keys.runs(rows, None),
+        }
     }
 
     /// Whether a re-learned shape is this one.
     pub(crate) fn same(&self, other: &MyKeyed) -> bool {
-        self.params == other.params && self.sql == other.sql && self.rendering == other.rendering
+        self.params == other.params
+            && self.sql == other.sql
+            && self.rendering == other.rendering
+            && self.family_id() == other.family_id()
+            && self.member() == other.member()
     }
 
     /// The statement text for `n` callers.
     fn text(&self, n: usize) -> Arc<str> {
         if n == 1 {
-            return self.sql.as_ref().into();
+            return self.sql.clone();
         }
         let mut texts = lock(&self.texts);
         Arc::clone(
@@ -256,7 +314,11 @@ impl MyKeyed {
         if let (Some(keys), true) = (&self.update, n > 1) {
             return self.update(conn, keys, rows).await;
         }
-        let stmt = match conn.prep(&*self.text(n)).await {
+        let text = match rows {
+            [row] => self.own_sql(row)?,
+            _ => self.text(n),
+        };
+        let stmt = match conn.prep(&*text).await {
             Ok(stmt) => stmt,
             Err(e) => {
                 conn.note_error(&e);
@@ -348,7 +410,18 @@ impl MyKeyed {
     /// statement run on its own, in call order.
     async fn update(&self, conn: &mut Client, keys: &Keys, rows: &[MyRow]) -> ChunkResult<Outcome> {
         let n = rows.len();
-        let stmt = match conn.prep(&*self.text(n)).await {
+        let (text, params) = match &self.family {
+            Some((family, me)) if rows.iter().any(|r| r.member != *me) => {
+                let highest = rows.iter().map(|r| r.member).max().unwrap_or(0);
+                family
+                    .statement(highest, rows, keys.cond())
+                    .ok_or_else(|| {
+                        ChunkError::Statement(Error::internal("a row of a family's unknown text"))
+                    })?
+            }
+            _ => (self.text(n), keys.params(rows)),
+        };
+        let stmt = match conn.prep(&*text).await {
             Ok(stmt) => stmt,
             Err(e) => {
                 conn.note_error(&e);
@@ -358,7 +431,7 @@ impl MyKeyed {
         if conn.is_disconnected() {
             return Err(ChunkError::Statement(Error::closed_before_send()));
         }
-        Self::check_params(&stmt, n * keys.bound())?;
+        Self::check_params(&stmt, params.len())?;
         match conn.query_drop("START TRANSACTION").await {
             Ok(()) => {}
             // The server would not open a transaction: each on its own.
@@ -370,10 +443,7 @@ impl MyKeyed {
                 return Err(ChunkError::Statement(unsent_error(e)));
             }
         }
-        if let Err(e) = conn
-            .exec_drop(&stmt, Params::Positional(keys.params(rows)))
-            .await
-        {
+        if let Err(e) = conn.exec_drop(&stmt, Params::Positional(params)).await {
             conn.note_error(&e);
             if !matches!(e, mysql_async::Error::Server(_)) {
                 // Nothing commits of a transaction whose connection is

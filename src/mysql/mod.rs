@@ -374,6 +374,7 @@ mod api;
 mod batch;
 mod driver;
 mod errors;
+mod family;
 mod hosts;
 mod keyed;
 mod manager;
@@ -416,6 +417,8 @@ pub struct MySql {
     /// The URL's `max_allowed_packet`, which mysql_async splits bulk
     /// commands by when it is set.
     driver_packet: Option<usize>,
+    /// Families of keyed update texts.
+    families: family::MyFamilies,
 }
 
 impl std::fmt::Debug for MySql {

@@ -288,7 +288,11 @@ mod tests {
     }
 
     fn row(values: Vec<Value>) -> MyRow {
-        MyRow { values, bytes: 0 }
+        MyRow {
+            values,
+            bytes: 0,
+            member: 0,
+        }
     }
 
     fn rows_of(rows: &[MyRow]) -> Vec<MyRow> {

@@ -9,6 +9,8 @@ pub(crate) struct MyRow {
     /// binary protocol encodes them, their type bytes and NULL bit, and its
     /// share of the statement text.
     pub(crate) bytes: usize,
+    /// A keyed update's text in its family (see `family`), 0 otherwise.
+    pub(super) member: u16,
 }
 
 #[cfg(feature = "bench")]

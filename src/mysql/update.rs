@@ -88,6 +88,13 @@ pub(crate) struct Keys {
     columns: Vec<Vec<usize>>,
     /// The parameters of the WHERE clause, for each caller.
     cond: Vec<usize>,
+    /// Whether the text may join a family (see `super::family`): per
+    /// column it sets, whether an integer keeps its value there; `None`
+    /// when a column's type or an expression keeps it out.
+    pub(crate) family: Option<Vec<bool>>,
+    /// The table's columns and their types as learned, in the family key
+    /// (a text learned after the table changed starts another family).
+    columns_seen: String,
 }
 
 /// The columns of a table: name (lowercased), `DATA_TYPE`, `EXTRA`.
@@ -163,6 +170,14 @@ impl Keys {
     ) -> Result<Keys, NotCoalesced> {
         let refuse = |why: String| Err(NotCoalesced::Declined(format!("keyed updates: {why}")));
         let column = |name: &str| columns.iter().find(|c| c.0.eq_ignore_ascii_case(name));
+        let seen = {
+            let mut seen: Vec<String> = columns
+                .iter()
+                .map(|(name, ty, _)| format!("{}:{}", name.to_lowercase(), ty.to_lowercase()))
+                .collect();
+            seen.sort_unstable();
+            seen.join(",")
+        };
         let mut keys = Vec::new();
         for (name, param) in &form.keys {
             let Some((_, data_type, _)) = column(name) else {
@@ -211,11 +226,34 @@ impl Keys {
             }
         }
         let (columns, cond) = form.case_params();
+        let family = form
+            .assigned
+            .iter()
+            .enumerate()
+            .map(|(j, name)| {
+                form.bare_param(j)?;
+                family_class(&column(name)?.1)
+            })
+            .collect();
         Ok(Keys {
             keys,
             columns,
             cond,
+            family,
+            columns_seen: seen,
         })
+    }
+
+    /// The parameters of the conditions, in order.
+    pub(crate) fn cond(&self) -> &[usize] {
+        &self.cond
+    }
+
+    /// The key parameters' classes and the table's columns as learned, as
+    /// text (texts of one family compare their keys alike and saw one
+    /// table).
+    pub(crate) fn classes(&self) -> String {
+        format!("{:?}\0{}", self.keys, self.columns_seen)
     }
 
     /// Parameters one caller binds in the many-caller statement.
@@ -251,16 +289,24 @@ impl Keys {
     /// Where rows must be cut (see
     /// [`Backend::runs`](crate::backend::batch::Backend::runs)): a row whose
     /// key is not bound exactly goes alone; two rows whose keys have equal
-    /// bytes, or whose values are of other kinds, go in successive
-    /// statements.
-    pub(crate) fn runs(&self, rows: &[MyRow]) -> Option<Vec<usize>> {
+    /// bytes go in successive statements, and so do two rows whose values
+    /// for the assignments are of other kinds. With `family` (rows of a
+    /// family statement), a row that does not fit it goes alone, and the
+    /// kinds do not matter (see [`super::family`]).
+    pub(crate) fn runs(
+        &self,
+        rows: &[MyRow],
+        family: Option<&dyn Fn(&MyRow) -> bool>,
+    ) -> Option<Vec<usize>> {
         if rows.len() < 2 {
             return None;
         }
         let exact = |row: &MyRow| {
-            self.keys
-                .iter()
-                .all(|&(p, class)| class.exact(&row.values[p]))
+            family.is_none_or(|fits| fits(row))
+                && self
+                    .keys
+                    .iter()
+                    .all(|&(p, class)| class.exact(&row.values[p]))
         };
         let key = |row: &MyRow| {
             let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -275,8 +321,19 @@ impl Keys {
             }
             h.finish()
         };
+        // The kinds of the values the `CASE`s take (the conditions' are
+        // compared caller by caller); a family statement's rows fit it
+        // whatever their kinds.
         let kinds = |row: &MyRow| -> Vec<std::mem::Discriminant<Value>> {
-            row.values.iter().map(std::mem::discriminant).collect()
+            if family.is_some() {
+                return Vec::new();
+            }
+            row.values
+                .iter()
+                .enumerate()
+                .filter(|(p, _)| !self.cond.contains(p))
+                .map(|(_, v)| std::mem::discriminant(v))
+                .collect()
         };
         let mut runs = Vec::new();
         let mut run = 0usize;
@@ -308,6 +365,22 @@ impl Keys {
             runs.push(run);
         }
         (runs.len() > 1).then_some(runs)
+    }
+}
+
+/// Whether a column of `data_type` may be set in a family statement, whose
+/// `CASE ... ELSE <the column> END` passes a kept value through the
+/// aggregate of its type and the values' (a string, or a wider number)
+/// and back: `Some(true)` for integer and `DECIMAL` columns (integers may
+/// be bound too), `Some(false)` for character and date-time columns that
+/// a string holds exactly (not `TIMESTAMP`, whose text is ambiguous once
+/// a year, nor floating point, binary or `ENUM` / `SET` columns).
+fn family_class(data_type: &str) -> Option<bool> {
+    match data_type.to_ascii_lowercase().as_str() {
+        "tinyint" | "smallint" | "mediumint" | "int" | "bigint" | "decimal" => Some(true),
+        "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" | "date"
+        | "datetime" | "time" | "year" => Some(false),
+        _ => None,
     }
 }
 
@@ -384,7 +457,11 @@ mod tests {
     }
 
     fn row(values: Vec<Value>) -> MyRow {
-        MyRow { values, bytes: 0 }
+        MyRow {
+            values,
+            bytes: 0,
+            member: 0,
+        }
     }
 
     #[test]
@@ -469,8 +546,11 @@ mod tests {
         ];
         // `a` twice: cut before the third; an integer value: its own kind;
         // an integer key on a text column: alone.
-        assert_eq!(keys.runs(&rows), Some(vec![2, 1, 1, 1, 1]));
-        assert_eq!(keys.runs(&rows[..2]), None);
+        assert_eq!(keys.runs(&rows, None), Some(vec![2, 1, 1, 1, 1]));
+        assert_eq!(keys.runs(&rows[..2], None), None);
+        // A row that does not fit goes alone.
+        let third = |r: &MyRow| r.values[0] != s("3");
+        assert_eq!(keys.runs(&rows[..3], Some(&third)), Some(vec![2, 1]));
     }
 
     #[test]

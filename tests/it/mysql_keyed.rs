@@ -1597,3 +1597,162 @@ async fn updates_count_each_callers_own_row() {
     }
     assert_coalesced(&pool, "UPDATE uq SET n = n * ? WHERE e = ?").await;
 }
+
+/// The tables of `update_texts_of_one_family_share_statements`, prefixed
+/// with `p`: 120 rows keyed by a `VARCHAR`.
+fn family_ddl(p: &str) -> String {
+    format!(
+        "CREATE TABLE {p}fam (k VARCHAR(20) PRIMARY KEY, a VARCHAR(8), b BIGINT, c DATETIME(3),
+                              d DOUBLE, e INT NOT NULL) ENGINE=InnoDB; {}",
+        insert(
+            &format!("{p}fam"),
+            (0..120).map(|i| format!(
+                "('k{i}', 'a{i}', {}, '2020-01-01 00:00:00.{i:03}', {i}.5, {i})",
+                i64::MAX - i
+            ))
+        ),
+    )
+}
+
+/// The texts of `update_texts_of_one_family_share_statements`: five that
+/// set one column each to a bare placeholder (`d`, a `DOUBLE`, keeps its
+/// text out of the family).
+fn family_texts(p: &str) -> [String; 5] {
+    ["a", "b", "c", "e", "d"].map(|c| format!("UPDATE {p}fam SET {c} = ? WHERE k = ?"))
+}
+
+/// Update texts that differ only in the column they set share one queue
+/// and go out as one statement on MariaDB, each caller still getting what
+/// the plain driver gets for its own statement (run one by one on a twin
+/// table) and the tables ending equal: strings, integers, NULL and
+/// date-times, a value already stored, a missing key, an integer into an
+/// integer column and into a text one, a floating-point value (that caller
+/// goes alone), a value too long or NULL into a `NOT NULL` column (those
+/// callers' own errors), several texts on one row. A burst of the four
+/// family texts queued behind the pool's one connection goes out in fewer
+/// statements than there are texts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_texts_of_one_family_share_statements() {
+    let (pool, mut admin, url) = setup(
+        &format!("{}{}", family_ddl("pool_"), family_ddl("plain_")),
+        BatchConfig::default(),
+    )
+    .await;
+    let pool1 = My::pool(&url, BatchConfig::default(), 1);
+    for p in [&pool, &pool1] {
+        for sql in family_texts("pool_") {
+            assert_coalesced(p, &sql).await;
+        }
+    }
+    let text = |s: String| Value::from(s);
+    let calls = |p: &str| -> Vec<(String, Call, Vec<Value>)> {
+        let [a, b, c, e, d] = family_texts(p);
+        let mut calls = Vec::new();
+        for i in 0..100usize {
+            let key = text(format!("k{i}"));
+            let (sql, value) = match i % 5 {
+                0 => (
+                    &a,
+                    if i == 25 {
+                        text("far too long".into())
+                    } else {
+                        text(format!("x{i}"))
+                    },
+                ),
+                1 => (
+                    &b,
+                    if i == 31 {
+                        Value::Double(2.5)
+                    } else {
+                        Value::Int(i as i64)
+                    },
+                ),
+                2 => (
+                    &c,
+                    if i == 12 {
+                        Value::NULL
+                    } else {
+                        text(format!("2021-02-03 04:05:06.{i:03}"))
+                    },
+                ),
+                3 => (
+                    &e,
+                    match i {
+                        8 => Value::NULL,
+                        13 => text("77".into()),
+                        _ => Value::Int(i as i64 * 2),
+                    },
+                ),
+                _ => (&d, Value::Double(i as f64 / 4.0)),
+            };
+            calls.push((sql.clone(), Call::Execute, vec![value, key]));
+        }
+        // Another text on rows `a` sets.
+        for i in (0..50usize).step_by(5) {
+            calls.push((
+                e.clone(),
+                Call::Execute,
+                vec![Value::Int(-1), text(format!("k{i}"))],
+            ));
+        }
+        // A value already stored; a missing key; an integer into `a`.
+        calls.push((
+            a.clone(),
+            Call::Execute,
+            vec![text("a100".into()), text("k100".into())],
+        ));
+        calls.push((
+            b.clone(),
+            Call::Execute,
+            vec![Value::Int(1), text("nope".into())],
+        ));
+        calls.push((
+            a.clone(),
+            Call::Execute,
+            vec![Value::Int(42), text("k101".into())],
+        ));
+        calls
+    };
+    for (round, pool) in [(0, &pool), (1, &pool1), (2, &pool)] {
+        let got = burst(pool, calls("pool_"), round == 1).await;
+        for ((sql, how, params), got) in calls("plain_").iter().zip(&got) {
+            let expected = plain(&mut admin, *how, sql, params).await;
+            assert_eq!(*got, expected, "{sql} with {params:?} (round {round})");
+        }
+        let ours = select(&mut admin, "SELECT * FROM pool_fam").await;
+        let theirs = select(&mut admin, "SELECT * FROM plain_fam").await;
+        let differ: Vec<_> = ours
+            .iter()
+            .zip(&theirs)
+            .filter(|(a, b)| a != b)
+            .take(5)
+            .collect();
+        assert!(differ.is_empty(), "round {round}: rows differ: {differ:?}");
+    }
+    // Clean rows, four texts, queued: fewer statements than texts.
+    let [a, b, c, e, _] = family_texts("pool_");
+    let clean: Vec<(String, Call, Vec<Value>)> = (0..80usize)
+        .map(|i| {
+            let (sql, value) = match i % 4 {
+                0 => (&a, text(format!("y{i}"))),
+                1 => (&b, Value::Int(-(i as i64))),
+                2 => (&c, text(format!("2022-01-01 00:00:{:02}", i % 60))),
+                _ => (&e, Value::Int(1000 + i as i64)),
+            };
+            (
+                sql.clone(),
+                Call::Execute,
+                vec![value, text(format!("k{i}"))],
+            )
+        })
+        .collect();
+    let before = pool1.stats();
+    let got = burst(&pool1, clean, true).await;
+    assert!(got.iter().all(|g| *g == Got::Count(1)), "{got:?}");
+    let after = pool1.stats();
+    let statements = after.statements - before.statements;
+    assert!(
+        statements < 4,
+        "80 callers of 4 texts of one family in {statements} statements"
+    );
+}

@@ -85,7 +85,8 @@
 //! column, which PostgreSQL runs on its own) through `query`, `query_opt`,
 //! `query_one` and `execute`; through `execute`, `UPDATE ... SET n = n + $a`
 //! (also with the parameters in another order, and with an alias),
-//! `SET n = n / $d` (`DIV` on MariaDB), `SET v = $1, w = $2`, and `DELETE`.
+//! `SET n = n / $d` (`DIV` on MariaDB), `SET v = $1, w = $2` (also as
+//! `SET w = $2, v = $1`, one family with it), and `DELETE`.
 //! Callers spell keys in several ways (case, `ß` / `ẞ` for `ss`, trailing
 //! blanks, numeric scale, uuid case); some keys match no row, some have a
 //! NULL part; some values fail (a division by zero, a CHECK violation, NULL
@@ -94,8 +95,9 @@
 //! UPDATE OR DELETE` writing `(op, key)` to a log table: PostgreSQL then
 //! runs the writes on their own, and the logs are compared too. MariaDB's
 //! cases come from the same generator (without `ß`); there the reads are
-//! coalesced (the callers' conditions joined by `OR`), the deletes too
-//! where no trigger writes a log, and the updates run on their own.
+//! coalesced (the callers' conditions joined by `OR`), and the writes too
+//! where no trigger writes a log (the updates where the key is not a
+//! `UUID` column).
 //!
 //! Concurrent callers have no order, so a keyed burst is built so that what
 //! each caller may get does not depend on the order the server sees the

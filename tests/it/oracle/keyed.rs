@@ -469,6 +469,15 @@ fn texts(r: &mut Rng, keys: &[KTy]) -> Vec<KText> {
             conditions(keys, 3, "", swapped, false)
         ),
     ));
+    // The same assignments in the other order: one family with the text
+    // above, whose callers share its statements.
+    out.push(write(
+        Role::Set,
+        format!(
+            "UPDATE {{t}} SET w = {{2}}, v = {{1}} WHERE {}",
+            conditions(keys, 3, "", swapped, false)
+        ),
+    ));
     out.push(write(
         Role::Delete,
         format!(
