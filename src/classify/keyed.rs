@@ -388,9 +388,7 @@ impl KeyedShape {
     /// writes it, with each member's 0-based parameter for it (`None`: the
     /// member does not assign it). `None` when an assignment is not a bare
     /// placeholder.
-    pub(crate) fn family_columns<'a>(
-        members: &[&'a KeyedShape],
-    ) -> Option<Vec<FamilyColumn<'a>>> {
+    pub(crate) fn family_columns<'a>(members: &[&'a KeyedShape]) -> Option<Vec<FamilyColumn<'a>>> {
         let mut columns: Vec<(&'a str, &'a str, Vec<Option<usize>>)> = Vec::new();
         for (m, member) in members.iter().enumerate() {
             for (j, (name, written)) in member

@@ -9,7 +9,10 @@
 //! autocommit, retried `wsrep_retry_autocommit` times, then fails with
 //! 1213 (deadlock). The pool must never acknowledge a row through a path
 //! the server cannot vouch for, and a coalesced statement that loses
-//! certification must not fail callers whose rows did not conflict.
+//! certification must not fail callers whose rows did not conflict. Pools
+//! on two nodes also increment hot counters by key (coalesced keyed
+//! updates, each flush one transaction): each counter ends at exactly the
+//! increments acknowledged for it, on every node.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -1272,4 +1275,100 @@ async fn a_refused_returning_costs_ids_not_rows() {
         }
     }
     common::mysql_exec(&urls[0], &format!("DROP USER '{user}'@'%'")).await;
+}
+
+/// Hot counters on two nodes: pools on nodes 1 and 2 (4 connections each)
+/// increment 40 counters by 1 from 32 tasks each, 30 calls per task
+/// (`UPDATE counters SET hits = hits + 1 WHERE id = ?`, coalesced: one
+/// statement in a transaction per flush, whose write set the other node's
+/// can beat at certification). Every caller is told Ok(1) or the 1213 its
+/// own statement can get when it loses certification; every counter, on
+/// every node, is exactly the increments acknowledged for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_counters_on_two_nodes_count_each_acknowledged_increment_once() {
+    const KEYS: i64 = 40;
+    const TASKS: usize = 32;
+    const CALLS: usize = 30;
+    const UPDATE: &str = "UPDATE counters SET hits = hits + 1 WHERE id = ?";
+    let urls = galera_cluster().fresh_db().await;
+    let mut admin = connect(&urls[0]).await;
+    admin
+        .query_drop(
+            "CREATE TABLE counters (id INT PRIMARY KEY, hits BIGINT NOT NULL) ENGINE=InnoDB; \
+             INSERT INTO counters SELECT seq, 0 FROM seq_0_to_39",
+        )
+        .await
+        .unwrap();
+    let pools: Vec<Pool> = urls[..2].iter().map(|u| pool(u).build().unwrap()).collect();
+    for (node, p) in pools.iter().enumerate() {
+        // The table is on the node before its writers start.
+        let mut conn = connect(&urls[node]).await;
+        conn.query_drop("SET SESSION wsrep_sync_wait = 1")
+            .await
+            .unwrap();
+        conn.query_drop("SELECT 1 FROM counters").await.unwrap();
+        let explain = p.explain(UPDATE).await.unwrap();
+        assert!(explain.is_coalesced(), "{explain}");
+    }
+    let before: Vec<_> = pools.iter().map(Pool::stats).collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (node, p) in pools.iter().enumerate() {
+        for task in 0..TASKS {
+            let p = p.clone();
+            tasks.spawn(async move {
+                let mut told = Vec::new();
+                for call in 0..CALLS {
+                    let id = ((node * 7 + task * 13 + call * 17) as i64) % KEYS;
+                    let r = p.execute(UPDATE, (id,)).await;
+                    told.push((id, r.map(|o| o.rows_affected()).map_err(|e| e.to_string())));
+                }
+                told
+            });
+        }
+    }
+    let mut acked: BTreeMap<i64, i64> = BTreeMap::new();
+    let (mut lost, mut bad) = (0, Vec::new());
+    while let Some(done) = tasks.join_next().await {
+        for (id, r) in done.unwrap() {
+            match r {
+                Ok(1) => *acked.entry(id).or_default() += 1,
+                Err(e) if e.contains("1213") => lost += 1,
+                other => bad.push(format!("counter {id}: {other:?}")),
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{:?}", &bad[..bad.len().min(10)]);
+    for url in &urls {
+        let mut conn = connect(url).await;
+        conn.query_drop("SET SESSION wsrep_sync_wait = 1")
+            .await
+            .unwrap();
+        let hits: Vec<(i64, i64)> = conn
+            .query("SELECT id, hits FROM counters ORDER BY id")
+            .await
+            .unwrap();
+        for (id, n) in hits {
+            assert_eq!(
+                n,
+                acked.get(&id).copied().unwrap_or(0),
+                "counter {id} on {url} ({lost} callers lost certification)"
+            );
+        }
+    }
+    let (mut rows, mut statements) = (0, 0);
+    for (p, b) in pools.iter().zip(&before) {
+        let after = p.stats();
+        rows += after.rows - b.rows;
+        statements += after.statements - b.statements;
+    }
+    eprintln!(
+        "{} increments acknowledged, {lost} lost certification; {rows} coalesced in {statements} \
+         statements",
+        acked.values().sum::<i64>()
+    );
+    assert!(
+        statements * 2 < (2 * TASKS * CALLS) as u64,
+        "{statements} statements for {} calls",
+        2 * TASKS * CALLS
+    );
 }
