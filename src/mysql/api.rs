@@ -24,8 +24,12 @@ impl Pool {
     /// of its SQL text and is sent with other callers' rows as one multi-row
     /// INSERT; the future resolves once that statement has committed, with
     /// this row's own count, id and `RETURNING` row, or this row's own
-    /// error. Other statements run as they are (with no parameters, over the
-    /// text protocol, so any statement works); transaction control
+    /// error. A keyed update or delete (`UPDATE t SET ... WHERE id = ?`,
+    /// `DELETE FROM t WHERE id = ?`) is coalesced likewise, with this
+    /// caller's own count (see the
+    /// [guide](crate::guide#keyed-reads-updates-and-deletes)). Other
+    /// statements run as they are (with no parameters, over the text
+    /// protocol, so any statement works); transaction control
     /// (`BEGIN`, `SET autocommit`...) is refused ([`Error::is_refused`]).
     ///
     /// The parameter count is checked here, before the row is queued.
@@ -57,7 +61,7 @@ impl Pool {
     ///
     /// A keyed read (`SELECT ... FROM t WHERE id = ?`) is coalesced with
     /// other callers' reads of the same text, and this caller gets its own
-    /// rows (see the [guide](crate::guide#keyed-reads-updates-and-deletes-postgresql));
+    /// rows (see the [guide](crate::guide#keyed-reads-updates-and-deletes));
     /// every other statement runs on its own.
     pub async fn query(&self, sql: &str, params: impl Into<Params>) -> Result<Vec<Row>, Error> {
         self.query_args(sql, params.into()).await

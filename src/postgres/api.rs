@@ -32,7 +32,7 @@ impl Pool {
     /// statement has committed, with this row's own count and `RETURNING`
     /// row, or this row's own error. A keyed read, update or delete
     /// (`... WHERE id = $1`) is coalesced the same way, with this caller's
-    /// own count (see the [guide](crate::guide#keyed-reads-updates-and-deletes-postgresql)).
+    /// own count (see the [guide](crate::guide#keyed-reads-updates-and-deletes)).
     /// Other statements run as they are; transaction control (`BEGIN`,
     /// `COMMIT`...) is refused ([`Error::is_refused`]).
     ///
@@ -70,7 +70,7 @@ impl Pool {
     /// A keyed read, update or delete (`SELECT ... FROM t WHERE id = $1`)
     /// is coalesced with other callers' statements of the same text, and
     /// this caller gets its own rows (see the
-    /// [guide](crate::guide#keyed-reads-updates-and-deletes-postgresql));
+    /// [guide](crate::guide#keyed-reads-updates-and-deletes));
     /// every other statement, an INSERT's included, runs on its own.
     pub async fn query(&self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Error> {
         self.query_args(sql, PgArgs::Refs(params)).await
