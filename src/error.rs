@@ -219,6 +219,24 @@ impl Error {
         }
     }
 
+    /// The driver lost the connection inside a transaction the pool opened
+    /// for a statement, before its `COMMIT` was sent: the server rolls it
+    /// back, so the statement certainly did not take effect.
+    #[cfg_attr(
+        not(feature = "mysql"),
+        allow(
+            dead_code,
+            reason = "only MySQL's coalesced updates open a transaction"
+        )
+    )]
+    pub(crate) fn lost_before_commit(source: impl Into<BoxError>) -> Error {
+        Error::with_source(
+            Kind::ConnectionClosed,
+            "connection lost before the statement's transaction committed; it did not take effect",
+            source,
+        )
+    }
+
     /// The connection was found closed before anything was written.
     pub(crate) fn closed_before_send() -> Error {
         Error::new(

@@ -446,13 +446,11 @@ impl MyKeyed {
         if let Err(e) = conn.exec_drop(&stmt, Params::Positional(params)).await {
             conn.note_error(&e);
             if !matches!(e, mysql_async::Error::Server(_)) {
-                // Nothing commits of a transaction whose connection is
-                // lost before its COMMIT.
-                return Err(ChunkError::Statement(unsent_error(e)));
+                return Err(ChunkError::Statement(Error::lost_before_commit(e)));
             }
             if let Err(end) = conn.query_drop(ROLLBACK).await {
                 conn.note_error(&end);
-                return Err(ChunkError::Statement(unsent_error(end)));
+                return Err(ChunkError::Statement(Error::lost_before_commit(end)));
             }
             if super::errors::stale(&e) {
                 let _ = conn.close(stmt).await;
@@ -468,7 +466,7 @@ impl MyKeyed {
         let Some(counts) = counts else {
             if let Err(e) = conn.query_drop(ROLLBACK).await {
                 conn.note_error(&e);
-                return Err(ChunkError::Statement(unsent_error(e)));
+                return Err(ChunkError::Statement(Error::lost_before_commit(e)));
             }
             return self.one_by_one(conn, rows).await;
         };
@@ -520,9 +518,7 @@ impl MyKeyed {
             Err(mysql_async::Error::Server(_)) => return Ok(None),
             Err(e) => {
                 conn.note_error(&e);
-                // Nothing commits of a transaction whose connection is
-                // lost before its COMMIT.
-                return Err(ChunkError::Statement(unsent_error(e)));
+                return Err(ChunkError::Statement(Error::lost_before_commit(e)));
             }
         };
         let columns = n.div_ceil(MASK_BITS);
