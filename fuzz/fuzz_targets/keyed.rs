@@ -3,8 +3,9 @@
 //! name, literal, comment and placeholder, often a near miss) through the
 //! keyed check for both dialects (`check_keyed`: on PostgreSQL the
 //! many-caller rewrite checked by tokens against the text and read by
-//! sqlparser's parser; on MySQL never a keyed shape), and through every
-//! text-only path of the pool.
+//! sqlparser's parser; on MySQL the reads' `OR` and `UNION ALL` rewrites,
+//! the deletes' `OR` one, and the updates' `CASE`, family and mask-read
+//! ones, checked by tokens), and through every text-only path of the pool.
 #![no_main]
 
 use batchpool::fuzzing::{Dialect, check_keyed, exercise};

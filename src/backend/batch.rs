@@ -71,6 +71,28 @@ pub(crate) enum ChunkError<O> {
 /// Result of one multi-row statement: one output per row, in row order.
 pub(crate) type ChunkResult<O> = Result<Vec<O>, ChunkError<O>>;
 
+/// The outcome of the one row of a statement run for one row.
+#[cfg_attr(
+    not(feature = "mysql"),
+    allow(dead_code, reason = "only the MySQL backend runs rows one by one")
+)]
+pub(crate) fn one_outcome<O>(result: ChunkResult<O>) -> Result<O, Error> {
+    match result {
+        Ok(mut out) => out.pop().ok_or_else(|| Error::internal("no outcome")),
+        Err(
+            ChunkError::Row(e)
+            | ChunkError::RowAt(_, e)
+            | ChunkError::RowFailed(_, e)
+            | ChunkError::Statement(e)
+            | ChunkError::Stale(e),
+        ) => Err(e),
+        Err(ChunkError::Each(mut out)) => out
+            .pop()
+            .unwrap_or_else(|| Err(Error::internal("no outcome"))),
+        Err(ChunkError::NotRun) => Err(Error::internal("a statement was not run")),
+    }
+}
+
 /// A database backend: pooled connections plus how to run one multi-row
 /// statement for a batchable shape.
 pub(crate) trait Backend: Send + Sync + Sized + 'static {

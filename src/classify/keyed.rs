@@ -308,13 +308,7 @@ impl KeyedShape {
             }
             masks.push_str(&format!(" AS `batchpool mask {}`", column + 1));
         }
-        let mut any = String::with_capacity(n * (cond.len() + 6));
-        for caller in 0..n {
-            if caller > 0 {
-                any.push_str(" OR ");
-            }
-            any.push_str(&format!("({cond})"));
-        }
+        let any = any_of(&cond, n);
         match self.kind {
             KeyedKind::Delete => format!("DELETE FROM {table} WHERE {any} RETURNING {masks}"),
             KeyedKind::Read => format!("SELECT {masks}, {list} FROM {table} WHERE {any}"),
@@ -360,12 +354,7 @@ impl KeyedShape {
             out.push_str(" END");
         }
         out.push_str(" WHERE ");
-        for caller in 0..n {
-            if caller > 0 {
-                out.push_str(" OR ");
-            }
-            out.push_str(&format!("({cond})"));
-        }
+        out.push_str(&any_of(&cond, n));
         out
     }
 
@@ -439,12 +428,7 @@ impl KeyedShape {
             out.push_str(&format!(" ELSE {column} END"));
         }
         out.push_str(" WHERE ");
-        for caller in 0..n {
-            if caller > 0 {
-                out.push_str(" OR ");
-            }
-            out.push_str(&format!("({cond})"));
-        }
+        out.push_str(&any_of(&cond, n));
         out
     }
 
@@ -477,6 +461,18 @@ impl KeyedShape {
 /// [`KeyedShape::family_columns`]): as written, and each member's
 /// parameter for it.
 pub(crate) type FamilyColumn<'a> = (&'a str, Vec<Option<usize>>);
+
+/// `n` callers' condition `cond` joined by `OR`: `(cond) OR (cond) ...`.
+fn any_of(cond: &str, n: usize) -> String {
+    let mut any = String::with_capacity(n * (cond.len() + 6));
+    for caller in 0..n {
+        if caller > 0 {
+            any.push_str(" OR ");
+        }
+        any.push_str(&format!("({cond})"));
+    }
+    any
+}
 
 /// The text of `pieces`, each placeholder written by `param`.
 fn pieces_with(pieces: &[Piece], param: &mut dyn FnMut(usize, &mut String)) -> String {

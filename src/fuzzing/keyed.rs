@@ -143,7 +143,37 @@ struct Expect<'a> {
     pos: usize,
 }
 
+/// Placeholders among `tokens`.
+fn count_placeholders(tokens: &[Token]) -> usize {
+    tokens
+        .iter()
+        .filter(|t| matches!(t, Token::Placeholder(_)))
+        .count()
+}
+
+impl<'a> Expect<'a> {
+    /// The rendered tokens `all`, comments aside, read from the front.
+    fn of(all: &'a [Token]) -> Expect<'a> {
+        Expect {
+            rendered: all.iter().filter(|t| !is_comment(t)).collect(),
+            pos: 0,
+        }
+    }
+}
+
 impl Expect<'_> {
+    /// Whether every token was read and the rendering held `want` of its
+    /// `found` placeholders.
+    fn end(&self, found: usize, want: usize) -> Result<(), String> {
+        if found != want {
+            Err(format!("{found} placeholders, not {want}"))
+        } else if self.pos != self.rendered.len() {
+            Err("tokens after the end".to_owned())
+        } else {
+            Ok(())
+        }
+    }
+
     /// Whether the next token is `want` (consumed either way).
     fn next(&mut self, want: &Token) -> bool {
         let ok = self.rendered.get(self.pos).is_some_and(|t| *t == want);
@@ -212,7 +242,7 @@ impl Expect<'_> {
     }
 
     /// The caller's tokens `own` (a lone `*` of a select list as
-    /// `<name>.*`).
+    /// `<name>.*`, its `FROM` in any case).
     fn own(&mut self, own: &[&Token]) -> Result<(), String> {
         for (i, t) in own.iter().enumerate() {
             let star = matches!(t, Token::Mul)
@@ -223,8 +253,16 @@ impl Expect<'_> {
             let qualified = !matches!(self.rendered.get(self.pos), Some(Token::Mul))
                 && matches!(self.rendered.get(self.pos + 1), Some(Token::Period))
                 && matches!(self.rendered.get(self.pos + 2), Some(Token::Mul));
+            // The rewrite writes the `FROM` before the table itself.
+            let from = is_word(t, "FROM")
+                && self
+                    .rendered
+                    .get(self.pos)
+                    .is_some_and(|r| is_word(r, "FROM"));
             if star && qualified {
                 self.pos += 3;
+            } else if from {
+                self.pos += 1;
             } else if !self.next(t) {
                 return Err(format!("the caller's `{t}`"));
             }
@@ -265,14 +303,8 @@ fn check_or(statement: &[Token], shape: &Keyed, params: usize) -> Result<(), Str
     for n in [2, 3, 64, 127] {
         let text = shape.render_or(n);
         let all = tokens(Dialect::MySql, &text)?;
-        let placeholders = all
-            .iter()
-            .filter(|t| matches!(t, Token::Placeholder(_)))
-            .count();
-        let mut expect = Expect {
-            rendered: all.iter().filter(|t| !is_comment(t)).collect(),
-            pos: 0,
-        };
+        let placeholders = count_placeholders(&all);
+        let mut expect = Expect::of(&all);
         let checked = if read {
             (expect.next(&Token::make_word("SELECT", None)))
                 .then_some(())
@@ -303,15 +335,7 @@ fn check_or(statement: &[Token], shape: &Keyed, params: usize) -> Result<(), Str
             })
             .and_then(|()| expect.masks(cond, n))
         };
-        let checked = checked.and_then(|()| {
-            if placeholders != 2 * n * params {
-                Err(format!("{placeholders} placeholders"))
-            } else if expect.pos != expect.rendered.len() {
-                Err("tokens after the end".to_owned())
-            } else {
-                Ok(())
-            }
-        });
+        let checked = checked.and_then(|()| expect.end(placeholders, 2 * n * params));
         checked.map_err(|why| format!("{text:?} for {n} callers: {why}"))?;
     }
     Ok(())
@@ -385,14 +409,8 @@ fn check_case(statement: &[Token], shape: &Keyed) -> Result<(), String> {
     for n in [2, 3, 64] {
         let text = shape.render_case(n);
         let all = tokens(Dialect::MySql, &text)?;
-        let placeholders = all
-            .iter()
-            .filter(|t| matches!(t, Token::Placeholder(_)))
-            .count();
-        let mut expect = Expect {
-            rendered: all.iter().filter(|t| !is_comment(t)).collect(),
-            pos: 0,
-        };
+        let placeholders = count_placeholders(&all);
+        let mut expect = Expect::of(&all);
         let mut checked = Ok(());
         if !(expect.next(&word("UPDATE")) && expect.all(own[1..set].iter().copied())) {
             checked = Err("not UPDATE and the caller's table first".to_owned());
@@ -427,19 +445,18 @@ fn check_case(statement: &[Token], shape: &Keyed) -> Result<(), String> {
             }
             want += n * (holders(cond) + holders(expr));
         }
-        let checked = checked.and_then(|()| expect.any(cond, n)).and_then(|()| {
-            if placeholders != want {
-                Err(format!("{placeholders} placeholders, not {want}"))
-            } else if expect.pos != expect.rendered.len() {
-                Err("tokens after the end".to_owned())
-            } else if classify_keyed(Dialect::MySql, &text).is_some()
-                || classify(Dialect::MySql, &text).is_some()
-            {
-                Err("the rewrite is coalesced itself".to_owned())
-            } else {
-                Ok(())
-            }
-        });
+        let checked = checked
+            .and_then(|()| expect.any(cond, n))
+            .and_then(|()| expect.end(placeholders, want))
+            .and_then(|()| {
+                if classify_keyed(Dialect::MySql, &text).is_some()
+                    || classify(Dialect::MySql, &text).is_some()
+                {
+                    Err("the rewrite is coalesced itself".to_owned())
+                } else {
+                    Ok(())
+                }
+            });
         checked.map_err(|why| format!("{text:?} for {n} callers: {why}"))?;
 
         // A family of two copies of the text, when every assignment is one
@@ -455,14 +472,8 @@ fn check_case(statement: &[Token], shape: &Keyed) -> Result<(), String> {
             }
         } else {
             let all = tokens(Dialect::MySql, &text)?;
-            let placeholders = all
-                .iter()
-                .filter(|t| matches!(t, Token::Placeholder(_)))
-                .count();
-            let mut expect = Expect {
-                rendered: all.iter().filter(|t| !is_comment(t)).collect(),
-                pos: 0,
-            };
+            let placeholders = count_placeholders(&all);
+            let mut expect = Expect::of(&all);
             let q = Token::Placeholder("?".into());
             let mut checked = if expect.next(&word("UPDATE"))
                 && expect.all(own[1..set].iter().copied())
@@ -494,15 +505,9 @@ fn check_case(statement: &[Token], shape: &Keyed) -> Result<(), String> {
                 }
             }
             let want = n * (assignments.len() * (holders(cond) + 2) + holders(cond));
-            let checked = checked.and_then(|()| expect.any(cond, n)).and_then(|()| {
-                if placeholders != want {
-                    Err(format!("{placeholders} placeholders, not {want}"))
-                } else if expect.pos != expect.rendered.len() {
-                    Err("tokens after the end".to_owned())
-                } else {
-                    Ok(())
-                }
-            });
+            let checked = checked
+                .and_then(|()| expect.any(cond, n))
+                .and_then(|()| expect.end(placeholders, want));
             checked.map_err(|why| format!("{text:?} for {n} callers: {why}"))?;
         }
 
@@ -510,14 +515,8 @@ fn check_case(statement: &[Token], shape: &Keyed) -> Result<(), String> {
         // OR ...`.
         let text = shape.render_or(n);
         let all = tokens(Dialect::MySql, &text)?;
-        let placeholders = all
-            .iter()
-            .filter(|t| matches!(t, Token::Placeholder(_)))
-            .count();
-        let mut expect = Expect {
-            rendered: all.iter().filter(|t| !is_comment(t)).collect(),
-            pos: 0,
-        };
+        let placeholders = count_placeholders(&all);
+        let mut expect = Expect::of(&all);
         let checked = (expect.next(&word("SELECT")))
             .then_some(())
             .ok_or_else(|| "no SELECT first".to_owned())
@@ -528,15 +527,7 @@ fn check_case(statement: &[Token], shape: &Keyed) -> Result<(), String> {
                     .ok_or_else(|| "not FROM and the caller's table".to_owned())
             })
             .and_then(|()| expect.any(cond, n))
-            .and_then(|()| {
-                if placeholders != 2 * n * holders(cond) {
-                    Err(format!("{placeholders} placeholders"))
-                } else if expect.pos != expect.rendered.len() {
-                    Err("tokens after the end".to_owned())
-                } else {
-                    Ok(())
-                }
-            });
+            .and_then(|()| expect.end(placeholders, 2 * n * holders(cond)));
         checked.map_err(|why| format!("{text:?} for {n} callers: {why}"))?;
     }
     Ok(())
@@ -1398,6 +1389,7 @@ mod tests {
             "SELECT * FROM kv WHERE id = ?",
             "select k.v AS value, `Id`, 'x', *, n + 1 FROM s.t AS k where ? = `Id` and k.b = ?;",
             "SELECT t.*, 1 + a FROM s.t WHERE s.t.id = /* c */ ? AND t.b = ? -- c\n",
+            " select * from t as t where t = ?;",
         ] {
             assert_eq!(check_keyed(Dialect::MySql, sql)?, Some("reads"), "{sql}");
         }

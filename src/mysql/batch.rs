@@ -17,7 +17,7 @@ use super::own::OwnFailures;
 use super::row::MyRow;
 use super::table::{stored_functions, table_facts};
 use super::{Client, Manager, MySql, Outcome};
-use crate::backend::batch::{Backend, ChunkError, ChunkResult};
+use crate::backend::batch::{Backend, ChunkError, ChunkResult, one_outcome};
 use crate::classify::{Conflict, Dialect, Form, InsertShape, Verb};
 use crate::error::{Error, Kind};
 use crate::explain::NotCoalesced;
@@ -178,6 +178,25 @@ fn returned_integer(v: &Value) -> Option<i128> {
         Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         _ => None,
     }
+}
+
+/// `text` prepared (from the connection's cache) on a connection still
+/// open: nothing was sent if this fails.
+pub(super) async fn prepared(
+    conn: &mut Client,
+    text: &str,
+) -> Result<mysql_async::Statement, ChunkError<Outcome>> {
+    let stmt = match conn.prep(text).await {
+        Ok(stmt) => stmt,
+        Err(e) => {
+            conn.note_error(&e);
+            return Err(ChunkError::Statement(unsent_error(e)));
+        }
+    };
+    if conn.is_disconnected() {
+        return Err(ChunkError::Statement(Error::closed_before_send()));
+    }
+    Ok(stmt)
 }
 
 /// Turns one caller's parameters into a row of `shape`, checking the
@@ -604,22 +623,8 @@ impl MySql {
         // ones reject (see `Session::strict`): one statement each.
         let mut outs = Vec::with_capacity(rows.len());
         for row in rows {
-            outs.push(
-                match self.statement(conn, shape, std::slice::from_ref(row)).await {
-                    Ok(mut out) => out.pop().ok_or_else(|| Error::internal("no outcome")),
-                    Err(
-                        ChunkError::Row(e)
-                        | ChunkError::RowAt(_, e)
-                        | ChunkError::RowFailed(_, e)
-                        | ChunkError::Statement(e)
-                        | ChunkError::Stale(e),
-                    ) => Err(e),
-                    Err(ChunkError::Each(mut out)) => out
-                        .pop()
-                        .unwrap_or_else(|| Err(Error::internal("no outcome"))),
-                    Err(ChunkError::NotRun) => Err(Error::internal("a statement was not run")),
-                },
-            );
+            let out = self.statement(conn, shape, std::slice::from_ref(row)).await;
+            outs.push(one_outcome(out));
         }
         Err(ChunkError::Each(outs))
     }
@@ -634,17 +639,7 @@ impl MySql {
         shape: &MyInsert,
         rows: usize,
     ) -> Result<mysql_async::Statement, ChunkError<Outcome>> {
-        let stmt = match conn.prep(&*shape.text(rows, false)).await {
-            Ok(stmt) => stmt,
-            Err(e) => {
-                conn.note_error(&e);
-                return Err(ChunkError::Statement(unsent_error(e)));
-            }
-        };
-        if conn.is_disconnected() {
-            return Err(ChunkError::Statement(Error::closed_before_send()));
-        }
-        Ok(stmt)
+        prepared(conn, &shape.text(rows, false)).await
     }
 
     /// The error of `rows` run as `stmt`, which the server refused or did
@@ -1244,11 +1239,7 @@ mod tests {
     }
 
     fn row(values: Vec<Value>) -> MyRow {
-        MyRow {
-            values,
-            bytes: 0,
-            member: 0,
-        }
+        MyRow::of(values)
     }
 
     #[test]

@@ -254,9 +254,8 @@ mod tests {
 
     fn row(member: u16, values: Vec<Value>) -> MyRow {
         MyRow {
-            values,
-            bytes: 0,
             member,
+            ..MyRow::of(values)
         }
     }
 

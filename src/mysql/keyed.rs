@@ -38,7 +38,7 @@ use super::family::{MyFamilies, MyFamily};
 use super::row::MyRow;
 use super::update::Keys;
 use super::{Client, Outcome};
-use crate::backend::batch::{ChunkError, ChunkResult};
+use crate::backend::batch::{ChunkError, ChunkResult, one_outcome};
 use crate::classify::{KeyedKind, KeyedShape, MASK_BITS};
 use crate::error::{Error, Kind};
 use crate::explain::NotCoalesced;
@@ -318,16 +318,7 @@ impl MyKeyed {
             [row] => self.own_sql(row)?,
             _ => self.text(n),
         };
-        let stmt = match conn.prep(&*text).await {
-            Ok(stmt) => stmt,
-            Err(e) => {
-                conn.note_error(&e);
-                return Err(ChunkError::Statement(unsent_error(e)));
-            }
-        };
-        if conn.is_disconnected() {
-            return Err(ChunkError::Statement(Error::closed_before_send()));
-        }
+        let stmt = super::batch::prepared(conn, &text).await?;
         let bound = if n == 1 { 1 } else { self.copies() };
         Self::check_params(&stmt, n * self.params * bound)?;
         let mut params: Vec<Value> = Vec::with_capacity(n * self.params * bound);
@@ -421,16 +412,7 @@ impl MyKeyed {
             }
             _ => (self.text(n), keys.params(rows)),
         };
-        let stmt = match conn.prep(&*text).await {
-            Ok(stmt) => stmt,
-            Err(e) => {
-                conn.note_error(&e);
-                return Err(ChunkError::Statement(unsent_error(e)));
-            }
-        };
-        if conn.is_disconnected() {
-            return Err(ChunkError::Statement(Error::closed_before_send()));
-        }
+        let stmt = super::batch::prepared(conn, &text).await?;
         Self::check_params(&stmt, params.len())?;
         match conn.query_drop("START TRANSACTION").await {
             Ok(()) => {}
@@ -540,21 +522,8 @@ impl MyKeyed {
     async fn one_by_one(&self, conn: &mut Client, rows: &[MyRow]) -> ChunkResult<Outcome> {
         let mut outs = Vec::with_capacity(rows.len());
         for row in rows {
-            let out = match Box::pin(self.execute(conn, std::slice::from_ref(row))).await {
-                Ok(mut out) => out.pop().ok_or_else(|| Error::internal("no outcome")),
-                Err(
-                    ChunkError::Row(e)
-                    | ChunkError::RowAt(_, e)
-                    | ChunkError::RowFailed(_, e)
-                    | ChunkError::Statement(e)
-                    | ChunkError::Stale(e),
-                ) => Err(e),
-                Err(ChunkError::Each(mut out)) => out
-                    .pop()
-                    .unwrap_or_else(|| Err(Error::internal("no outcome"))),
-                Err(ChunkError::NotRun) => Err(Error::internal("a statement was not run")),
-            };
-            outs.push(out);
+            let out = Box::pin(self.execute(conn, std::slice::from_ref(row))).await;
+            outs.push(one_outcome(out));
         }
         Err(ChunkError::Each(outs))
     }

@@ -20,3 +20,15 @@ impl MyRow {
         &self.values
     }
 }
+
+#[cfg(test)]
+impl MyRow {
+    /// A row of `values` (tests).
+    pub(crate) fn of(values: Vec<Value>) -> MyRow {
+        MyRow {
+            values,
+            bytes: 0,
+            member: 0,
+        }
+    }
+}

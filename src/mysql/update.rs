@@ -457,11 +457,7 @@ mod tests {
     }
 
     fn row(values: Vec<Value>) -> MyRow {
-        MyRow {
-            values,
-            bytes: 0,
-            member: 0,
-        }
+        MyRow::of(values)
     }
 
     #[test]
