@@ -258,15 +258,32 @@ impl Expect<'_> {
     /// The caller's tokens `own` (a lone `*` of a select list as
     /// `<name>.*`, its `FROM` in any case).
     fn own(&mut self, own: &[&Token]) -> Result<(), String> {
+        // The name that qualifies the table's columns: its alias, else the
+        // table as written (`s.t`).
+        let table = own
+            .iter()
+            .rposition(|t| is_word(t, "FROM"))
+            .map_or(&own[..0], |at| &own[at + 1..]);
+        let reference = match table {
+            [.., before, last @ Token::Word(_)] if !matches!(before, Token::Period) => {
+                std::slice::from_ref(last)
+            }
+            _ => table,
+        };
         for (i, t) in own.iter().enumerate() {
             let star = matches!(t, Token::Mul)
                 && (i == 0 || matches!(own[i - 1], Token::Comma))
                 && own
                     .get(i + 1)
                     .is_some_and(|t| matches!(t, Token::Comma) || is_word(t, "FROM"));
-            let qualified = !matches!(self.rendered.get(self.pos), Some(Token::Mul))
-                && matches!(self.rendered.get(self.pos + 1), Some(Token::Period))
-                && matches!(self.rendered.get(self.pos + 2), Some(Token::Mul));
+            let after = self.pos + reference.len();
+            let qualified = !reference.is_empty()
+                && self
+                    .rendered
+                    .get(self.pos..after)
+                    .is_some_and(|r| r == reference)
+                && matches!(self.rendered.get(after), Some(Token::Period))
+                && matches!(self.rendered.get(after + 1), Some(Token::Mul));
             // The rewrite writes the `FROM` before the table itself.
             let from = is_word(t, "FROM")
                 && self
@@ -274,7 +291,7 @@ impl Expect<'_> {
                     .get(self.pos)
                     .is_some_and(|r| is_word(r, "FROM"));
             if star && qualified {
-                self.pos += 3;
+                self.pos = after + 2;
             } else if from {
                 self.pos += 1;
             } else if !self.next(t) {
@@ -1405,6 +1422,8 @@ mod tests {
             "SELECT t.*, 1 + a FROM s.t WHERE s.t.id = /* c */ ? AND t.b = ? -- c\n",
             " select * from t as t where t = ?;",
             " # \"aaaa\nSelect * from t as t where t = ?;",
+            " select * from\nid.\t  batchpool where t = ?;",
+            "SELECT a, * FROM s.t k WHERE id = ?",
         ] {
             assert_eq!(check_keyed(Dialect::MySql, sql)?, Some("reads"), "{sql}");
         }
