@@ -359,12 +359,13 @@ impl KeyedShape {
     }
 
     /// The 0-based parameter an update's assignment `j` is, when it is a
-    /// bare placeholder (`SET c = ?`).
+    /// bare placeholder (`SET c = ?`, with nothing around it but spaces,
+    /// tabs and line breaks: no comment, no character the server may read
+    /// otherwise).
     pub(crate) fn bare_param(&self, j: usize) -> Option<usize> {
+        let blank = |t: &str| t.chars().all(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
         match &**self.sets.get(j)? {
-            [Piece::Text(a), Piece::Param(k), Piece::Text(b)]
-                if a.trim().is_empty() && b.trim().is_empty() =>
-            {
+            [Piece::Text(a), Piece::Param(k), Piece::Text(b)] if blank(a) && blank(b) => {
                 k.checked_sub(1)
             }
             _ => None,

@@ -383,8 +383,13 @@ fn check_or(statement: &[Token], shape: &Keyed, params: usize) -> Result<(), Str
 /// rewrite is not coalesced itself. The mask read that follows an update
 /// whose total does not split is `SELECT`, the masks (see
 /// [`Expect::masks`]), `FROM`, the caller's table, and the conditions
-/// joined by `OR`, with `2 × n` times the conditions' placeholders. `statement` is the caller's text's
-/// tokens up to its `;`.
+/// joined by `OR`, with `2 × n` times the conditions' placeholders. A
+/// family statement of two copies of the text, where the renderer gives
+/// one (declining is always safe), must be of assignments that are each
+/// one placeholder: per column `<column> = CASE`, `n` times `WHEN ? AND
+/// (<conditions>) THEN (?)`, `ELSE <column> END`, then the conditions
+/// joined by `OR`. `statement` is the caller's text's tokens up to its
+/// `;`.
 fn check_case(statement: &[Token], shape: &Keyed) -> Result<(), String> {
     let own: Vec<&Token> = statement.iter().filter(|t| !is_comment(t)).collect();
     if !own.first().is_some_and(|t| is_word(t, "UPDATE")) {
@@ -496,12 +501,13 @@ fn check_case(statement: &[Token], shape: &Keyed) -> Result<(), String> {
         let bare = assignments
             .iter()
             .all(|(_, expr)| matches!(expr, [Token::Placeholder(_)]));
+        // Declining is always safe (the text then has no family); a family
+        // statement must be of bare placeholders.
         let text = shape.render_family_case(2, n);
-        if !bare {
-            if !text.is_empty() {
-                return Err(format!("{text:?}: a family statement of expressions"));
-            }
-        } else {
+        if !text.is_empty() && !bare {
+            return Err(format!("{text:?}: a family statement of expressions"));
+        }
+        if !text.is_empty() {
             let all = tokens(Dialect::MySql, &text)?;
             let placeholders = count_placeholders(&all);
             let mut expect = Expect::of(&all);
@@ -1437,6 +1443,8 @@ mod tests {
             "UPDATE t SET v = ? WHERE id = ?",
             "update /* c */ `s`.`T` AS u SET v = u.v + ?, `w` = (? * 2) where ? = `Id` and b = ?;",
             "UPDATE t SET a = b = ?, c = 'x,y' WHERE k = ?",
+            " Update id set t =\u{a0}? where t = ?;",
+            "UPDATE t SET v = /* c */ ? WHERE id = ?",
         ] {
             assert_eq!(check_keyed(Dialect::MySql, sql)?, Some("updates"), "{sql}");
         }
