@@ -24,12 +24,17 @@
 //!   and each caller's own statement runs on its own, in call order.
 //!
 //! Rows whose keys have equal bytes go in successive statements (see
-//! [`Keys::runs`]), as do rows that bind values of other kinds (a `CASE`
-//! of branches of one type converts nothing the caller's own assignment
-//! would not). A failed statement is rolled back and its callers re-run in
-//! smaller groups, as INSERTs are. The table must be a transactional base
-//! table without triggers, the assigned columns in no unique index, and the
-//! expressions call no function (a stored function could write elsewhere).
+//! [`Keys::runs`]), as do rows that bind values of other kinds for the
+//! assignments (a `CASE` of branches of one type converts nothing the
+//! caller's own assignment would not). A failed statement is rolled back
+//! and its callers re-run in smaller groups, as INSERTs are. The table
+//! must be a transactional base table without triggers, in a strict
+//! session, the assigned columns in no unique index and not generated, and
+//! the expressions call no function (a stored function could write
+//! elsewhere). The counts are read from the server's English info text
+//! (`Rows matched: ...`); a server speaking another language
+//! (`lc_messages`) gives none, and a total other than `n` then runs each
+//! caller on its own.
 
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
