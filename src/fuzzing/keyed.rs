@@ -1368,7 +1368,8 @@ fn check_family(plain: &str, shape: &Keyed, arrays: &[String]) -> Result<(), Str
         .zip(ours.assignments.iter().zip(&family.assignments))
     {
         let value = &own.value;
-        let name = format!("\"{}\"", column.replace('"', "\"\""));
+        // As sqlparser shows the parsed column (an embedded `"` as it is).
+        let name = Ident::with_quote('"', column.as_str()).to_string();
         let want = format!(
             "CASE {KEYS}.\"batchpool member\" WHEN 0 THEN ({value}) WHEN 1 THEN ({value}) \
              WHEN 2 THEN ({value}) ELSE {name} END"
@@ -1400,6 +1401,7 @@ mod tests {
             "UPDATE counters SET hits = hits + $1, note = $3 WHERE id = $2",
             "UPDATE t SET v = lower(v) || $1::text WHERE a = $2 AND b = $3",
             "UPDATE t x SET v = /* c */ $1 WHERE x.id = $2;  /* after */",
+            "update \"t\" set \"\\\"\"x\" = $1, t = $2 where t = $3;",
             "DELETE FROM sessions WHERE token = $1 -- gone\n",
             "DELETE FROM \"S\".\"T\" AS d WHERE d.\"K\" = $1",
         ] {
